@@ -1,0 +1,53 @@
+package nah
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Code is the kind of an Error. The set is small on purpose: the HTTP layer
+// maps each to exactly one status, and nothing else decides a status.
+type Code string
+
+// The error kinds. Internal is never shown to a client beyond its code.
+const (
+	Invalid      Code = "invalid"      // 400: malformed input
+	Unauthorized Code = "unauthorized" // 401: no or bad credentials
+	Forbidden    Code = "forbidden"    // 403: known caller, wrong secret (DELETE /me)
+	NotFound     Code = "not_found"    // 404: missing, or not allowed to see
+	Conflict     Code = "conflict"     // 409: handle taken, cap reached
+	TooLarge     Code = "too_large"    // 413: over a size limit
+	RateLimited  Code = "rate_limited" // 429: slow down, see RetryAfter
+	Unavailable  Code = "unavailable"  // 503: overloaded or shutting down
+	Internal     Code = "internal"     // 500: a bug or a broken disk
+)
+
+// Error is the one error type that crosses package lines. Reason is the
+// snake_case code a client sees (it defaults to Code); Message is a human
+// sentence that is safe to show.
+type Error struct {
+	Code       Code
+	Reason     string
+	Message    string
+	RetryAfter time.Duration
+}
+
+func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
+
+// Errorf makes an *Error of kind code, with reason as the client-visible code.
+func Errorf(code Code, reason, format string, args ...any) *Error {
+	if reason == "" {
+		reason = string(code)
+	}
+	return &Error{Code: code, Reason: reason, Message: fmt.Sprintf(format, args...)}
+}
+
+// ErrorCode returns the Code of err, or Internal when err is not an *Error.
+func ErrorCode(err error) Code {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return Internal
+}

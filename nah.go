@@ -1,0 +1,144 @@
+// Package nah holds the vocabulary of the nah server: the domain types
+// (Person, Moment, Connection, Cursor), their validation, identifiers, the
+// wire format of times, and the one error type every layer returns.
+//
+// It imports only the standard library; store, app and cmd all point here.
+package nah
+
+import (
+	"crypto/rand"
+	"encoding/base32"
+	"encoding/binary"
+	"time"
+)
+
+// Limits of the domain. They are constants, not configuration, because the
+// phone apps depend on them.
+const (
+	MaxConnections   = 150 // per person, both sides of every connection
+	FeedPageDefault  = 30
+	FeedPageMax      = 100
+	HandleMinLen     = 3
+	HandleMaxLen     = 32
+	PasswordMinBytes = 8
+	PasswordMaxBytes = 256
+	// DefaultMaxMomentBytes bounds a decoded moment body.
+	DefaultMaxMomentBytes = 64 << 10
+	// InviteTTL is how long a connection invite can be redeemed.
+	InviteTTL = 7 * 24 * time.Hour
+)
+
+// Person is an account. Its id is made by the server and is the only thing
+// that ever becomes part of a path.
+type Person struct {
+	ID        string
+	Handle    string
+	CreatedAt int64 // unix milliseconds
+	Disabled  bool
+	NewestAt  int64 // unix milliseconds of the newest moment, 0 for none
+}
+
+// Moment is an opaque body posted by Author. The server never reads Body.
+type Moment struct {
+	ID        string
+	Author    string
+	CreatedAt int64 // unix milliseconds, server clock
+	Body      []byte
+}
+
+// Connection is one side of a mutual connection, seen from a person.
+type Connection struct {
+	ID          string // the other person
+	Handle      string
+	ConnectedAt int64
+	NewestAt    int64
+}
+
+// TimeFormat is the one wire format of times: UTC with exactly three digits
+// of milliseconds. (time.RFC3339Nano drops trailing zeros.)
+const TimeFormat = "2006-01-02T15:04:05.000Z"
+
+// FormatTime formats unix milliseconds in TimeFormat.
+func FormatTime(ms int64) string {
+	return time.UnixMilli(ms).UTC().Format(TimeFormat)
+}
+
+// AppendTime appends FormatTime(ms) to b without allocating.
+func AppendTime(b []byte, ms int64) []byte {
+	return time.UnixMilli(ms).UTC().AppendFormat(b, TimeFormat)
+}
+
+// Person ids are 128 random bits in lowercase base32 (26 characters of
+// a-z and 2-7): unguessable, URL-safe and safe as a directory name.
+var personEnc = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// Moment ids are 48 bits of milliseconds and 80 random bits in lowercase
+// base32hex, whose alphabet sorts in the same order as the bytes, so ids of
+// one author sort by time.
+var momentEnc = base32.NewEncoding("0123456789abcdefghijklmnopqrstuv").WithPadding(base32.NoPadding)
+
+// IDLen is the length of every person and moment id.
+const IDLen = 26
+
+// NewPersonID returns a fresh random person id.
+func NewPersonID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return personEnc.EncodeToString(b[:])
+}
+
+// NewMomentID returns a fresh moment id that starts with the time ms.
+func NewMomentID(ms int64) string {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], uint64(ms)<<16)
+	rand.Read(b[6:])
+	return momentEnc.EncodeToString(b[:])
+}
+
+// ValidPersonID reports whether s has the exact shape of a person id. It is
+// checked before an id touches a path or a query.
+func ValidPersonID(s string) bool {
+	return validID(s, personEnc)
+}
+
+// ValidMomentID reports whether s has the exact shape of a moment id.
+func ValidMomentID(s string) bool {
+	return validID(s, momentEnc)
+}
+
+func validID(s string, enc *base32.Encoding) bool {
+	if len(s) != IDLen {
+		return false
+	}
+	var b [16]byte
+	n, err := enc.Decode(b[:], []byte(s))
+	// 26 characters carry 130 bits; the last two must be zero so that each
+	// id has exactly one spelling.
+	return err == nil && n == 16 && enc.EncodeToString(b[:]) == s
+}
+
+// ValidHandle reports whether h is 3 to 32 characters of a-z, 0-9, '.', '_'
+// and '-'.
+func ValidHandle(h string) bool {
+	if len(h) < HandleMinLen || len(h) > HandleMaxLen {
+		return false
+	}
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// CheckSignup validates a handle and password pair for a new account.
+func CheckSignup(handle, password string) error {
+	if !ValidHandle(handle) {
+		return Errorf(Invalid, "invalid_handle", "a handle is 3 to 32 characters of a-z, 0-9, '.', '_' and '-'")
+	}
+	if len(password) < PasswordMinBytes || len(password) > PasswordMaxBytes {
+		return Errorf(Invalid, "invalid_password", "a password is 8 to 256 bytes")
+	}
+	return nil
+}

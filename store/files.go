@@ -1,0 +1,291 @@
+package store
+
+import (
+	"container/list"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/nah-app/nah"
+)
+
+// personCacheKiB caps one person connection's page cache. A feed touches a
+// dozen pages of a file; the global soft heap limit bounds the sum.
+const personCacheKiB = 256
+
+// personFile is one open person database. db has exactly one connection.
+type personFile struct {
+	id    string
+	path  string
+	db    *sql.DB
+	ready chan struct{} // closed once db is open or err is set
+	err   error
+
+	refs int           // guarded by fileCache.mu
+	elem *list.Element // guarded by fileCache.mu; nil once evicted
+}
+
+// Hooks let replication follow the open-file cache: BeforeOpen runs before a
+// person file is opened (and may refuse it), AfterClose after its last handle
+// is closed and its WAL checkpointed. Both may be nil.
+type Hooks struct {
+	BeforeOpen func(path string) error
+	AfterClose func(path string)
+}
+
+// fileCache is the one place where person files are opened and closed: a
+// bounded least-recently-used set of open handles. Files in use are never
+// closed under their users; the bound may be exceeded while more than max
+// files are in use at once, and is restored as they are released.
+type fileCache struct {
+	dir   string
+	max   int
+	hooks Hooks
+	log   *slog.Logger
+
+	mu      sync.Mutex
+	lru     list.List // front is most recent; values are *personFile
+	byID    map[string]*personFile
+	closing map[string]chan struct{} // files being closed, by id
+	closed  bool
+	opened  int64 // files opened over the cache's life, for tests and health
+}
+
+func newFileCache(dir string, max int, hooks Hooks, log *slog.Logger) *fileCache {
+	return &fileCache{
+		log:     log,
+		dir:     dir,
+		max:     max,
+		hooks:   hooks,
+		byID:    make(map[string]*personFile),
+		closing: make(map[string]chan struct{}),
+	}
+}
+
+// personDir is the folder of one person. id must be valid: it is checked
+// here again because this is where an id becomes a path.
+func (c *fileCache) personDir(id string) (string, error) {
+	if !nah.ValidPersonID(id) {
+		return "", nah.Errorf(nah.NotFound, "", "no such person")
+	}
+	return filepath.Join(c.dir, "people", id), nil
+}
+
+func (c *fileCache) personPath(id string) (string, error) {
+	d, err := c.personDir(id)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(d, "person.db"), nil
+}
+
+// acquire returns the open file of person id, opening it if needed (and
+// creating it when create is set). Every acquire must be paired with release.
+func (c *fileCache) acquire(ctx context.Context, id string, create bool) (*personFile, error) {
+	p, err := c.personPath(id)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, nah.Errorf(nah.Unavailable, "shutting_down", "the server is shutting down")
+	}
+	if f := c.byID[id]; f != nil {
+		f.refs++
+		c.lru.MoveToFront(f.elem)
+		c.mu.Unlock()
+		<-f.ready
+		if f.err != nil {
+			c.release(f)
+			return nil, f.err
+		}
+		return f, nil
+	}
+	f := &personFile{id: id, path: p, ready: make(chan struct{}), refs: 1}
+	f.elem = c.lru.PushFront(f)
+	c.byID[id] = f
+	victims := c.evictLocked()
+	wait := c.closing[id]
+	c.opened++
+	c.mu.Unlock()
+
+	for _, v := range victims {
+		c.closeFile(v)
+	}
+	if wait != nil {
+		<-wait // the same file is still being closed: replication must see close, then open
+	}
+	f.db, f.err = c.open(context.WithoutCancel(ctx), p, create)
+	if f.err != nil {
+		c.mu.Lock()
+		if c.byID[id] == f {
+			delete(c.byID, id)
+			c.lru.Remove(f.elem)
+			f.elem = nil
+		}
+		f.refs--
+		c.mu.Unlock()
+		close(f.ready)
+		return nil, f.err
+	}
+	close(f.ready)
+	return f, nil
+}
+
+// release gives back a file from acquire; an evicted file closes with its
+// last user.
+func (c *fileCache) release(f *personFile) {
+	c.mu.Lock()
+	f.refs--
+	last := f.refs == 0 && f.elem == nil && f.db != nil
+	if last {
+		c.markClosingLocked(f)
+	}
+	c.mu.Unlock()
+	if last {
+		c.closeFile(f)
+	}
+}
+
+// evictLocked removes idle files beyond the bound from the cache and returns
+// them for closing outside the lock.
+func (c *fileCache) evictLocked() []*personFile {
+	var victims []*personFile
+	for e := c.lru.Back(); e != nil && c.lru.Len() > c.max; {
+		f := e.Value.(*personFile)
+		prev := e.Prev()
+		if f.refs == 0 {
+			c.lru.Remove(e)
+			f.elem = nil
+			delete(c.byID, f.id)
+			c.markClosingLocked(f)
+			victims = append(victims, f)
+		}
+		e = prev
+	}
+	return victims
+}
+
+func (c *fileCache) markClosingLocked(f *personFile) {
+	c.closing[f.id] = make(chan struct{})
+}
+
+// closeFile closes f's database (which checkpoints its WAL and removes it)
+// and then tells replication.
+func (c *fileCache) closeFile(f *personFile) {
+	if err := f.db.Close(); err != nil {
+		// The data is safe in the WAL; the next open recovers it.
+		c.log.Error("close person file", "path", f.path, "err", err)
+	}
+	if c.hooks.AfterClose != nil {
+		c.hooks.AfterClose(f.path)
+	}
+	c.mu.Lock()
+	if ch := c.closing[f.id]; ch != nil {
+		close(ch)
+		delete(c.closing, f.id)
+	}
+	c.mu.Unlock()
+}
+
+// open opens (or creates) one person file and brings its schema up to date.
+func (c *fileCache) open(ctx context.Context, p string, create bool) (*sql.DB, error) {
+	if create {
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			return nil, err
+		}
+	} else if _, err := os.Stat(p); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nah.Errorf(nah.NotFound, "", "no such person")
+		}
+		return nil, err
+	}
+	if c.hooks.BeforeOpen != nil {
+		if err := c.hooks.BeforeOpen(p); err != nil {
+			return nil, fmt.Errorf("before open %s: %w", p, err)
+		}
+	}
+	db, err := openDB(p, false, 1, personCacheKiB)
+	if err == nil {
+		err = migrate(ctx, db, p, personMigrations)
+	}
+	if err != nil {
+		if db != nil {
+			db.Close()
+		}
+		if c.hooks.AfterClose != nil {
+			c.hooks.AfterClose(p)
+		}
+		return nil, err
+	}
+	return db, nil
+}
+
+// forget closes the file of person id if it is open and drops it from the
+// cache, waiting for its users; used before a person's folder is removed.
+func (c *fileCache) forget(id string) {
+	c.mu.Lock()
+	f := c.byID[id]
+	if f == nil {
+		c.mu.Unlock()
+		return
+	}
+	delete(c.byID, id)
+	c.lru.Remove(f.elem)
+	f.elem = nil
+	last := f.refs == 0
+	if last {
+		c.markClosingLocked(f)
+	}
+	c.mu.Unlock()
+	if last {
+		<-f.ready
+		if f.db != nil {
+			c.closeFile(f)
+		}
+	}
+}
+
+// len returns the number of open (or opening) files.
+func (c *fileCache) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lru.Len()
+}
+
+// closeAll closes every file; called once at shutdown, after the HTTP server
+// has finished its requests. Files still in use close with their last user.
+func (c *fileCache) closeAll() {
+	c.mu.Lock()
+	c.closed = true
+	var idle []*personFile
+	for e := c.lru.Front(); e != nil; e = e.Next() {
+		f := e.Value.(*personFile)
+		f.elem = nil
+		if f.refs == 0 {
+			c.markClosingLocked(f)
+			idle = append(idle, f)
+		}
+	}
+	c.lru.Init()
+	c.byID = make(map[string]*personFile)
+	c.mu.Unlock()
+	// Each close checkpoints and fsyncs; a few at a time use both cores
+	// without queueing a thousand fsyncs at once.
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for _, f := range idle {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			c.closeFile(f)
+		})
+	}
+	wg.Wait()
+}

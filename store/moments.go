@@ -1,0 +1,235 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+
+	"github.com/nah-app/nah"
+)
+
+// CreateMoment stores body as a new moment of author. It returns once the
+// row is committed and fsynced.
+func (s *Store) CreateMoment(ctx context.Context, author string, body []byte) (nah.Moment, error) {
+	n := s.graph.node(author)
+	if n == nil {
+		return nah.Moment{}, nah.Errorf(nah.NotFound, "", "no such person")
+	}
+	f, err := s.files.acquire(ctx, author, false)
+	if err != nil {
+		return nah.Moment{}, err
+	}
+	defer s.files.release(f)
+	now := s.now().UnixMilli()
+	m := nah.Moment{ID: nah.NewMomentID(now), Author: author, CreatedAt: now}
+	if _, err := f.db.ExecContext(ctx, `INSERT INTO moments(id, created_at, body) VALUES (?, ?, ?)`, m.ID, m.CreatedAt, body); err != nil {
+		return nah.Moment{}, err
+	}
+	n.raiseNewest(now)
+	n.checked.Store(now)
+	s.markDirty(author, n.newest.Load())
+	return m, nil
+}
+
+// DeleteMoment deletes moment id of author. A moment that is not author's
+// is NotFound, exactly like a missing one.
+func (s *Store) DeleteMoment(ctx context.Context, author, id string) error {
+	notFound := nah.Errorf(nah.NotFound, "", "no such moment")
+	if !nah.ValidMomentID(id) {
+		return notFound
+	}
+	n := s.graph.node(author)
+	if n == nil {
+		return notFound
+	}
+	f, err := s.files.acquire(ctx, author, false)
+	if err != nil {
+		return err
+	}
+	defer s.files.release(f)
+	res, err := f.db.ExecContext(ctx, `DELETE FROM moments WHERE id = ?`, id)
+	if err != nil {
+		return err
+	}
+	if k, _ := res.RowsAffected(); k == 0 {
+		return notFound
+	}
+	// The newest time may now be too new; an overestimate only costs a
+	// visit, but keep it true when it is cheap to know.
+	newest, err := readNewest(ctx, f.db)
+	if err != nil {
+		return err
+	}
+	n.newest.Store(newest)
+	n.checked.Store(s.now().UnixMilli())
+	s.markDirty(author, newest)
+	return nil
+}
+
+func readNewest(ctx context.Context, db *sql.DB) (int64, error) {
+	var at sql.NullInt64
+	err := db.QueryRowContext(ctx, `SELECT max(created_at) FROM moments`).Scan(&at)
+	return at.Int64, err
+}
+
+// Key is a moment without its body: what the feed merges before it knows
+// which bodies make the page.
+type Key struct {
+	ID        string
+	Author    string
+	CreatedAt int64
+}
+
+// Candidate is a person whose moments may be on a feed page, with the time of
+// their newest moment.
+type Candidate struct {
+	ID     string
+	Newest int64
+}
+
+// Circle appends to dst person id and everyone connected to them, with
+// newest-moment times that can be trusted: a time last confirmed more than
+// StaleAfter ago is re-read from the person's file first, so a post taken by
+// another process on the same data directory shows within that period.
+func (s *Store) Circle(ctx context.Context, id string, dst []Candidate) ([]Candidate, error) {
+	np := nodePool.Get().(*[]*node)
+	nodes := s.graph.circle(id, (*np)[:0])
+	defer func() {
+		clear(nodes)
+		*np = nodes[:0]
+		nodePool.Put(np)
+	}()
+	if len(nodes) == 0 {
+		return dst, nah.Errorf(nah.NotFound, "", "no such person")
+	}
+	now := s.now().UnixMilli()
+	for _, n := range nodes {
+		if now-n.checked.Load() > s.staleAfter.Milliseconds() {
+			if err := s.refresh(ctx, n, now); err != nil {
+				return dst, err
+			}
+		}
+		dst = append(dst, Candidate{ID: n.id, Newest: n.newest.Load()})
+	}
+	return dst, nil
+}
+
+// refresh re-reads n's newest time from its file.
+func (s *Store) refresh(ctx context.Context, n *node, now int64) error {
+	f, err := s.files.acquire(ctx, n.id, false)
+	if err != nil {
+		if nah.ErrorCode(err) == nah.NotFound {
+			return nil // deleted meanwhile: nothing of theirs to show
+		}
+		return err
+	}
+	defer s.files.release(f)
+	newest, err := readNewest(ctx, f.db)
+	if err != nil {
+		return err
+	}
+	// Raise, never lower: a post of ours may have landed after the read.
+	n.raiseNewest(newest)
+	n.checked.Store(now)
+	return nil
+}
+
+// MomentKeys appends to dst up to limit keys of author's moments strictly
+// older than before (all when before is nil), newest first, through the
+// (created_at, id) index alone.
+func (s *Store) MomentKeys(ctx context.Context, author string, before *nah.Cursor, limit int, dst []Key) ([]Key, error) {
+	f, err := s.files.acquire(ctx, author, false)
+	if err != nil {
+		return dst, err
+	}
+	defer s.files.release(f)
+	var rows *sql.Rows
+	if before == nil {
+		rows, err = f.db.QueryContext(ctx, `SELECT id, created_at FROM moments
+			ORDER BY created_at DESC, id DESC LIMIT ?`, limit)
+	} else {
+		rows, err = f.db.QueryContext(ctx, `SELECT id, created_at FROM moments
+			WHERE (created_at, id) < (?, ?) ORDER BY created_at DESC, id DESC LIMIT ?`, before.At, before.ID, limit)
+	}
+	if err != nil {
+		return dst, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		k := Key{Author: author}
+		if err := rows.Scan(&k.ID, &k.CreatedAt); err != nil {
+			return dst, err
+		}
+		dst = append(dst, k)
+	}
+	return dst, rows.Err()
+}
+
+// MomentBodies reads the bodies of moments ids of author and calls fn for
+// each one found (a moment deleted since its key was read is skipped). The
+// body passed to fn is only valid during the call.
+func (s *Store) MomentBodies(ctx context.Context, author string, ids []string, fn func(id string, body []byte)) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	f, err := s.files.acquire(ctx, author, false)
+	if err != nil {
+		return err
+	}
+	defer s.files.release(f)
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	rows, err := f.db.QueryContext(ctx, bodiesQuery(len(ids)), args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	var id string
+	var body sql.RawBytes
+	for rows.Next() {
+		if err := rows.Scan(&id, &body); err != nil {
+			return err
+		}
+		fn(id, body)
+	}
+	return rows.Err()
+}
+
+// bodiesQueries holds the IN (...) query text for each count up to the
+// largest page, built once.
+var bodiesQueries = func() []string {
+	qs := make([]string, nah.FeedPageMax+2)
+	for n := 1; n < len(qs); n++ {
+		qs[n] = `SELECT id, body FROM moments WHERE id IN (?` + strings.Repeat(",?", n-1) + `)`
+	}
+	return qs
+}()
+
+func bodiesQuery(n int) string {
+	if n < len(bodiesQueries) {
+		return bodiesQueries[n]
+	}
+	return `SELECT id, body FROM moments WHERE id IN (?` + strings.Repeat(",?", n-1) + `)`
+}
+
+// FindMoment returns one moment of author, body included.
+func (s *Store) FindMoment(ctx context.Context, author, id string) (nah.Moment, error) {
+	notFound := nah.Errorf(nah.NotFound, "", "no such moment")
+	if !nah.ValidMomentID(id) {
+		return nah.Moment{}, notFound
+	}
+	f, err := s.files.acquire(ctx, author, false)
+	if err != nil {
+		return nah.Moment{}, err
+	}
+	defer s.files.release(f)
+	m := nah.Moment{ID: id, Author: author}
+	err = f.db.QueryRowContext(ctx, `SELECT created_at, body FROM moments WHERE id = ?`, id).Scan(&m.CreatedAt, &m.Body)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nah.Moment{}, notFound
+	}
+	return m, err
+}

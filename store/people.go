@@ -1,0 +1,133 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/nah-app/nah"
+)
+
+// NewPerson is what CreatePerson needs. PasswordHash is already hashed by the
+// caller; JoinCode, when not empty, is redeemed in the same transaction.
+type NewPerson struct {
+	Handle       string
+	PasswordHash string
+	JoinCode     string
+}
+
+// CreatePerson makes an account and its person file. The file is created
+// first, so a person row never points at a missing file; if the row cannot be
+// written the file is removed again.
+func (s *Store) CreatePerson(ctx context.Context, np NewPerson) (nah.Person, error) {
+	if !nah.ValidHandle(np.Handle) {
+		return nah.Person{}, nah.Errorf(nah.Invalid, "invalid_handle", "a handle is 3 to 32 characters of a-z, 0-9, '.', '_' and '-'")
+	}
+	p := nah.Person{ID: nah.NewPersonID(), Handle: np.Handle, CreatedAt: s.now().UnixMilli()}
+	f, err := s.files.acquire(ctx, p.ID, true)
+	if err != nil {
+		return nah.Person{}, err
+	}
+	s.files.release(f)
+	err = s.writeTx(ctx, func(tx *sql.Tx) error {
+		if np.JoinCode != "" {
+			if err := useJoinCode(ctx, tx, np.JoinCode, p.ID, p.CreatedAt); err != nil {
+				return err
+			}
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO people(id, handle, password_hash, created_at) VALUES (?, ?, ?, ?)`,
+			p.ID, p.Handle, np.PasswordHash, p.CreatedAt)
+		if isUniqueViolation(err) {
+			return nah.Errorf(nah.Conflict, "handle_taken", "that handle is taken")
+		}
+		return err
+	})
+	if err != nil {
+		s.removePersonFiles(p.ID)
+		return nah.Person{}, err
+	}
+	s.graph.add(p.ID, 0, s.now().UnixMilli())
+	return p, nil
+}
+
+// removePersonFiles closes and deletes the folder of a person.
+func (s *Store) removePersonFiles(id string) error {
+	d, err := s.files.personDir(id)
+	if err != nil {
+		return err
+	}
+	s.files.forget(id)
+	return os.RemoveAll(d)
+}
+
+const personCols = `id, handle, created_at, disabled, newest_at`
+
+func scanPerson(row interface{ Scan(...any) error }, p *nah.Person, extra ...any) error {
+	return row.Scan(append([]any{&p.ID, &p.Handle, &p.CreatedAt, &p.Disabled, &p.NewestAt}, extra...)...)
+}
+
+// FindPersonByID returns the person with id.
+func (s *Store) FindPersonByID(ctx context.Context, id string) (nah.Person, error) {
+	if !nah.ValidPersonID(id) {
+		return nah.Person{}, nah.Errorf(nah.NotFound, "", "no such person")
+	}
+	var p nah.Person
+	err := scanPerson(s.r.QueryRowContext(ctx, `SELECT `+personCols+` FROM people WHERE id = ?`, id), &p)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nah.Person{}, nah.Errorf(nah.NotFound, "", "no such person")
+	}
+	s.freshNewest(&p)
+	return p, err
+}
+
+// FindPersonByHandle returns the person with handle and their password hash.
+func (s *Store) FindPersonByHandle(ctx context.Context, handle string) (nah.Person, string, error) {
+	var p nah.Person
+	var hash string
+	err := scanPerson(s.r.QueryRowContext(ctx, `SELECT `+personCols+`, password_hash FROM people WHERE handle = ?`, handle), &p, &hash)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nah.Person{}, "", nah.Errorf(nah.NotFound, "", "no such person")
+	}
+	s.freshNewest(&p)
+	return p, hash, err
+}
+
+// freshNewest replaces the directory's hint with the in-memory time.
+func (s *Store) freshNewest(p *nah.Person) {
+	if n := s.graph.node(p.ID); n != nil {
+		p.NewestAt = max(p.NewestAt, n.newest.Load())
+	}
+}
+
+// StorageUsed returns the bytes on disk of a person's folder.
+func (s *Store) StorageUsed(id string) (int64, error) {
+	d, err := s.files.personDir(id)
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	err = filepath.WalkDir(d, func(_ string, e fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // a -wal file may vanish under us
+			}
+			return err
+		}
+		if e.Type().IsRegular() {
+			if info, err := e.Info(); err == nil {
+				total += info.Size()
+			}
+		}
+		return nil
+	})
+	return total, err
+}
+
+// ConnectionCount returns how many connections person id has.
+func (s *Store) ConnectionCount(id string) int { return s.graph.count(id) }
+
+// Connected reports whether a and b are connected.
+func (s *Store) Connected(a, b string) bool { return s.graph.connected(a, b) }

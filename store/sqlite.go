@@ -1,0 +1,240 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"modernc.org/libc"
+	sqlite "modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/nah-app/nah"
+)
+
+// SQLite memory is outside the Go heap (GOMEMLIMIT cannot see it) and is paid
+// per connection, so the numbers below multiply into the peak. Measured here
+// (../shared/notes/sqlite-memory.md, modernc v1.62.0, SQLite 3.54.1):
+//
+//   - defaults, a writer and two readers per file: ~615 KB per open file,
+//     ~600 MB at 1,000 open files: over the 400 MB limit on its own;
+//   - one connection per file: ~230 KB, of which page cache ~53 KB and
+//     lookaside ~47 KB per connection, plus 32 KB for the -shm mapping;
+//   - one connection per file, lookaside 256 B x 32 slots, memory statistics
+//     on and a global soft heap limit: ~105 KB per open file, VmHWM 116 MB with
+//     1,000 files open under 50 concurrent feeds.
+//
+// So: every person file has exactly one connection (reads and writes share
+// it; a post holds it for one fsync, ~0.2-0.4 ms), lookaside is 256x32, and the
+// page caches of all connections share one LRU bounded by softHeapLimit. The
+// peak SQLite cost is then about
+//
+//	softHeapLimit + openFiles x ~75 KB (connection, lookaside, schema, -shm)
+//
+// which is 32 MB + 1,000 x 75 KB ~ 107 MB at the default NAH_MAX_OPEN_FILES of
+// 1,000, and about 32 + 3,500 x 75 KB ~ 290 MB at the largest bound we would
+// advise. mmap stays off (it maps each file per connection and measured worse).
+const (
+	softHeapLimit  = 32 << 20
+	lookasideSize  = 256
+	lookasideSlots = 32
+	// busyTimeout is several seconds because Litestream briefly takes each
+	// file's write lock, and a second instance may write the same files.
+	busyTimeout = 10000 // ms
+)
+
+var (
+	configureOnce sync.Once
+	configureErr  error
+)
+
+// configureSQLite applies the process-wide settings above. It must run before
+// the first connection opens: sqlite3_config is refused after initialisation.
+func configureSQLite() error {
+	configureOnce.Do(func() {
+		tls := libc.NewTLS()
+		defer tls.Close()
+		buf := libc.Xmalloc(tls, 16)
+		defer libc.Xfree(tls, buf)
+		// Memory statistics make the heap-limit pragmas work at all; without
+		// them soft_heap_limit is accepted and ignored.
+		if rc := sqlite3.Xsqlite3_config(tls, sqlite3.SQLITE_CONFIG_MEMSTATUS, libc.VaList(buf, int32(1))); rc != sqlite3.SQLITE_OK {
+			configureErr = fmt.Errorf("sqlite: enable memory statistics: code %d", rc)
+			return
+		}
+		if rc := sqlite3.Xsqlite3_config(tls, sqlite3.SQLITE_CONFIG_LOOKASIDE, libc.VaList(buf, int32(lookasideSize), int32(lookasideSlots))); rc != sqlite3.SQLITE_OK {
+			configureErr = fmt.Errorf("sqlite: set lookaside: code %d", rc)
+			return
+		}
+		sqlite3.Xsqlite3_soft_heap_limit64(tls, softHeapLimit)
+	})
+	return configureErr
+}
+
+// SQLiteMemory returns the bytes SQLite holds now and at its highest, for
+// health pages and tests of the memory bound.
+func SQLiteMemory() (now, peak int64) {
+	tls := libc.NewTLS()
+	defer tls.Close()
+	return sqlite3.Xsqlite3_memory_used(tls), sqlite3.Xsqlite3_memory_highwater(tls, 0)
+}
+
+// dsn builds the connection string for a database file. Each pragma runs on
+// every new connection, busy timeout first so the others can wait for locks.
+//
+//   - WAL: readers never block the writer, and a checkpoint on close leaves
+//     no -wal content behind.
+//   - synchronous=FULL: a commit is fsynced (~0.2-0.4 ms here) so a moment
+//     acknowledged with 201 survives power loss, not only a crash.
+//   - _txlock=immediate: write transactions take the write lock at BEGIN, so
+//     two writers queue on the busy timeout instead of failing to upgrade.
+func dsn(file string, readOnly bool, cacheKiB int) string {
+	var b strings.Builder
+	b.WriteString(file)
+	b.WriteString("?_pragma=busy_timeout(" + strconv.Itoa(busyTimeout) + ")")
+	b.WriteString("&_pragma=journal_mode(WAL)")
+	b.WriteString("&_pragma=synchronous(FULL)")
+	b.WriteString("&_pragma=foreign_keys(1)")
+	// A per-connection cap in case a scan grows one cache; the global soft
+	// heap limit is what bounds the sum.
+	b.WriteString("&_pragma=cache_size(-" + strconv.Itoa(cacheKiB) + ")")
+	if readOnly {
+		b.WriteString("&_pragma=query_only(1)")
+	} else {
+		b.WriteString("&_txlock=immediate")
+	}
+	return b.String()
+}
+
+// openDB opens file with at most conns connections.
+func openDB(file string, readOnly bool, conns, cacheKiB int) (*sql.DB, error) {
+	if err := configureSQLite(); err != nil {
+		return nil, err
+	}
+	if strings.ContainsAny(file, "?#") {
+		return nil, fmt.Errorf("sqlite: path %q must not contain '?' or '#'", file)
+	}
+	db, err := sql.Open("sqlite", dsn(file, readOnly, cacheKiB))
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(conns)
+	db.SetMaxIdleConns(conns)
+	db.SetConnMaxIdleTime(0)
+	db.SetConnMaxLifetime(0)
+	return db, nil
+}
+
+// migration is one numbered SQL file.
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+// loadMigrations reads dir of fsys: files named NNNN_what.sql, numbered from
+// 1 without gaps.
+func loadMigrations(fsys fs.FS, dir string) ([]migration, error) {
+	entries, err := fs.ReadDir(fsys, dir)
+	if err != nil {
+		return nil, err
+	}
+	var ms []migration
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".sql") {
+			continue
+		}
+		num, _, ok := strings.Cut(e.Name(), "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil || v <= 0 {
+			return nil, fmt.Errorf("migration %s/%s: name must be NNNN_what.sql", dir, e.Name())
+		}
+		b, err := fs.ReadFile(fsys, path.Join(dir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, migration{version: v, name: e.Name(), sql: string(b)})
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
+	for i, m := range ms {
+		if m.version != i+1 {
+			return nil, fmt.Errorf("migration %s/%s: expected number %d", dir, m.name, i+1)
+		}
+	}
+	return ms, nil
+}
+
+var (
+	directoryMigrations = mustLoad(nah.Migrations, "migrations/directory")
+	personMigrations    = mustLoad(nah.Migrations, "migrations/person")
+)
+
+func mustLoad(fsys fs.FS, dir string) []migration {
+	ms, err := loadMigrations(fsys, dir)
+	if err != nil {
+		panic(err)
+	}
+	return ms
+}
+
+// ErrTooNew is wrapped by migrate when a file was written by a newer binary.
+var ErrTooNew = fmt.Errorf("database is newer than this binary")
+
+// migrate steps the file's PRAGMA user_version through ms, one transaction per
+// step, re-reading the version inside each transaction so that two processes
+// opening the same file never apply a step twice. A file whose version is
+// beyond ms refuses to open: this binary cannot know what it holds.
+func migrate(ctx context.Context, db *sql.DB, file string, ms []migration) error {
+	var v int
+	if err := db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
+		return fmt.Errorf("%s: read schema version: %w", file, err)
+	}
+	if v > len(ms) {
+		return fmt.Errorf("%s: schema version %d, this binary knows up to %d: %w", file, v, len(ms), ErrTooNew)
+	}
+	for v < len(ms) {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("%s: migrate: %w", file, err)
+		}
+		if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("%s: read schema version: %w", file, err)
+		}
+		if v >= len(ms) {
+			tx.Rollback()
+			break
+		}
+		m := ms[v]
+		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("%s: migration %s: %w", file, m.name, err)
+		}
+		if _, err := tx.ExecContext(ctx, "PRAGMA user_version = "+strconv.Itoa(m.version)); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("%s: migration %s: %w", file, m.name, err)
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("%s: migration %s: %w", file, m.name, err)
+		}
+		v = m.version
+	}
+	return nil
+}
+
+// isUniqueViolation reports whether err is a UNIQUE or PRIMARY KEY failure.
+func isUniqueViolation(err error) bool {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	c := se.Code()
+	return c == sqlite3.SQLITE_CONSTRAINT_UNIQUE || c == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY
+}

@@ -1,0 +1,276 @@
+// Package store owns SQLite: the directory database (accounts, sessions,
+// codes, connections) and one database file per person under
+// Dir/people/<id>/, opened through a bounded cache of handles. It keeps the
+// in-memory graph of connections and newest-moment times that the feed
+// reads without touching a file.
+//
+// It is the only package that imports the SQLite driver. It knows nothing of
+// HTTP or of how passwords are hashed.
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// Config configures a Store. Zero values take the defaults noted.
+type Config struct {
+	Dir          string // data directory; required
+	MaxOpenFiles int    // bound of the open person-file cache; default 1000
+	// Now is the store's clock: moment times and the staleness of newest-moment
+	// times. Tests inject a fake one; default time.Now.
+	Now func() time.Time
+	// StaleAfter is how long a newest-moment time is trusted before it is
+	// re-read from the person's file (another process may have posted);
+	// default 30 s.
+	StaleAfter time.Duration
+	Hooks      Hooks
+	Logger     *slog.Logger
+}
+
+// Store is the data layer. It is safe for concurrent use.
+type Store struct {
+	dir        string
+	now        func() time.Time
+	staleAfter time.Duration
+	log        *slog.Logger
+
+	w *sql.DB // the directory's one writer connection
+	r *sql.DB // the directory's readers
+
+	files     *fileCache
+	graph     *graph
+	cursorKey []byte
+	connMu    sync.Mutex // serialises connection changes with their graph updates
+
+	dirtyMu sync.Mutex
+	dirty   map[string]int64 // person id -> newest_at not yet in the directory
+
+	stop     chan struct{}
+	stopped  chan struct{}
+	closeErr error
+	once     sync.Once
+}
+
+// directoryReaders is the size of the directory's reader pool: token checks
+// and lookups are short, and each connection costs its own cache.
+const directoryReaders = 4
+
+// Open opens (creating if needed) the data directory at cfg.Dir, brings the
+// directory database up to date and loads the graph.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("store: no data directory")
+	}
+	if cfg.MaxOpenFiles <= 0 {
+		cfg.MaxOpenFiles = 1000
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.StaleAfter <= 0 {
+		cfg.StaleAfter = 30 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.Dir, "people"), 0o700); err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	path := filepath.Join(cfg.Dir, "directory.db")
+	s := &Store{
+		dir:        cfg.Dir,
+		now:        cfg.Now,
+		staleAfter: cfg.StaleAfter,
+		log:        cfg.Logger,
+		graph:      newGraph(),
+		dirty:      make(map[string]int64),
+		stop:       make(chan struct{}),
+		stopped:    make(chan struct{}),
+	}
+	var err error
+	// The directory is small and hot: a 2 MB cache per connection.
+	if s.w, err = openDB(path, false, 1, 2048); err != nil {
+		return nil, err
+	}
+	if err = migrate(ctx, s.w, path, directoryMigrations); err != nil {
+		s.w.Close()
+		return nil, err
+	}
+	if s.r, err = openDB(path, true, directoryReaders, 2048); err != nil {
+		s.w.Close()
+		return nil, err
+	}
+	if err = s.load(ctx); err != nil {
+		s.r.Close()
+		s.w.Close()
+		return nil, err
+	}
+	s.files = newFileCache(cfg.Dir, cfg.MaxOpenFiles, cfg.Hooks, cfg.Logger)
+	go s.flushLoop()
+	return s, nil
+}
+
+// load reads the cursor key, people and connections into memory.
+func (s *Store) load(ctx context.Context) error {
+	key := make([]byte, 32)
+	rand.Read(key)
+	if _, err := s.w.ExecContext(ctx, `INSERT OR IGNORE INTO meta(key, value) VALUES ('cursor_key', ?)`, key); err != nil {
+		return fmt.Errorf("store: cursor key: %w", err)
+	}
+	if err := s.w.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'cursor_key'`).Scan(&s.cursorKey); err != nil {
+		return fmt.Errorf("store: cursor key: %w", err)
+	}
+	now := s.now().UnixMilli()
+	rows, err := s.r.QueryContext(ctx, `SELECT id, newest_at FROM people`)
+	if err != nil {
+		return fmt.Errorf("store: load people: %w", err)
+	}
+	defer rows.Close()
+	g := s.graph
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for rows.Next() {
+		var id string
+		var newest int64
+		if err := rows.Scan(&id, &newest); err != nil {
+			return fmt.Errorf("store: load people: %w", err)
+		}
+		// The directory's newest_at is trusted like a fresh read for one
+		// staleness period; a post that a crash kept out of it shows after.
+		g.addLocked(id, newest, now)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("store: load people: %w", err)
+	}
+	crow, err := s.r.QueryContext(ctx, `SELECT person_id, other_id FROM connections`)
+	if err != nil {
+		return fmt.Errorf("store: load connections: %w", err)
+	}
+	defer crow.Close()
+	for crow.Next() {
+		var a, b string
+		if err := crow.Scan(&a, &b); err != nil {
+			return fmt.Errorf("store: load connections: %w", err)
+		}
+		ia, oka := g.index[a]
+		ib, okb := g.index[b]
+		if oka && okb {
+			// Rows come in primary-key order, but the indexes were handed out
+			// in another order: append now, sort once below.
+			g.nodes[ia].conns = append(g.nodes[ia].conns, ib)
+		}
+	}
+	for _, n := range g.nodes {
+		sortInt32(n.conns)
+	}
+	return crow.Err()
+}
+
+// CursorKey is the secret that signs feed cursors. It lives in the directory
+// database so that cursors survive restarts and work across instances.
+func (s *Store) CursorKey() []byte { return s.cursorKey }
+
+// Now returns the store's clock.
+func (s *Store) Now() time.Time { return s.now() }
+
+// OpenFiles returns the number of person files open now.
+func (s *Store) OpenFiles() int { return s.files.len() }
+
+// Ping reads the directory database.
+func (s *Store) Ping(ctx context.Context) error {
+	var n int
+	return s.r.QueryRowContext(ctx, `SELECT count(*) FROM meta`).Scan(&n)
+}
+
+// flushInterval is how often newest-moment times reach the directory. A post
+// does not wait for it (one fsync per post is enough); the directory's value
+// is only a hint loaded at start, and the file is re-read after StaleAfter.
+const flushInterval = time.Second
+
+func (s *Store) flushLoop() {
+	defer close(s.stopped)
+	t := time.NewTicker(flushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			if err := s.flushNewest(context.Background()); err != nil {
+				s.log.Error("flush newest times", "err", err)
+			}
+		case <-s.stop:
+			return
+		}
+	}
+}
+
+func (s *Store) markDirty(id string, newest int64) {
+	s.dirtyMu.Lock()
+	s.dirty[id] = newest
+	s.dirtyMu.Unlock()
+}
+
+// flushNewest writes pending newest-moment times in one transaction.
+func (s *Store) flushNewest(ctx context.Context) error {
+	s.dirtyMu.Lock()
+	batch := s.dirty
+	if len(batch) == 0 {
+		s.dirtyMu.Unlock()
+		return nil
+	}
+	s.dirty = make(map[string]int64)
+	s.dirtyMu.Unlock()
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		for id, at := range batch {
+			if _, err := tx.ExecContext(ctx, `UPDATE people SET newest_at = max(newest_at, ?) WHERE id = ?`, at, id); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		s.dirtyMu.Lock()
+		for id, at := range batch {
+			if _, newer := s.dirty[id]; !newer {
+				s.dirty[id] = at
+			}
+		}
+		s.dirtyMu.Unlock()
+	}
+	return err
+}
+
+// Close flushes pending times and closes every file, checkpointing each WAL.
+// Call it after the HTTP server has finished its requests.
+func (s *Store) Close() error {
+	s.once.Do(func() {
+		close(s.stop)
+		<-s.stopped
+		errs := []error{s.flushNewest(context.Background())}
+		s.files.closeAll()
+		errs = append(errs, s.r.Close(), s.w.Close())
+		s.closeErr = errors.Join(errs...)
+	})
+	return s.closeErr
+}
+
+// writeTx runs fn in one immediate transaction on the directory writer.
+func (s *Store) writeTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}

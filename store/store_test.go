@@ -1,0 +1,263 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/nah-app/nah"
+)
+
+// MustOpen opens a store on a fresh directory and closes it with the test.
+func MustOpen(t *testing.T, cfg Config) *Store {
+	t.Helper()
+	if cfg.Dir == "" {
+		cfg.Dir = t.TempDir()
+	}
+	s, err := Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func mustPerson(t *testing.T, s *Store, handle string) nah.Person {
+	t.Helper()
+	p, err := s.CreatePerson(context.Background(), NewPerson{Handle: handle, PasswordHash: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestMigrateUpgradesAndRefusesNewer(t *testing.T) {
+	ctx := context.Background()
+	v1 := fstest.MapFS{
+		"m/0001_a.sql": {Data: []byte("CREATE TABLE a(x);")},
+	}
+	v2 := fstest.MapFS{
+		"m/0001_a.sql": {Data: []byte("CREATE TABLE a(x);")},
+		"m/0002_b.sql": {Data: []byte("ALTER TABLE a ADD COLUMN y; INSERT INTO a VALUES (1, 2);")},
+	}
+	file := filepath.Join(t.TempDir(), "x.db")
+	db, err := openDB(file, false, 1, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	old, err := loadMigrations(v1, "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := migrate(ctx, db, file, old); err != nil {
+		t.Fatal(err)
+	}
+	cur, err := loadMigrations(v2, "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := migrate(ctx, db, file, cur); err != nil {
+		t.Fatalf("upgrade: %v", err)
+	}
+	var v, y int
+	db.QueryRow("PRAGMA user_version").Scan(&v)
+	if err := db.QueryRow("SELECT y FROM a").Scan(&y); err != nil || v != 2 || y != 2 {
+		t.Fatalf("after upgrade: version %d, y %d, err %v", v, y, err)
+	}
+	// Opening again is a no-op.
+	if err := migrate(ctx, db, file, cur); err != nil {
+		t.Fatal(err)
+	}
+	// The old binary refuses the newer file.
+	err = migrate(ctx, db, file, old)
+	if !errors.Is(err, ErrTooNew) || !strings.Contains(err.Error(), "schema version 2") {
+		t.Fatalf("old binary on new file: %v", err)
+	}
+}
+
+func TestMigrationsMustBeNumbered(t *testing.T) {
+	for _, fsys := range []fstest.MapFS{
+		{"m/0002_a.sql": {Data: []byte("")}},
+		{"m/first.sql": {Data: []byte("")}},
+	} {
+		if _, err := loadMigrations(fsys, "m"); err == nil {
+			t.Errorf("%v: no error", fsys)
+		}
+	}
+}
+
+func TestStoreRefusesNewerPersonFile(t *testing.T) {
+	dir := t.TempDir()
+	s := MustOpen(t, Config{Dir: dir})
+	p := mustPerson(t, s, "ann")
+	s.Close()
+	file := filepath.Join(dir, "people", p.ID, "person.db")
+	db, err := sql.Open("sqlite", file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("PRAGMA user_version = 99"); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	s2 := MustOpen(t, Config{Dir: dir})
+	_, err = s2.CreateMoment(context.Background(), p.ID, []byte("hi"))
+	if !errors.Is(err, ErrTooNew) {
+		t.Fatalf("post to a newer file: %v", err)
+	}
+}
+
+func TestKeysUseCoveringIndex(t *testing.T) {
+	s := MustOpen(t, Config{})
+	p := mustPerson(t, s, "ann")
+	f, err := s.files.acquire(context.Background(), p.ID, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.files.release(f)
+	for _, q := range []string{
+		`SELECT id, created_at FROM moments ORDER BY created_at DESC, id DESC LIMIT 30`,
+		`SELECT id, created_at FROM moments WHERE (created_at, id) < (1, 'x') ORDER BY created_at DESC, id DESC LIMIT 30`,
+	} {
+		rows, err := f.db.Query("EXPLAIN QUERY PLAN " + q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var plan []string
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			rows.Scan(&id, &parent, &unused, &detail)
+			plan = append(plan, detail)
+		}
+		rows.Close()
+		got := strings.Join(plan, "; ")
+		if !strings.Contains(got, "COVERING INDEX moments_time") || strings.Contains(got, "TEMP B-TREE") {
+			t.Errorf("%s\nplan: %s", q, got)
+		}
+	}
+}
+
+func TestFileCacheBound(t *testing.T) {
+	s := MustOpen(t, Config{MaxOpenFiles: 3})
+	ctx := context.Background()
+	var ids []string
+	for _, h := range []string{"ann", "bob", "cat", "dan", "eve"} {
+		p := mustPerson(t, s, h)
+		ids = append(ids, p.ID)
+		if _, err := s.CreateMoment(ctx, p.ID, []byte(h)); err != nil {
+			t.Fatal(err)
+		}
+		if n := s.OpenFiles(); n > 3 {
+			t.Fatalf("%d files open, bound 3", n)
+		}
+	}
+	// The evicted ones were closed with a checkpoint: no WAL content left.
+	for _, id := range ids[:2] {
+		wal := filepath.Join(s.dir, "people", id, "person.db-wal")
+		if st, err := os.Stat(wal); err == nil && st.Size() > 0 {
+			t.Errorf("%s: evicted file left %d bytes of WAL", id, st.Size())
+		}
+	}
+	// Holding more than the bound works and shrinks back on release.
+	var held []*personFile
+	for _, id := range ids {
+		f, err := s.files.acquire(ctx, id, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, f)
+	}
+	if n := s.OpenFiles(); n != 5 {
+		t.Fatalf("%d files open while 5 held", n)
+	}
+	for _, f := range held {
+		s.files.release(f)
+	}
+	mustPerson(t, s, "fay")
+	if n := s.OpenFiles(); n > 3 {
+		t.Fatalf("%d files open after release, bound 3", n)
+	}
+	for _, id := range ids {
+		keys, err := s.MomentKeys(ctx, id, nil, 10, nil)
+		if err != nil || len(keys) != 1 {
+			t.Fatalf("%s: keys %v, %v", id, keys, err)
+		}
+	}
+}
+
+func TestCloseCheckpointsEveryFile(t *testing.T) {
+	dir := t.TempDir()
+	s := MustOpen(t, Config{Dir: dir})
+	ctx := context.Background()
+	for _, h := range []string{"ann", "bob", "cat"} {
+		p := mustPerson(t, s, h)
+		for range 20 {
+			if _, err := s.CreateMoment(ctx, p.ID, make([]byte, 400)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	walFiles(t, dir, func(path string, size int64) {
+		if size > 0 {
+			t.Errorf("%s: %d bytes left after Close", path, size)
+		}
+	})
+}
+
+func walFiles(t *testing.T, dir string, fn func(string, int64)) {
+	t.Helper()
+	filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
+		if err == nil && strings.HasSuffix(p, "-wal") {
+			fn(p, info.Size())
+		}
+		return nil
+	})
+}
+
+func TestCircleRereadsStaleTimes(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time { return now }
+	a := MustOpen(t, Config{Dir: dir, Now: clock})
+	ctx := context.Background()
+	ann := mustPerson(t, a, "ann")
+	// A second store on the same directory stands for a second process.
+	b := MustOpen(t, Config{Dir: dir, Now: clock})
+	if _, err := a.Circle(ctx, ann.ID, nil); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(time.Second)
+	m, err := b.CreateMoment(ctx, ann.ID, []byte("from b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := a.Circle(ctx, ann.ID, nil)
+	if c[0].Newest != 0 {
+		t.Fatalf("trusted time re-read early: %d", c[0].Newest)
+	}
+	now = now.Add(30 * time.Second)
+	c, _ = a.Circle(ctx, ann.ID, nil)
+	if c[0].Newest != m.CreatedAt {
+		t.Fatalf("after 31 s newest is %d, want %d", c[0].Newest, m.CreatedAt)
+	}
+}
+
+func TestSQLiteMemoryStatisticsAreOn(t *testing.T) {
+	s := MustOpen(t, Config{})
+	mustPerson(t, s, "ann")
+	now, peak := SQLiteMemory()
+	if now <= 0 || peak < now {
+		t.Fatalf("memory statistics look off: now %d, peak %d", now, peak)
+	}
+}

@@ -132,8 +132,9 @@ func (g *graph) count(id string) int {
 	return 0
 }
 
-// circle appends the nodes of id and of everyone connected to id to dst.
-func (g *graph) circle(id string, dst []*node) []*node {
+// circle appends the node of id to dst and, when withConns is set, the
+// nodes of everyone connected to id.
+func (g *graph) circle(id string, withConns bool, dst []*node) []*node {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
 	i, ok := g.index[id]
@@ -142,6 +143,9 @@ func (g *graph) circle(id string, dst []*node) []*node {
 	}
 	n := g.nodes[i]
 	dst = append(dst, n)
+	if !withConns {
+		return dst
+	}
 	for _, j := range n.conns {
 		dst = append(dst, g.nodes[j])
 	}

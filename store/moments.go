@@ -93,8 +93,17 @@ type Candidate struct {
 // StaleAfter ago is re-read from the person's file first, so a post taken by
 // another process on the same data directory shows within that period.
 func (s *Store) Circle(ctx context.Context, id string, dst []Candidate) ([]Candidate, error) {
+	return s.candidates(ctx, id, true, dst)
+}
+
+// Alone is Circle for person id alone.
+func (s *Store) Alone(ctx context.Context, id string, dst []Candidate) ([]Candidate, error) {
+	return s.candidates(ctx, id, false, dst)
+}
+
+func (s *Store) candidates(ctx context.Context, id string, circle bool, dst []Candidate) ([]Candidate, error) {
 	np := nodePool.Get().(*[]*node)
-	nodes := s.graph.circle(id, (*np)[:0])
+	nodes := s.graph.circle(id, circle, (*np)[:0])
 	defer func() {
 		clear(nodes)
 		*np = nodes[:0]

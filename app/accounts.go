@@ -1,0 +1,170 @@
+package app
+
+import (
+	"net/http"
+
+	"github.com/nah-app/nah"
+	"github.com/nah-app/nah/store"
+)
+
+// smallBody bounds every JSON body that carries only short fields.
+const smallBody = 4 << 10
+
+type personJSON struct {
+	ID        string  `json:"id"`
+	Handle    string  `json:"handle"`
+	CreatedAt string  `json:"created_at"`
+	NewestAt  *string `json:"newest_at"`
+}
+
+func toPersonJSON(p nah.Person) personJSON {
+	j := personJSON{ID: p.ID, Handle: p.Handle, CreatedAt: nah.FormatTime(p.CreatedAt)}
+	if p.NewestAt > 0 {
+		s := nah.FormatTime(p.NewestAt)
+		j.NewestAt = &s
+	}
+	return j
+}
+
+type authJSON struct {
+	Person personJSON `json:"person"`
+	Token  string     `json:"token"`
+}
+
+// handleAccountCreate signs a person up, with a join code unless open sign-up
+// is configured. Every attempt counts against the address's hourly limit, so
+// join codes cannot be guessed at speed either.
+func (a *App) handleAccountCreate(w http.ResponseWriter, r *http.Request) {
+	addr := a.clientAddr(r)
+	if err := a.signupByAddr.check(addr); err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	var in struct {
+		Handle   string `json:"handle"`
+		Password string `json:"password"`
+		JoinCode string `json:"join_code"`
+	}
+	if err := decodeJSON(w, r, smallBody, &in); err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	a.signupByAddr.hit(addr)
+	if err := nah.CheckSignup(in.Handle, in.Password); err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	if in.JoinCode == "" && !a.cfg.OpenSignup {
+		a.writeError(w, r, nah.Errorf(nah.Invalid, "join_code_required", "sign-up needs a join code from the server's operator"))
+		return
+	}
+	hash, err := a.hasher.hash(r.Context(), in.Password)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	p, err := a.store.CreatePerson(r.Context(), store.NewPerson{Handle: in.Handle, PasswordHash: hash, JoinCode: in.JoinCode})
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	token, err := a.store.CreateSession(r.Context(), p.ID)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, authJSON{toPersonJSON(p), token})
+}
+
+// handleSessionCreate signs in. Failures count per handle and per address;
+// while either is over its limit the answer is 429 whatever the password.
+func (a *App) handleSessionCreate(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		Handle   string `json:"handle"`
+		Password string `json:"password"`
+	}
+	if err := decodeJSON(w, r, smallBody, &in); err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	addr := a.clientAddr(r)
+	if err := a.signinByAddr.check(addr); err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	if err := a.signinByHandle.check(in.Handle); err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	bad := nah.Errorf(nah.Unauthorized, "invalid_credentials", "the handle or password is wrong")
+	if !nah.ValidHandle(in.Handle) || len(in.Password) > nah.PasswordMaxBytes {
+		a.signinByAddr.hit(addr)
+		a.writeError(w, r, bad)
+		return
+	}
+	p, hash, err := a.store.FindPersonByHandle(r.Context(), in.Handle)
+	if err != nil && nah.ErrorCode(err) != nah.NotFound {
+		a.writeError(w, r, err)
+		return
+	}
+	ok, err := a.hasher.check(r.Context(), hash, in.Password)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	if !ok {
+		a.signinByAddr.hit(addr)
+		a.signinByHandle.hit(in.Handle)
+		a.writeError(w, r, bad)
+		return
+	}
+	if p.Disabled {
+		a.writeError(w, r, nah.Errorf(nah.Unauthorized, "account_disabled", "this account is disabled"))
+		return
+	}
+	token, err := a.store.CreateSession(r.Context(), p.ID)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, authJSON{toPersonJSON(p), token})
+}
+
+// handleSessionDelete revokes the token of this request.
+func (a *App) handleSessionDelete(w http.ResponseWriter, r *http.Request) {
+	if err := a.store.DeleteSession(r.Context(), sessionOf(r).token); err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// handleMe describes the signed-in person.
+func (a *App) handleMe(w http.ResponseWriter, r *http.Request) {
+	p := sessionOf(r).person
+	p, err := a.store.FindPersonByID(r.Context(), p.ID)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	used, err := a.store.StorageUsed(p.ID)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Person      personJSON `json:"person"`
+		Connections int        `json:"connections"`
+		StorageUsed int64      `json:"storage_used"`
+	}{toPersonJSON(p), a.store.ConnectionCount(p.ID), used})
+}
+
+// handleHealth answers 200 once the directory database can be read.
+func (a *App) handleHealth(w http.ResponseWriter, r *http.Request) {
+	if err := a.store.Ping(r.Context()); err != nil {
+		a.log.Error("health check", "err", err)
+		writeErrorBody(w, http.StatusServiceUnavailable, "unavailable", "the directory database cannot be read")
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "open_files": a.store.OpenFiles()})
+}

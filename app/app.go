@@ -1,0 +1,96 @@
+// Package app owns HTTP: the JSON API of the phone apps, the feed, and the
+// wiring of configuration, store and server. It is the only package that
+// imports chi. It keeps no request log: slog lines are for start, shutdown
+// and errors only, and never carry a body, a token or a password.
+package app
+
+import (
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/nah-app/nah/store"
+)
+
+// App is the HTTP application.
+type App struct {
+	cfg    Config
+	store  *store.Store
+	log    *slog.Logger
+	hasher *hasher
+	now    func() time.Time
+
+	signinByHandle *limiter
+	signinByAddr   *limiter
+	signupByAddr   *limiter
+
+	handler http.Handler
+}
+
+// Sign-in limits: failures per handle and per client address in a window.
+// While a key is over its limit even the right password is refused, so a
+// guesser learns nothing from the answer.
+const (
+	signinFailuresPerHandle = 10
+	signinFailuresPerAddr   = 50
+	signinWindow            = 15 * time.Minute
+)
+
+// New builds the application on an open store.
+func New(cfg Config, s *store.Store, log *slog.Logger) *App {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.MaxMomentBytes == 0 {
+		cfg.MaxMomentBytes = 64 << 10
+	}
+	a := &App{
+		cfg:            cfg,
+		store:          s,
+		log:            log,
+		hasher:         newHasher(cfg.PasswordCost),
+		now:            cfg.Now,
+		signinByHandle: newLimiter(signinFailuresPerHandle, signinWindow, cfg.Now),
+		signinByAddr:   newLimiter(signinFailuresPerAddr, signinWindow, cfg.Now),
+		signupByAddr:   newLimiter(cfg.SignupPerHour, time.Hour, cfg.Now),
+	}
+	a.handler = a.routes()
+	return a
+}
+
+// ServeHTTP serves the API.
+func (a *App) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.handler.ServeHTTP(w, r) }
+
+// Server timeouts and limits. Headers are bounded at 16 KiB: net/http allows
+// MaxHeaderBytes plus 4096 bytes of slack before it answers 431.
+const (
+	maxHeaderBytes    = 16<<10 - 4096
+	readHeaderTimeout = 5 * time.Second
+	readTimeout       = 30 * time.Second
+	writeTimeout      = 30 * time.Second
+	idleTimeout       = 120 * time.Second
+)
+
+// NewServer returns an http.Server for h with every timeout set, so a slow
+// client cannot hold a connection open forever.
+func NewServer(addr string, h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Addr:              addr,
+		Handler:           h,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+}
+
+func routePattern(r *http.Request) string {
+	if rc := chi.RouteContext(r.Context()); rc != nil {
+		return rc.RoutePattern()
+	}
+	return ""
+}

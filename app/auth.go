@@ -1,0 +1,175 @@
+package app
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"net"
+	"net/http"
+	"net/netip"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/nah-app/nah"
+)
+
+// Passwords are hashed with bcrypt. bcrypt reads only 72 bytes, and a
+// password may be 256, so the password is first reduced with SHA-256 (its
+// base64 is 44 bytes): nothing is silently truncated.
+func prehash(password string) []byte {
+	sum := sha256.Sum256([]byte(password))
+	out := make([]byte, base64.StdEncoding.EncodedLen(len(sum)))
+	base64.StdEncoding.Encode(out, sum[:])
+	return out
+}
+
+// hasher bounds concurrent bcrypt work to the number of cores: bcrypt is
+// CPU-bound (~50-80 ms at cost 10 here) and uses only 4 KB each, so the bound
+// protects latency of everything else, and 50 simultaneous sign-ins queue
+// instead of piling up goroutines and buffers.
+type hasher struct {
+	cost  int
+	slots chan struct{}
+	// dummy is a hash to compare against when the handle is unknown, made on
+	// first use so that it does not cost start-up time.
+	dummy func() []byte
+}
+
+func newHasher(cost int) *hasher {
+	if cost == 0 {
+		cost = bcrypt.DefaultCost
+	}
+	return &hasher{
+		cost:  cost,
+		slots: make(chan struct{}, runtime.GOMAXPROCS(0)),
+		dummy: sync.OnceValue(func() []byte {
+			b, _ := bcrypt.GenerateFromPassword(prehash("not a password"), cost)
+			return b
+		}),
+	}
+}
+
+// hashWait is how long a request waits for a hashing slot before 503.
+const hashWait = 5 * time.Second
+
+func (h *hasher) acquire(ctx context.Context) error {
+	t := time.NewTimer(hashWait)
+	defer t.Stop()
+	select {
+	case h.slots <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		e := nah.Errorf(nah.Unavailable, "overloaded", "the server is busy; try again shortly")
+		e.RetryAfter = time.Second
+		return e
+	}
+}
+
+func (h *hasher) hash(ctx context.Context, password string) (string, error) {
+	if err := h.acquire(ctx); err != nil {
+		return "", err
+	}
+	defer func() { <-h.slots }()
+	b, err := bcrypt.GenerateFromPassword(prehash(password), h.cost)
+	return string(b), err
+}
+
+// check compares password with hash; an empty hash compares against a dummy
+// so that an unknown handle takes as long as a wrong password.
+func (h *hasher) check(ctx context.Context, hash, password string) (bool, error) {
+	if err := h.acquire(ctx); err != nil {
+		return false, err
+	}
+	defer func() { <-h.slots }()
+	hb := []byte(hash)
+	if hash == "" {
+		hb = h.dummy()
+	}
+	return bcrypt.CompareHashAndPassword(hb, prehash(password)) == nil && hash != "", nil
+}
+
+type ctxKey int
+
+const personKey ctxKey = 0
+
+// requirePerson authenticates the bearer token and puts the person and the
+// token into the request context.
+func (a *App) requirePerson(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		token, ok := bearer(r)
+		if !ok {
+			a.writeError(w, r, nah.Errorf(nah.Unauthorized, "missing_token", "an Authorization: Bearer token is required"))
+			return
+		}
+		p, err := a.store.PersonForToken(r.Context(), token)
+		if err != nil {
+			a.writeError(w, r, err)
+			return
+		}
+		ctx := context.WithValue(r.Context(), personKey, session{person: p, token: token})
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+type session struct {
+	person nah.Person
+	token  string
+}
+
+func sessionOf(r *http.Request) session {
+	return r.Context().Value(personKey).(session)
+}
+
+func bearer(r *http.Request) (string, bool) {
+	h := r.Header.Get("Authorization")
+	const prefix = "Bearer "
+	if len(h) <= len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
+		return "", false
+	}
+	return strings.TrimSpace(h[len(prefix):]), true
+}
+
+// clientAddr is the address rate limits key on: the connection's peer, or,
+// when that peer is a trusted proxy, the rightmost address in
+// X-Forwarded-For that is not itself a trusted proxy.
+func (a *App) clientAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	peer, err := netip.ParseAddr(host)
+	if err != nil {
+		return host
+	}
+	peer = peer.Unmap()
+	if !a.trusted(peer) {
+		return peer.String()
+	}
+	hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
+	for i := len(hops) - 1; i >= 0; i-- {
+		addr, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
+		if err != nil {
+			break // garbage: stop believing the header here
+		}
+		addr = addr.Unmap()
+		if !a.trusted(addr) {
+			return addr.String()
+		}
+	}
+	return peer.String()
+}
+
+func (a *App) trusted(addr netip.Addr) bool {
+	for _, p := range a.cfg.TrustedProxies {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,54 @@
+package app
+
+import (
+	"encoding/base64"
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/nah-app/nah"
+)
+
+// handleMomentCreate stores an opaque body. The body limit applies to the
+// decoded bytes; the request is bounded at the encoded size plus a little
+// room for the JSON around it.
+func (a *App) handleMomentCreate(w http.ResponseWriter, r *http.Request) {
+	p := sessionOf(r).person
+	max := a.cfg.MaxMomentBytes
+	var in struct {
+		Body *string `json:"body"`
+	}
+	if err := decodeJSON(w, r, int64(base64.StdEncoding.EncodedLen(max))+1024, &in); err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	if in.Body == nil || *in.Body == "" {
+		a.writeError(w, r, nah.Errorf(nah.Invalid, "missing_body", "a moment needs a non-empty base64 body"))
+		return
+	}
+	body, err := base64.StdEncoding.Strict().DecodeString(*in.Body)
+	if err != nil {
+		a.writeError(w, r, nah.Errorf(nah.Invalid, "invalid_body", "the body is not standard padded base64"))
+		return
+	}
+	if len(body) > max {
+		a.writeError(w, r, nah.Errorf(nah.TooLarge, "body_too_large", "a moment body is at most %d bytes", max))
+		return
+	}
+	m, err := a.store.CreateMoment(r.Context(), p.ID, body)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, map[string]string{"id": m.ID, "author": m.Author, "created_at": nah.FormatTime(m.CreatedAt)})
+}
+
+// handleMomentDelete deletes one's own moment. Someone else's is 404, the
+// same as a missing one.
+func (a *App) handleMomentDelete(w http.ResponseWriter, r *http.Request) {
+	if err := a.store.DeleteMoment(r.Context(), sessionOf(r).person.ID, chi.URLParam(r, "id")); err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

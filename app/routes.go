@@ -1,0 +1,67 @@
+package app
+
+import (
+	"net/http"
+	"runtime/debug"
+	"strings"
+
+	"github.com/go-chi/chi/v5"
+)
+
+// routes lists every route of the API on one screen. openapi.json describes
+// the same set, and a test keeps the two equal.
+func (a *App) routes() http.Handler {
+	r := chi.NewRouter()
+	r.Use(a.recoverer)
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		writeErrorBody(w, http.StatusNotFound, "not_found", "no such route")
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
+		var allow []string
+		for _, m := range []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"} {
+			if r.Match(chi.NewRouteContext(), m, req.URL.Path) {
+				allow = append(allow, m)
+			}
+		}
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		writeErrorBody(w, http.StatusMethodNotAllowed, "method_not_allowed", "this route does not take "+req.Method)
+	})
+
+	r.Get("/healthz", a.handleHealth)
+
+	r.Route("/api/v1", func(r chi.Router) {
+		r.Post("/accounts", a.handleAccountCreate)
+		r.Post("/sessions", a.handleSessionCreate)
+
+		r.Group(func(r chi.Router) {
+			r.Use(a.requirePerson)
+			r.Delete("/sessions/current", a.handleSessionDelete)
+			r.Get("/me", a.handleMe)
+			r.Post("/moments", a.handleMomentCreate)
+			r.Delete("/moments/{id}", a.handleMomentDelete)
+			r.Get("/feed", a.handleFeed)
+			r.Get("/people/{id}/moments", a.handlePersonMoments)
+			r.Post("/invites", a.handleInviteCreate)
+			r.Post("/connections", a.handleConnectionCreate)
+			r.Get("/connections", a.handleConnections)
+			r.Delete("/connections/{id}", a.handleConnectionDelete)
+		})
+	})
+	return r
+}
+
+// recoverer turns a panic into a logged 500 with the SPEC's error body.
+func (a *App) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				a.log.Error("panic", "method", r.Method, "route", routePattern(r), "panic", v, "stack", string(debug.Stack()))
+				writeErrorBody(w, http.StatusInternalServerError, "internal", "something went wrong on the server")
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}

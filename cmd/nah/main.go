@@ -1,0 +1,173 @@
+// Command nah is the nah server: `nah serve` runs it, `nah help` lists its
+// configuration. main only wires the process to run, which tests call
+// directly.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nah-app/nah/app"
+	"github.com/nah-app/nah/store"
+)
+
+// version is stamped by the Makefile with -ldflags "-X main.version=...".
+var version = "dev"
+
+// usageError exits with status 2: the command line or configuration is wrong.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "nah:", err)
+		if errors.As(err, new(usageError)) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+// run is the whole program. ctx is cancelled by SIGINT or SIGTERM.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cmd := "serve"
+	if len(args) > 0 {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "serve":
+		return serve(ctx, getenv, stderr, nil)
+	case "help", "-h", "-help", "--help":
+		help(stdout)
+		return nil
+	case "version", "-version", "--version":
+		fmt.Fprintln(stdout, "nah", version)
+		return nil
+	case "joincode":
+		return joincode(ctx, args, getenv, stdout)
+	default:
+		return usageError{fmt.Sprintf("unknown command %q; try 'nah help'", cmd)}
+	}
+}
+
+func help(w io.Writer) {
+	fmt.Fprint(w, `nah: the server of a private family moments app.
+
+Commands:
+  nah serve                      run the server (the default)
+  nah joincode create [-ttl D]   make a single-use sign-up code (default 168h)
+  nah version                    print the version
+  nah help                       this text
+
+Configuration (environment variables, with their defaults):
+`)
+	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
+	for _, v := range app.Vars {
+		def := v.Default
+		if def == "" {
+			def = "(empty)"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", v.Name, def, v.Meaning)
+	}
+	tw.Flush()
+}
+
+func loadConfig(getenv func(string) string) (app.Config, error) {
+	cfg, err := app.ConfigFromEnv(getenv)
+	if err != nil {
+		return cfg, usageError{err.Error()}
+	}
+	return cfg, nil
+}
+
+// serve runs the server until ctx is cancelled, then shuts down in order:
+// stop accepting and finish in-flight requests (bounded by
+// NAH_SHUTDOWN_TIMEOUT), then close the store, which checkpoints every file.
+// ready, when not nil, receives the listening address.
+func serve(ctx context.Context, getenv func(string) string, stderr io.Writer, ready chan<- string) error {
+	cfg, err := loadConfig(getenv)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	start := time.Now()
+	s, err := store.Open(ctx, store.Config{Dir: cfg.DataDir, MaxOpenFiles: cfg.MaxOpenFiles, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := s.Close(); err != nil {
+			log.Error("close store", "err", err)
+		}
+		log.Info("stopped")
+	}()
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return usageError{fmt.Sprintf("NAH_ADDR=%q: %v", cfg.Addr, err)}
+	}
+	srv := app.NewServer(cfg.Addr, app.New(cfg, s, log), log)
+	log.Info("nah started", "version", version, "config", cfg, "listen", ln.Addr().String(), "took", time.Since(start).Round(time.Millisecond))
+	if ready != nil {
+		ready <- ln.Addr().String()
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Error("shutdown: requests still running were cut off", "err", err)
+		srv.Close()
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+func joincode(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	if len(args) == 0 || args[0] != "create" {
+		return usageError{"usage: nah joincode create [-ttl 168h]"}
+	}
+	fs := flag.NewFlagSet("joincode create", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	ttl := fs.Duration("ttl", 7*24*time.Hour, "how long the code can be used")
+	if err := fs.Parse(args[1:]); err != nil || *ttl <= 0 {
+		return usageError{"usage: nah joincode create [-ttl 168h]"}
+	}
+	cfg, err := loadConfig(getenv)
+	if err != nil {
+		return err
+	}
+	s, err := store.Open(ctx, store.Config{Dir: cfg.DataDir, MaxOpenFiles: cfg.MaxOpenFiles})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	code, jc, err := s.CreateJoinCode(ctx, *ttl)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s\n(valid until %s; it works once)\n", code, time.UnixMilli(jc.ExpiresAt).UTC().Format(time.RFC3339))
+	return nil
+}

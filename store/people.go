@@ -131,3 +131,16 @@ func (s *Store) ConnectionCount(id string) int { return s.graph.count(id) }
 
 // Connected reports whether a and b are connected.
 func (s *Store) Connected(a, b string) bool { return s.graph.connected(a, b) }
+
+// SetDisabled disables or enables a person. A disabled person's tokens stop
+// working at once: every token check joins on this flag.
+func (s *Store) SetDisabled(ctx context.Context, id string, disabled bool) error {
+	res, err := s.w.ExecContext(ctx, `UPDATE people SET disabled = ? WHERE id = ?`, disabled, id)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return nah.Errorf(nah.NotFound, "", "no such person")
+	}
+	return nil
+}

@@ -148,6 +148,7 @@ func (s *Store) refresh(ctx context.Context, n *node, now int64) error {
 // older than before (all when before is nil), newest first, through the
 // (created_at, id) index alone.
 func (s *Store) MomentKeys(ctx context.Context, author string, before *nah.Cursor, limit int, dst []Key) ([]Key, error) {
+	s.keyReads.Add(1)
 	f, err := s.files.acquire(ctx, author, false)
 	if err != nil {
 		return dst, err
@@ -174,6 +175,10 @@ func (s *Store) MomentKeys(ctx context.Context, author string, before *nah.Curso
 	}
 	return dst, rows.Err()
 }
+
+// KeyReads counts MomentKeys calls over the store's life: the number of
+// person files the feed has had to look into.
+func (s *Store) KeyReads() int64 { return s.keyReads.Load() }
 
 // MomentBodies reads the bodies of moments ids of author and calls fn for
 // each one found (a moment deleted since its key was read is skipped). The

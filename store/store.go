@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -49,6 +50,7 @@ type Store struct {
 	files     *fileCache
 	graph     *graph
 	cursorKey []byte
+	keyReads  atomic.Int64
 	connMu    sync.Mutex // serialises connection changes with their graph updates
 
 	dirtyMu sync.Mutex

@@ -1,0 +1,354 @@
+package app
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nah-app/nah"
+	"github.com/nah-app/nah/store"
+)
+
+// bruteForce reads every moment of every person in ids straight from their
+// files, newest first: the oracle the feed must equal.
+func bruteForce(t *testing.T, s *store.Store, ids []string) []pageItem {
+	t.Helper()
+	ctx := context.Background()
+	var all []pageItem
+	for _, id := range ids {
+		keys, err := s.MomentKeys(ctx, id, nil, 1<<30, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bodies := map[string]string{}
+		kids := make([]string, len(keys))
+		for i, k := range keys {
+			kids[i] = k.ID
+		}
+		for chunk := range slices.Chunk(kids, 100) {
+			err := s.MomentBodies(ctx, id, chunk, func(mid string, body []byte) {
+				bodies[mid] = base64.StdEncoding.EncodeToString(body)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, k := range keys {
+			all = append(all, pageItem{ID: k.ID, Author: id, CreatedAt: nah.FormatTime(k.CreatedAt), Body: bodies[k.ID]})
+		}
+	}
+	slices.SortFunc(all, func(a, b pageItem) int {
+		if a.CreatedAt != b.CreatedAt {
+			return -compare(a.CreatedAt, b.CreatedAt)
+		}
+		return -compare(a.ID, b.ID)
+	})
+	return all
+}
+
+func compare(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// world is the test's own model of who is connected to whom, kept apart
+// from the store's graph so that the oracle does not trust the code under
+// test.
+type world struct {
+	people []account
+	conns  map[[2]int]bool
+}
+
+func (w *world) connected(i, j int) bool { return w.conns[[2]int{min(i, j), max(i, j)}] }
+
+func (w *world) circle(i int) []string {
+	ids := []string{w.people[i].id}
+	for j := range w.people {
+		if j != i && w.connected(i, j) {
+			ids = append(ids, w.people[j].id)
+		}
+	}
+	return ids
+}
+
+func checkFeeds(t *testing.T, ts *testServer, w *world, rng *rand.Rand, label string) int {
+	t.Helper()
+	pages := 0
+	for i, p := range w.people {
+		limit := 1 + rng.IntN(8)
+		got := ts.readAll(t, p.token, "/api/v1/feed", limit)
+		want := bruteForce(t, ts.store, w.circle(i))
+		assertSameList(t, fmt.Sprintf("%s: feed of %s, limit %d", label, p.handle, limit), got, want)
+		pages += len(got)/limit + 1
+		// One person's moments: self or a connection, else 404.
+		j := rng.IntN(len(w.people))
+		path := "/api/v1/people/" + w.people[j].id + "/moments"
+		if i == j || w.connected(i, j) {
+			got := ts.readAll(t, p.token, path, limit)
+			assertSameList(t, fmt.Sprintf("%s: %s reads %s", label, p.handle, w.people[j].handle), got, bruteForce(t, ts.store, []string{w.people[j].id}))
+		} else if r := ts.do(t, "GET", path, p.token, nil); r.status != 404 {
+			t.Fatalf("%s: stranger's moments: %d", label, r.status)
+		}
+	}
+	return pages
+}
+
+func assertSameList(t *testing.T, label string, got, want []pageItem) {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, g := range got {
+		if seen[g.ID] {
+			t.Fatalf("%s: %s appears twice", label, g.ID)
+		}
+		seen[g.ID] = true
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d moments, want %d", label, len(got), len(want))
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("%s: item %d is %+v, want %+v", label, i, got[i], want[i])
+		}
+	}
+}
+
+// TestFeedOracle is the property test of the newest-poster-first feed:
+// random graphs and posts (with many equal timestamps), every page of every
+// feed followed to the end equals the brute-force read of every relevant
+// file; again after deletes, disconnects and more posts.
+func TestFeedOracle(t *testing.T) {
+	rounds := 12
+	if testing.Short() {
+		rounds = 3
+	}
+	var totalPeople, totalMoments, totalItems int
+	for round := range rounds {
+		seed := uint64(1337 + round)
+		rng := rand.New(rand.NewPCG(seed, seed))
+		ts := newTestServer(t)
+		ctx := context.Background()
+		n := 2 + rng.IntN(39) // up to 40 people
+		density := rng.Float64()
+		w := &world{conns: map[[2]int]bool{}}
+		for i := range n {
+			p, err := ts.store.CreatePerson(ctx, store.NewPerson{Handle: fmt.Sprintf("p%02d", i), PasswordHash: "x"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tok, err := ts.store.CreateSession(ctx, p.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w.people = append(w.people, account{id: p.ID, handle: p.Handle, token: tok})
+		}
+		for i := range n {
+			for j := i + 1; j < n; j++ {
+				if rng.Float64() < density {
+					inv, err := ts.store.CreateInvite(ctx, w.people[i].id)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if _, err := ts.store.RedeemInvite(ctx, w.people[j].id, inv.Code); err != nil {
+						t.Fatal(err)
+					}
+					w.conns[[2]int{i, j}] = true
+				}
+			}
+		}
+		var posted []struct {
+			who int
+			id  string
+		}
+		postSome := func(k int) {
+			for range k {
+				// Half the posts share the previous post's millisecond.
+				if rng.IntN(2) == 0 {
+					ts.clock.Advance(time.Duration(1+rng.IntN(5000)) * time.Millisecond)
+				}
+				who := rng.IntN(n)
+				body := make([]byte, 1+rng.IntN(40))
+				for i := range body {
+					body[i] = byte(rng.IntN(256))
+				}
+				id := ts.post(t, w.people[who], body)
+				posted = append(posted, struct {
+					who int
+					id  string
+				}{who, id})
+			}
+		}
+		postSome(rng.IntN(300))
+		label := fmt.Sprintf("seed %d, %d people, density %.2f", seed, n, density)
+		totalItems += checkFeeds(t, ts, w, rng, label)
+
+		// Deletes through the API, by their authors.
+		for _, k := range rng.Perm(len(posted))[:len(posted)/4] {
+			p := posted[k]
+			if r := ts.do(t, "DELETE", "/api/v1/moments/"+p.id, w.people[p.who].token, nil); r.status != 204 {
+				t.Fatalf("delete: %d", r.status)
+			}
+		}
+		// Disconnects through the API, by either side.
+		for pair := range w.conns {
+			if rng.IntN(3) == 0 {
+				a, b := pair[0], pair[1]
+				if rng.IntN(2) == 0 {
+					a, b = b, a
+				}
+				if r := ts.do(t, "DELETE", "/api/v1/connections/"+w.people[b].id, w.people[a].token, nil); r.status != 204 {
+					t.Fatalf("disconnect: %d", r.status)
+				}
+				delete(w.conns, pair)
+			}
+		}
+		postSome(rng.IntN(60))
+		totalItems += checkFeeds(t, ts, w, rng, label+", after deletes and disconnects")
+		totalPeople += n
+		totalMoments += len(posted)
+	}
+	t.Logf("%d rounds: %d people, %d moments posted, feeds and lists checked", rounds, totalPeople, totalMoments)
+}
+
+// TestCursorIsAPosition: posts arriving between two page requests neither
+// repeat nor skip items of the pages after the cursor.
+func TestCursorIsAPosition(t *testing.T) {
+	ts := newTestServer(t)
+	ann, bob := ts.signup(t, "ann"), ts.signup(t, "bob")
+	ts.connect(t, ann, bob)
+	for i := range 20 {
+		ts.clock.Advance(time.Duration(i%2) * time.Millisecond)
+		ts.post(t, []account{ann, bob}[i%2], []byte{byte(i)})
+	}
+	want := bruteForce(t, ts.store, []string{ann.id, bob.id})
+	var got []pageItem
+	next := ""
+	for {
+		path := "/api/v1/feed?limit=3"
+		if next != "" {
+			path += "&before=" + next
+		}
+		r := ts.do(t, "GET", path, ann.token, nil)
+		for _, m := range r.json["moments"].([]any) {
+			m := m.(map[string]any)
+			got = append(got, pageItem{m["id"].(string), m["author"].(string), m["created_at"].(string), m["body"].(string)})
+		}
+		if r.json["next"] == nil {
+			break
+		}
+		next = r.json["next"].(string)
+		// New posts between pages, some in the very same millisecond.
+		ts.post(t, bob, []byte("late"))
+		ts.clock.Advance(time.Millisecond)
+	}
+	assertSameList(t, "paging while posting", got, want)
+}
+
+func TestTamperedCursorIs400(t *testing.T) {
+	ts := newTestServer(t)
+	ann := ts.signup(t, "ann")
+	for range 3 {
+		ts.post(t, ann, []byte("x"))
+		ts.clock.Advance(time.Millisecond)
+	}
+	r := ts.do(t, "GET", "/api/v1/feed?limit=1", ann.token, nil)
+	cur := r.json["next"].(string)
+	b := []byte(cur)
+	for i := range b {
+		tampered := slices.Clone(b)
+		tampered[i] ^= 1
+		r := ts.do(t, "GET", "/api/v1/feed?before="+string(tampered), ann.token, nil)
+		if r.status != 400 || r.errCode() != "invalid_cursor" {
+			t.Fatalf("cursor with byte %d flipped: %d %s", i, r.status, r.raw)
+		}
+	}
+	if r := ts.do(t, "GET", "/api/v1/feed?before="+cur, ann.token, nil); r.status != 200 {
+		t.Fatalf("untampered: %d", r.status)
+	}
+}
+
+// TestRollingDeploy: a post taken by a second store instance on the same data
+// directory (a second process during a rolling deploy) is not in this
+// instance's feeds while its newest-moment time is trusted, and is once the
+// clock passes 30 s and the time is re-read from the file.
+func TestRollingDeploy(t *testing.T) {
+	ts := newTestServer(t)
+	ann, bob := ts.signup(t, "ann"), ts.signup(t, "bob")
+	ts.connect(t, ann, bob)
+	ts.post(t, ann, []byte("ann"))
+	ts.clock.Advance(time.Second)
+
+	other, err := store.Open(context.Background(), store.Config{Dir: ts.dir, Now: ts.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	m, err := other.CreateMoment(context.Background(), bob.id, []byte("from the other instance"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	has := func() bool {
+		for _, it := range ts.readAll(t, ann.token, "/api/v1/feed", 30) {
+			if it.ID == m.ID {
+				return true
+			}
+		}
+		return false
+	}
+	ts.clock.Advance(29 * time.Second)
+	if has() {
+		t.Fatal("the post showed before bob's newest time was re-read: the test did not test the re-read")
+	}
+	ts.clock.Advance(2 * time.Second)
+	if !has() {
+		t.Fatal("31 s after, the other instance's post is still missing from the feed")
+	}
+}
+
+// TestFeedReadsFewFiles: with 150 connections who all posted,
+// a page of 30 touches at most 31 files.
+func TestFeedReadsFewFiles(t *testing.T) {
+	ts := newTestServer(t, func(c *Config) { c.MaxOpenFiles = 1000 })
+	ctx := context.Background()
+	me, err := ts.store.CreatePerson(ctx, store.NewPerson{Handle: "reader", PasswordHash: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := ts.store.CreateSession(ctx, me.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range nah.MaxConnections {
+		p, err := ts.store.CreatePerson(ctx, store.NewPerson{Handle: fmt.Sprintf("p%03d", i), PasswordHash: "x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		inv, err := ts.store.CreateInvite(ctx, me.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ts.store.RedeemInvite(ctx, p.ID, inv.Code); err != nil {
+			t.Fatal(err)
+		}
+		ts.clock.Advance(time.Millisecond)
+		if _, err := ts.store.CreateMoment(ctx, p.ID, []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := ts.store.KeyReads()
+	r := ts.do(t, "GET", "/api/v1/feed", tok, nil)
+	if r.status != 200 || len(r.json["moments"].([]any)) != 30 {
+		t.Fatalf("feed: %d", r.status)
+	}
+	if n := ts.store.KeyReads() - before; n != 31 {
+		t.Fatalf("a page of 30 looked into %d files, want 31", n)
+	}
+}

@@ -1,0 +1,198 @@
+package app
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nah-app/nah"
+	"github.com/nah-app/nah/store"
+)
+
+// TestHostileInput sends malformed, oversized and tricky requests. None may
+// be a 500, each gets the SPEC's JSON error, and the server keeps serving.
+func TestHostileInput(t *testing.T) {
+	ts := newTestServer(t)
+	ann := ts.signup(t, "ann")
+	ts.post(t, ann, []byte("keep me"))
+	long := strings.Repeat("a", 5000)
+	cases := []struct {
+		name, method, path string
+		body               string
+		want               int
+	}{
+		{"json array", "POST", "/api/v1/moments", `[1,2]`, 400},
+		{"json trailing", "POST", "/api/v1/moments", `{"body":"aGk="} {"body":"aGk="}`, 400},
+		{"json null", "POST", "/api/v1/moments", `null`, 400},
+		{"json deep", "POST", "/api/v1/moments", strings.Repeat("[", 10000), 400},
+		{"binary garbage", "POST", "/api/v1/moments", "\x00\xff\xfe{", 400},
+		{"invalid utf-8 handle", "POST", "/api/v1/sessions", "{\"handle\":\"\xff\xfe\",\"password\":\"password\"}", 401},
+		{"huge signup body", "POST", "/api/v1/accounts", `{"handle":"` + strings.Repeat("a", 1<<20) + `"}`, 413},
+		{"huge signin body", "POST", "/api/v1/sessions", `{"password":"` + strings.Repeat("a", 1<<20) + `"}`, 413},
+		{"huge invite code", "POST", "/api/v1/connections", `{"code":"` + strings.Repeat("a", 1<<20) + `"}`, 413},
+		{"cursor garbage", "GET", "/api/v1/feed?before=%00%01%02", "", 400},
+		{"cursor long", "GET", "/api/v1/feed?before=" + long, "", 400},
+		{"cursor unicode", "GET", "/api/v1/feed?before=%E2%98%83", "", 400},
+		{"limit negative", "GET", "/api/v1/feed?limit=-1", "", 400},
+		{"limit huge", "GET", "/api/v1/feed?limit=99999999999999999999", "", 400},
+		{"id dot dot", "GET", "/api/v1/people/..%2F..%2F/moments", "", 404},
+		{"id encoded slash", "DELETE", "/api/v1/moments/..%2Fdirectory.db", "", 404},
+		{"id long", "GET", "/api/v1/people/" + long + "/moments", "", 404},
+		{"id unicode", "GET", "/api/v1/people/%E2%98%83%E2%98%83/moments", "", 404},
+		{"id upper case", "GET", "/api/v1/people/" + strings.ToUpper(ann.id) + "/moments", "", 404},
+		{"id nul", "DELETE", "/api/v1/connections/%00", "", 404},
+		{"moment id long", "DELETE", "/api/v1/moments/" + long, "", 404},
+		{"unknown route", "GET", "/api/v1/../../etc/passwd", "", 404},
+		{"unknown api", "POST", "/api/v2/moments", "", 404},
+		{"wrong method", "PATCH", "/api/v1/moments", "", 405},
+		{"wrong method root", "DELETE", "/healthz", "", 405},
+	}
+	for _, c := range cases {
+		r := ts.do(t, c.method, c.path, ann.token, c.body)
+		if r.status != c.want {
+			t.Errorf("%s: %d, want %d: %.200s", c.name, r.status, c.want, r.raw)
+		}
+	}
+	if r := ts.do(t, "GET", "/api/v1/feed", ann.token, nil); r.status != 200 || len(r.json["moments"].([]any)) != 1 {
+		t.Fatalf("after the hostile input the feed is %d %s", r.status, r.raw)
+	}
+}
+
+func TestWrongMethodListsAllowed(t *testing.T) {
+	ts := newTestServer(t)
+	r := ts.do(t, "PUT", "/api/v1/connections", "", nil)
+	if r.status != 405 || r.header.Get("Allow") != "GET, POST" {
+		t.Fatalf("405 Allow %q", r.header.Get("Allow"))
+	}
+}
+
+func TestOversizedHeadersAre431(t *testing.T) {
+	ts := newTestServer(t)
+	req, _ := http.NewRequest("GET", ts.URL+"/healthz", nil)
+	req.Header.Set("X-Big", strings.Repeat("x", 17<<10))
+	res, err := ts.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Fatalf("17 KiB of headers: %d", res.StatusCode)
+	}
+	// 12 KiB of headers is fine.
+	req.Header.Set("X-Big", strings.Repeat("x", 12<<10))
+	res, err = ts.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Fatalf("12 KiB of headers: %d", res.StatusCode)
+	}
+}
+
+// TestSlowClientIsCutOff: a client that sends its headers slower than the
+// server's header timeout loses its connection, and others are served.
+func TestSlowClientIsCutOff(t *testing.T) {
+	srv := NewServer("", nil, slog.New(slog.DiscardHandler))
+	if srv.ReadHeaderTimeout == 0 || srv.ReadTimeout == 0 || srv.WriteTimeout == 0 || srv.IdleTimeout == 0 {
+		t.Fatalf("a server timeout is unset: %+v", srv)
+	}
+	ts := newTestServer(t)
+	ts.Config.ReadHeaderTimeout = 200 * time.Millisecond // shortened so the test is quick
+	conn, err := net.Dial("tcp", ts.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprint(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\n")
+	start := time.Now()
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for time.Since(start) < 2*time.Second {
+		if _, err := fmt.Fprint(conn, "X-Slow: 1\r\n"); err != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_, err = io.ReadAll(bufio.NewReader(conn))
+	if time.Since(start) >= 2*time.Second {
+		t.Fatalf("a slow client held its connection for %v (read err %v)", time.Since(start), err)
+	}
+	if r := ts.do(t, "GET", "/healthz", "", nil); r.status != 200 {
+		t.Fatalf("health after a slow client: %d", r.status)
+	}
+}
+
+// TestConnectionCap: the 151st connection is 409 for whichever side is full.
+func TestConnectionCap(t *testing.T) {
+	ts := newTestServer(t)
+	ctx := context.Background()
+	full := ts.signup(t, "full")
+	other := ts.signup(t, "other")
+	for i := range nah.MaxConnections {
+		p, err := ts.store.CreatePerson(ctx, store.NewPerson{Handle: fmt.Sprintf("p%03d", i), PasswordHash: "x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		inv, err := ts.store.CreateInvite(ctx, full.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ts.store.RedeemInvite(ctx, p.ID, inv.Code); err != nil {
+			t.Fatalf("connection %d: %v", i+1, err)
+		}
+	}
+	// The full side made the invite.
+	inv := ts.do(t, "POST", "/api/v1/invites", full.token, nil).str("code")
+	r := ts.do(t, "POST", "/api/v1/connections", other.token, map[string]string{"code": inv})
+	if r.status != 409 || r.errCode() != "connection_limit" {
+		t.Fatalf("151st, inviter full: %d %s", r.status, r.raw)
+	}
+	// The full side redeems.
+	inv = ts.do(t, "POST", "/api/v1/invites", other.token, nil).str("code")
+	r = ts.do(t, "POST", "/api/v1/connections", full.token, map[string]string{"code": inv})
+	if r.status != 409 || r.errCode() != "connection_limit" {
+		t.Fatalf("151st, redeemer full: %d %s", r.status, r.raw)
+	}
+	// Nothing changed: the invite still works once there is room.
+	if r := ts.do(t, "GET", "/api/v1/me", full.token, nil); r.json["connections"] != float64(150) {
+		t.Fatalf("connections after refusals: %v", r.json["connections"])
+	}
+	cs := ts.do(t, "GET", "/api/v1/connections", full.token, nil).json["connections"].([]any)
+	drop := cs[0].(map[string]any)["id"].(string)
+	if r := ts.do(t, "DELETE", "/api/v1/connections/"+drop, full.token, nil); r.status != 204 {
+		t.Fatal(r.status)
+	}
+	if r := ts.do(t, "POST", "/api/v1/connections", full.token, map[string]string{"code": inv}); r.status != 201 {
+		t.Fatalf("after making room: %d %s", r.status, r.raw)
+	}
+	if r := ts.do(t, "POST", "/api/v1/connections", full.token, map[string]string{"code": inv}); r.status != 404 {
+		t.Fatalf("invite reused: %d", r.status)
+	}
+}
+
+func TestAlreadyConnectedIs409(t *testing.T) {
+	ts := newTestServer(t)
+	ann, bob := ts.signup(t, "ann"), ts.signup(t, "bob")
+	ts.connect(t, ann, bob)
+	inv := ts.do(t, "POST", "/api/v1/invites", bob.token, nil).str("code")
+	if r := ts.do(t, "POST", "/api/v1/connections", ann.token, map[string]string{"code": inv}); r.status != 409 || r.errCode() != "already_connected" {
+		t.Fatalf("%d %s", r.status, r.raw)
+	}
+}
+
+func TestExpiredInviteIs404(t *testing.T) {
+	ts := newTestServer(t)
+	ann, bob := ts.signup(t, "ann"), ts.signup(t, "bob")
+	inv := ts.do(t, "POST", "/api/v1/invites", bob.token, nil).str("code")
+	ts.clock.Advance(nah.InviteTTL + time.Second)
+	if r := ts.do(t, "POST", "/api/v1/connections", ann.token, map[string]string{"code": inv}); r.status != 404 {
+		t.Fatalf("%d %s", r.status, r.raw)
+	}
+}

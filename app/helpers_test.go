@@ -90,7 +90,10 @@ func newTestServer(t *testing.T, edit ...func(*Config)) *testServer {
 
 type testWriter struct{ t *testing.T }
 
-func (w testWriter) Write(p []byte) (int, error) { w.t.Log(strings.TrimSpace(string(p))); return len(p), nil }
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
 
 // response is a decoded answer.
 type response struct {

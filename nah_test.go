@@ -1,0 +1,94 @@
+package nah
+
+import (
+	"strings"
+	"testing"
+)
+
+var testKey = []byte("0123456789abcdef0123456789abcdef")
+
+func TestCursorRoundTrip(t *testing.T) {
+	c := Cursor{At: 1_780_000_000_123, ID: NewMomentID(1_780_000_000_123)}
+	s := EncodeCursor(testKey, c)
+	got, err := DecodeCursor(testKey, s)
+	if err != nil || got != c {
+		t.Fatalf("round trip: %+v, %v", got, err)
+	}
+	if _, err := DecodeCursor([]byte("another key, another server....."), s); ErrorCode(err) != Invalid {
+		t.Fatalf("cursor accepted under another key: %v", err)
+	}
+}
+
+func TestIDs(t *testing.T) {
+	p := NewPersonID()
+	if !ValidPersonID(p) || ValidMomentID(strings.Repeat("w", IDLen)) {
+		t.Fatalf("person id %q", p)
+	}
+	a, b := NewMomentID(1000), NewMomentID(1001)
+	if !ValidMomentID(a) || !(a < b) {
+		t.Fatalf("moment ids %q %q: want valid and time-ordered", a, b)
+	}
+	for _, bad := range []string{"", "..", "../../etc/passwd", strings.Repeat("a", 27), strings.ToUpper(p), p[:25] + "/", "☃☃☃☃☃☃☃☃☃☃☃☃☃"} {
+		if ValidPersonID(bad) || ValidMomentID(bad) {
+			t.Errorf("%q accepted as an id", bad)
+		}
+	}
+}
+
+func TestFormatTime(t *testing.T) {
+	if got := FormatTime(1_780_000_000_000); got != "2026-05-28T20:26:40.000Z" {
+		t.Fatalf("FormatTime: %s", got)
+	}
+	if got := string(AppendTime(nil, 1_780_000_000_120)); got != "2026-05-28T20:26:40.120Z" {
+		t.Fatalf("AppendTime: %s", got)
+	}
+}
+
+func TestValidHandle(t *testing.T) {
+	for h, want := range map[string]bool{
+		"ann": true, "a.b_c-d": true, "ab": false, strings.Repeat("a", 32): true, strings.Repeat("a", 33): false,
+		"Ann": false, "an n": false, "ann/": false, "änn": false, "": false,
+	} {
+		if ValidHandle(h) != want {
+			t.Errorf("ValidHandle(%q) = %v", h, !want)
+		}
+	}
+}
+
+// FuzzDecodeCursor: any string either fails as Invalid or decodes to a
+// cursor that encodes back to exactly the same string.
+func FuzzDecodeCursor(f *testing.F) {
+	f.Add(EncodeCursor(testKey, Cursor{At: 1, ID: NewMomentID(1)}))
+	f.Add("")
+	f.Add("AAAA")
+	f.Fuzz(func(t *testing.T, s string) {
+		c, err := DecodeCursor(testKey, s)
+		if err != nil {
+			if ErrorCode(err) != Invalid {
+				t.Fatalf("error of kind %v", ErrorCode(err))
+			}
+			return
+		}
+		if EncodeCursor(testKey, c) != s {
+			t.Fatalf("%q decoded to %+v, which encodes differently", s, c)
+		}
+	})
+}
+
+// FuzzIDs: an id accepted as valid is exactly one path element of safe
+// characters, and has one spelling.
+func FuzzIDs(f *testing.F) {
+	f.Add(NewPersonID())
+	f.Add(NewMomentID(0))
+	f.Add("..")
+	f.Fuzz(func(t *testing.T, s string) {
+		for _, ok := range []bool{ValidPersonID(s), ValidMomentID(s)} {
+			if !ok {
+				continue
+			}
+			if len(s) != IDLen || strings.ContainsAny(s, "./\\\x00") || strings.ToLower(s) != s {
+				t.Fatalf("unsafe id %q accepted", s)
+			}
+		}
+	})
+}

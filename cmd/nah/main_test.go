@@ -1,0 +1,345 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nah-app/nah/app"
+)
+
+// binary is the nah binary built once for the process tests.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "nah-bin")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "nah")
+	build := exec.Command("go", "build", "-o", binary, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// proc is a running nah server.
+type proc struct {
+	cmd    *exec.Cmd
+	addr   string
+	stderr *bytes.Buffer
+	mu     *sync.Mutex
+	done   chan error
+}
+
+var listenRE = regexp.MustCompile(`listen=(\S+)`)
+
+// start runs the binary on dataDir and waits until it listens.
+func start(t *testing.T, dataDir string, env ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(binary, "serve")
+	cmd.Env = append([]string{
+		"NAH_ADDR=127.0.0.1:0",
+		"NAH_DATA_DIR=" + dataDir,
+		"NAH_OPEN_SIGNUP=true",
+		"NAH_SIGNUP_PER_HOUR=0",
+		"PATH=" + os.Getenv("PATH"),
+	}, env...)
+	pr, pw := io.Pipe()
+	cmd.Stderr = pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, stderr: new(bytes.Buffer), mu: new(sync.Mutex), done: make(chan error, 1)}
+	addrc := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			line := sc.Text()
+			p.mu.Lock()
+			p.stderr.WriteString(line + "\n")
+			p.mu.Unlock()
+			if m := listenRE.FindStringSubmatch(line); m != nil {
+				addrc <- m[1]
+			}
+		}
+	}()
+	go func() { p.done <- cmd.Wait(); pw.Close() }()
+	t.Cleanup(func() { cmd.Process.Kill() })
+	select {
+	case p.addr = <-addrc:
+	case err := <-p.done:
+		t.Fatalf("server exited at start: %v\n%s", err, p.log())
+	case <-time.After(20 * time.Second):
+		t.Fatalf("server did not start\n%s", p.log())
+	}
+	return p
+}
+
+func (p *proc) log() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stderr.String()
+}
+
+var client = &http.Client{Timeout: 10 * time.Second}
+
+func (p *proc) call(method, path, token string, body any) (int, map[string]any, error) {
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, "http://"+p.addr+path, rd)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	res, err := client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer res.Body.Close()
+	var out map[string]any
+	json.NewDecoder(res.Body).Decode(&out)
+	return res.StatusCode, out, nil
+}
+
+func (p *proc) signup(t *testing.T, handle string) (id, token string) {
+	t.Helper()
+	st, out, err := p.call("POST", "/api/v1/accounts", "", map[string]string{"handle": handle, "password": "password-" + handle})
+	if err != nil || st != 201 {
+		t.Fatalf("signup %s: %d %v %v", handle, st, out, err)
+	}
+	return out["person"].(map[string]any)["id"].(string), out["token"].(string)
+}
+
+// ownMoments lists every moment id of a person through the API.
+func (p *proc) ownMoments(t *testing.T, id, token string) map[string]bool {
+	t.Helper()
+	ids := map[string]bool{}
+	next := ""
+	for {
+		path := "/api/v1/people/" + id + "/moments?limit=100"
+		if next != "" {
+			path += "&before=" + next
+		}
+		st, out, err := p.call("GET", path, token, nil)
+		if err != nil || st != 200 {
+			t.Fatalf("list: %d %v", st, err)
+		}
+		for _, m := range out["moments"].([]any) {
+			ids[m.(map[string]any)["id"].(string)] = true
+		}
+		if out["next"] == nil {
+			return ids
+		}
+		next = out["next"].(string)
+	}
+}
+
+// TestCrashKeepsAcknowledgedMoments: 16 writers post, every 201 is recorded,
+// the server is killed with SIGKILL mid-stream; after a restart on the same
+// directory every acknowledged moment, and every session, is there.
+func TestCrashKeepsAcknowledgedMoments(t *testing.T) {
+	dir := t.TempDir()
+	p := start(t, dir)
+	type writer struct{ id, token string }
+	writers := make([]writer, 16)
+	for i := range writers {
+		writers[i].id, writers[i].token = p.signup(t, fmt.Sprintf("writer%02d", i))
+	}
+	var mu sync.Mutex
+	acked := map[int][]string{}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	body := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 400))
+	for i, w := range writers {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				st, out, err := p.call("POST", "/api/v1/moments", w.token, map[string]string{"body": body})
+				if err != nil {
+					return // the server is gone
+				}
+				if st == 201 {
+					mu.Lock()
+					acked[i] = append(acked[i], out["id"].(string))
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	time.Sleep(2 * time.Second)
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-p.done
+	cancel()
+	wg.Wait() // every acknowledgement received before the kill is recorded
+
+	p2 := start(t, dir)
+	total := 0
+	for i, w := range writers {
+		got := p2.ownMoments(t, w.id, w.token)
+		for _, id := range acked[i] {
+			if !got[id] {
+				t.Errorf("writer %d: acknowledged moment %s lost in the crash", i, id)
+			}
+		}
+		total += len(acked[i])
+	}
+	if total < 16 {
+		t.Fatalf("only %d posts acknowledged before the kill; the test proved little", total)
+	}
+	t.Logf("%d acknowledged moments from 16 writers, all there after kill -9", total)
+	p2.cmd.Process.Signal(syscall.SIGTERM)
+	<-p2.done
+}
+
+// TestSIGTERMLeavesNoWAL: after posts from 50 people, SIGTERM exits 0 and no
+// -wal file with anything in it is left.
+func TestSIGTERMLeavesNoWAL(t *testing.T) {
+	dir := t.TempDir()
+	p := start(t, dir)
+	var wg sync.WaitGroup
+	body := base64.StdEncoding.EncodeToString([]byte("a moment"))
+	errs := make(chan error, 50)
+	for i := range 50 {
+		wg.Go(func() {
+			_, token := p.signup(t, fmt.Sprintf("person%02d", i))
+			for range 5 {
+				if st, _, err := p.call("POST", "/api/v1/moments", token, map[string]string{"body": body}); err != nil || st != 201 {
+					errs <- fmt.Errorf("post: %d %v", st, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.done:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v\n%s", err, p.log())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no exit 20 s after SIGTERM")
+	}
+	wals := 0
+	filepath.Walk(dir, func(path string, info os.FileInfo, err error) error {
+		if err == nil && strings.HasSuffix(path, "-wal") {
+			wals++
+			if info.Size() > 0 {
+				t.Errorf("%s: %d bytes left after SIGTERM", path, info.Size())
+			}
+		}
+		return nil
+	})
+	people, _ := os.ReadDir(filepath.Join(dir, "people"))
+	if len(people) != 50 {
+		t.Fatalf("%d person folders, want 50", len(people))
+	}
+	if log := p.log(); !strings.Contains(log, "shutting down") || !strings.Contains(log, "stopped") {
+		t.Errorf("shutdown not logged:\n%s", log)
+	}
+}
+
+// TestLogHoldsNoSecrets: no token, password or body reaches the log.
+func TestLogHoldsNoSecrets(t *testing.T) {
+	p := start(t, t.TempDir())
+	_, token := p.signup(t, "ann")
+	p.call("POST", "/api/v1/moments", token, map[string]string{"body": base64.StdEncoding.EncodeToString([]byte("secret-body"))})
+	p.call("POST", "/api/v1/sessions", "", map[string]string{"handle": "ann", "password": "wrong-password"})
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	<-p.done
+	log := p.log()
+	for _, secret := range []string{token, "password-ann", "wrong-password", "c2VjcmV0LWJvZHk", "/api/v1"} {
+		if strings.Contains(log, secret) {
+			t.Errorf("the log holds %q:\n%s", secret, log)
+		}
+	}
+}
+
+func TestBadConfigExits2(t *testing.T) {
+	for _, env := range []string{"NAH_MAX_OPEN_FILES=lots", "NAH_OPEN_SIGNUP=perhaps", "NAH_ADDR=nowhere", "NAH_SIGNUP_PER_HOUR=-1", "NAH_TRUSTED_PROXIES=10.0.0.0/99", "NAH_SHUTDOWN_TIMEOUT=soon"} {
+		cmd := exec.Command(binary, "serve")
+		cmd.Env = []string{env, "NAH_DATA_DIR=" + t.TempDir()}
+		out, err := cmd.CombinedOutput()
+		name := strings.SplitN(env, "=", 2)[0]
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
+			t.Errorf("%s: exit %v, want status 2", env, err)
+		}
+		if !strings.Contains(string(out), name) {
+			t.Errorf("%s: the message does not name the variable: %s", env, out)
+		}
+	}
+}
+
+func TestHelpListsEveryVariable(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"help"}, func(string) string { return "" }, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range app.Vars {
+		if !strings.Contains(out.String(), v.Name) || v.Default != "" && !strings.Contains(out.String(), v.Default) {
+			t.Errorf("help lacks %s (default %q)", v.Name, v.Default)
+		}
+	}
+	out.Reset()
+	run(context.Background(), []string{"version"}, func(string) string { return "" }, &out, io.Discard)
+	if !strings.HasPrefix(out.String(), "nah ") {
+		t.Errorf("version: %q", out.String())
+	}
+	if err := run(context.Background(), []string{"frobnicate"}, func(string) string { return "" }, io.Discard, io.Discard); err == nil {
+		t.Error("unknown command accepted")
+	}
+}
+
+// TestJoinCodeCommand: a code made by `nah joincode create` signs a person up
+// on a server without open sign-up, once.
+func TestJoinCodeCommand(t *testing.T) {
+	dir := t.TempDir()
+	out, err := exec.Command("env", "-i", "NAH_DATA_DIR="+dir, binary, "joincode", "create", "-ttl", "1h").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	code := strings.Fields(string(out))[0]
+	p := start(t, dir, "NAH_OPEN_SIGNUP=false")
+	st, _, _ := p.call("POST", "/api/v1/accounts", "", map[string]string{"handle": "ann", "password": "password-ann"})
+	if st != 400 {
+		t.Fatalf("sign-up without a code: %d", st)
+	}
+	st, _, _ = p.call("POST", "/api/v1/accounts", "", map[string]string{"handle": "ann", "password": "password-ann", "join_code": code})
+	if st != 201 {
+		t.Fatalf("sign-up with the code: %d", st)
+	}
+	st, _, _ = p.call("POST", "/api/v1/accounts", "", map[string]string{"handle": "bob", "password": "password-bob", "join_code": code})
+	if st != 400 {
+		t.Fatalf("the code worked twice: %d", st)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"encoding/base32"
 	"encoding/binary"
+	"io"
 	"time"
 )
 
@@ -81,17 +82,24 @@ var momentEnc = base32.NewEncoding("0123456789abcdefghijklmnopqrstuv").WithPaddi
 const IDLen = 26
 
 // NewPersonID returns a fresh random person id.
-func NewPersonID() string {
+func NewPersonID() string { return PersonIDFrom(rand.Reader) }
+
+// PersonIDFrom makes a person id from 16 bytes of r: a seeded source makes
+// deterministic fixtures.
+func PersonIDFrom(r io.Reader) string {
 	var b [16]byte
-	rand.Read(b[:])
+	io.ReadFull(r, b[:])
 	return personEnc.EncodeToString(b[:])
 }
 
 // NewMomentID returns a fresh moment id that starts with the time ms.
-func NewMomentID(ms int64) string {
+func NewMomentID(ms int64) string { return MomentIDFrom(ms, rand.Reader) }
+
+// MomentIDFrom makes a moment id for time ms from 10 bytes of r.
+func MomentIDFrom(ms int64, r io.Reader) string {
 	var b [16]byte
 	binary.BigEndian.PutUint64(b[:8], uint64(ms)<<16)
-	rand.Read(b[6:])
+	io.ReadFull(r, b[6:])
 	return momentEnc.EncodeToString(b[:])
 }
 

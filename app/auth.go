@@ -27,6 +27,16 @@ func prehash(password string) []byte {
 	return out
 }
 
+// HashPassword hashes a password the way sign-up does, for fixtures and
+// tools; cost 0 means bcrypt's default.
+func HashPassword(password string, cost int) (string, error) {
+	if cost == 0 {
+		cost = bcrypt.DefaultCost
+	}
+	b, err := bcrypt.GenerateFromPassword(prehash(password), cost)
+	return string(b), err
+}
+
 // hasher bounds concurrent bcrypt work to the number of cores: bcrypt is
 // CPU-bound (~50-80 ms at cost 10 here) and uses only 4 KB each, so the bound
 // protects latency of everything else, and 50 simultaneous sign-ins queue

@@ -12,11 +12,15 @@ import (
 )
 
 // NewPerson is what CreatePerson needs. PasswordHash is already hashed by the
-// caller; JoinCode, when not empty, is redeemed in the same transaction.
+// caller; JoinCode, when not empty, is redeemed in the same transaction. ID
+// and CreatedAt are for imports and fixtures: zero values mean a fresh random
+// id and now.
 type NewPerson struct {
 	Handle       string
 	PasswordHash string
 	JoinCode     string
+	ID           string
+	CreatedAt    int64
 }
 
 // CreatePerson makes an account and its person file. The file is created
@@ -26,7 +30,15 @@ func (s *Store) CreatePerson(ctx context.Context, np NewPerson) (nah.Person, err
 	if !nah.ValidHandle(np.Handle) {
 		return nah.Person{}, nah.Errorf(nah.Invalid, "invalid_handle", "a handle is 3 to 32 characters of a-z, 0-9, '.', '_' and '-'")
 	}
-	p := nah.Person{ID: nah.NewPersonID(), Handle: np.Handle, CreatedAt: s.now().UnixMilli()}
+	p := nah.Person{ID: np.ID, Handle: np.Handle, CreatedAt: np.CreatedAt}
+	if p.ID == "" {
+		p.ID = nah.NewPersonID()
+	} else if !nah.ValidPersonID(p.ID) {
+		return nah.Person{}, nah.Errorf(nah.Invalid, "invalid_id", "%q is not a person id", p.ID)
+	}
+	if p.CreatedAt == 0 {
+		p.CreatedAt = s.now().UnixMilli()
+	}
 	f, err := s.files.acquire(ctx, p.ID, true)
 	if err != nil {
 		return nah.Person{}, err

@@ -1,0 +1,86 @@
+// Command bench seeds the fixtures of SPEC section 5 and measures a release
+// build of nah against the thresholds in bench/THRESHOLDS.md, in one run on
+// this machine: cold start, idle and peak memory, feed and post latency under
+// concurrency, and the ceiling of a static net/http server under the same
+// load. See bench/README.md for the exact commands.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"time"
+
+	"github.com/nah-app/nah/bench/fixture"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if len(os.Args) < 2 {
+		usage()
+	}
+	var err error
+	switch os.Args[1] {
+	case "seed":
+		err = seedCmd(ctx, os.Args[2:])
+	case "run":
+		err = runCmd(ctx, os.Args[2:])
+	case "ceiling":
+		err = ceilingCmd(os.Args[2:])
+	case "compare":
+		err = compareCmd(os.Args[2:])
+	default:
+		usage()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprint(os.Stderr, `usage:
+  go run ./bench seed -fixture NAME -dir DIR     write a fixture (people-1k, people-1k-30, people-10k, people-small)
+  go run ./bench run -fixture NAME -bin BINARY    measure; writes bench/results/NAME-TIME.json
+  go run ./bench compare [-baseline FILE] [RESULT] print a result as ratios to the baseline
+`)
+	os.Exit(2)
+}
+
+func seedCmd(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("seed", flag.ExitOnError)
+	name := fs.String("fixture", "people-1k", "fixture name")
+	dir := fs.String("dir", "", "directory to write the fixture into")
+	fs.Parse(args)
+	f, ok := fixture.Fixtures[*name]
+	if !ok || *dir == "" {
+		usage()
+	}
+	res, err := fixture.Generate(ctx, *dir, f, os.Stderr)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%s: %d people, %d moments, %d connections in %v\n", f.Name, res.People, res.Moments, res.Connections, res.Took.Round(time.Millisecond))
+	return nil
+}
+
+// fixtureDir returns the cached fixture, generating it on first use: seeding
+// people-10k takes minutes, and every run copies from the cache.
+func fixtureDir(ctx context.Context, cache string, f fixture.Fixture) (string, error) {
+	dir := filepath.Join(cache, f.Name)
+	if _, err := os.Stat(filepath.Join(dir, fixture.PeopleFile)); err == nil {
+		return dir, nil
+	}
+	os.RemoveAll(dir)
+	fmt.Fprintf(os.Stderr, "seeding %s into %s (once; later runs reuse it)\n", f.Name, dir)
+	res, err := fixture.Generate(ctx, dir, f, os.Stderr)
+	if err != nil {
+		return "", err
+	}
+	fmt.Fprintf(os.Stderr, "%s: %d people, %d moments, %d connections in %v\n", f.Name, res.People, res.Moments, res.Connections, res.Took.Round(time.Millisecond))
+	return dir, nil
+}

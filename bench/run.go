@@ -1,0 +1,297 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nah-app/nah/bench/fixture"
+)
+
+// Result is one run, as written to bench/results/*.json.
+type Result struct {
+	Fixture   string    `json:"fixture"`
+	Time      time.Time `json:"time"`
+	Cores     int       `json:"cores"`
+	GoVersion string    `json:"go_version"`
+	Moments   int       `json:"moments,omitempty"`
+
+	ColdStartMs     float64 `json:"cold_start_ms"`
+	IdleRSSMB       float64 `json:"idle_rss_mb"`
+	Feed1           Latency `json:"feed_1_reader"`
+	Feed50          Latency `json:"feed_50_readers"`
+	Post16          Latency `json:"post_16_writers"`
+	Ceiling50       Latency `json:"ceiling_50_readers"`
+	CeilingRatio    float64 `json:"feeds_per_s_ratio_to_ceiling"`
+	PeakRSSMB       float64 `json:"peak_rss_mb"`
+	OpenFDs         int     `json:"open_fds_after_load"`
+	OpenPersonFiles int     `json:"open_person_files_after_load"`
+	DataDirMB       float64 `json:"data_dir_mb_after_stop"`
+	BinaryMB        float64 `json:"binary_mb"`
+	WALLeft         int     `json:"non_empty_wal_after_stop"`
+}
+
+func runCmd(ctx context.Context, args []string) error {
+	fset := flag.NewFlagSet("run", flag.ExitOnError)
+	name := fset.String("fixture", "people-1k", "fixture name")
+	bin := fset.String("bin", "bin/nah", "the release binary to measure")
+	home, _ := os.UserCacheDir()
+	cache := fset.String("cache", filepath.Join(home, "nah-bench"), "where seeded fixtures are kept between runs")
+	d := fset.Duration("duration", 20*time.Second, "length of each load phase")
+	out := fset.String("out", "bench/results", "directory for the result JSON")
+	thresholds := fset.String("thresholds", "bench/THRESHOLDS.md", "file whose generated table is rewritten; empty for none")
+	fset.Parse(args)
+	f, ok := fixture.Fixtures[*name]
+	if !ok {
+		usage()
+	}
+	src, err := fixtureDir(ctx, *cache, f)
+	if err != nil {
+		return err
+	}
+	var people []fixture.Person
+	raw, err := os.ReadFile(filepath.Join(src, fixture.PeopleFile))
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(raw, &people); err != nil {
+		return err
+	}
+	work, err := os.MkdirTemp("", "nah-bench-run")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	data := filepath.Join(work, "data")
+	fmt.Fprintf(os.Stderr, "copying %s\n", f.Name)
+	if err := copyDir(filepath.Join(src, fixture.DataDir), data); err != nil {
+		return err
+	}
+	res, err := measure(ctx, *bin, data, f, people, *d)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		return err
+	}
+	file := filepath.Join(*out, fmt.Sprintf("%s-%s.json", f.Name, res.Time.Format("20060102-150405")))
+	b, _ := json.MarshalIndent(res, "", "  ")
+	if err := os.WriteFile(file, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	table := markdown(res)
+	fmt.Print(table)
+	fmt.Printf("\nwritten to %s\n", file)
+	if *thresholds != "" {
+		return updateThresholds(*thresholds, res.Fixture, table)
+	}
+	return nil
+}
+
+var listenRE = regexp.MustCompile(`listen=(\S+)`)
+
+// startProcess starts cmd and returns the address it prints as listen=ADDR.
+func startProcess(cmd *exec.Cmd, fromStderr bool) (string, error) {
+	pr, pw := io.Pipe()
+	if fromStderr {
+		cmd.Stderr = pw
+	} else {
+		cmd.Stdout = pw
+	}
+	if err := cmd.Start(); err != nil {
+		return "", err
+	}
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		sent := false
+		for sc.Scan() {
+			if m := listenRE.FindStringSubmatch(sc.Text()); m != nil && !sent {
+				addr <- m[1]
+				sent = true
+			}
+		}
+	}()
+	go func() { cmd.Wait(); pw.Close() }()
+	select {
+	case a := <-addr:
+		return a, nil
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		return "", fmt.Errorf("%s did not start", cmd.Path)
+	}
+}
+
+func measure(ctx context.Context, bin, data string, f fixture.Fixture, people []fixture.Person, d time.Duration) (Result, error) {
+	res := Result{Fixture: f.Name, Time: time.Now().UTC(), Cores: runtime.NumCPU(), GoVersion: runtime.Version()}
+	st, err := os.Stat(bin)
+	if err != nil {
+		return res, fmt.Errorf("binary: %w (make build first)", err)
+	}
+	res.BinaryMB = mb(st.Size())
+
+	// Cold start: exec to the first feed served.
+	port, err := freePort()
+	if err != nil {
+		return res, err
+	}
+	base := "http://" + port
+	cmd := exec.Command(bin, "serve")
+	cmd.Env = []string{"NAH_ADDR=" + port, "NAH_DATA_DIR=" + data, "NAH_LOG_LEVEL=warn"}
+	cmd.Stderr = os.Stderr
+	t0 := time.Now()
+	if err := cmd.Start(); err != nil {
+		return res, err
+	}
+	defer cmd.Process.Kill()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	req, _ := http.NewRequest("GET", base+"/api/v1/feed", nil)
+	req.Header.Set("Authorization", "Bearer "+people[0].Token)
+	c := newClient(1)
+	for {
+		if _, ok := get(ctx, c, req); ok {
+			break
+		}
+		if time.Since(t0) > 30*time.Second {
+			return res, fmt.Errorf("no feed served 30 s after start")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	res.ColdStartMs = ms(time.Since(t0))
+	c.CloseIdleConnections()
+	pid := cmd.Process.Pid
+
+	time.Sleep(time.Until(t0.Add(5 * time.Second)))
+	res.IdleRSSMB = procStatusMB(pid, "VmRSS")
+	fmt.Fprintf(os.Stderr, "cold start %.0f ms, idle %.1f MB\n", res.ColdStartMs, res.IdleRSSMB)
+
+	fmt.Fprintf(os.Stderr, "feed, 1 reader, %v\n", d)
+	res.Feed1 = feedLoad(ctx, base, people, 1, d)
+	fmt.Fprintf(os.Stderr, "feed, 50 readers, %v\n", d)
+	res.Feed50 = feedLoad(ctx, base, people, 50, d)
+	fmt.Fprintf(os.Stderr, "post, 16 writers, %v\n", d)
+	res.Post16 = postLoad(ctx, base, people, 16, d)
+
+	res.PeakRSSMB = procStatusMB(pid, "VmHWM")
+	if fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid)); err == nil {
+		res.OpenFDs = len(fds)
+	}
+	if r, err := http.Get(base + "/healthz"); err == nil {
+		var h struct {
+			OpenFiles int `json:"open_files"`
+		}
+		json.NewDecoder(r.Body).Decode(&h)
+		r.Body.Close()
+		res.OpenPersonFiles = h.OpenFiles
+	}
+
+	// Clean stop: SIGTERM, then the data directory as it is left.
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		return res, fmt.Errorf("no exit 60 s after SIGTERM")
+	}
+	var size int64
+	filepath.WalkDir(data, func(p string, e fs.DirEntry, err error) error {
+		if err == nil && e.Type().IsRegular() {
+			if info, err := e.Info(); err == nil {
+				size += info.Size()
+				if strings.HasSuffix(p, "-wal") && info.Size() > 0 {
+					res.WALLeft++
+				}
+			}
+		}
+		return nil
+	})
+	res.DataDirMB = mb(size)
+
+	// The ceiling, with the same 50 readers, after the server has stopped so
+	// the two never share the cores.
+	self, err := os.Executable()
+	if err != nil {
+		return res, err
+	}
+	cc := exec.Command(self, "ceiling", "-size", strconv.Itoa(max(res.Feed50.MeanBytes, 1)))
+	addr, err := startProcess(cc, false)
+	if err != nil {
+		return res, err
+	}
+	defer cc.Process.Kill()
+	fmt.Fprintf(os.Stderr, "ceiling, 50 readers, %v\n", d)
+	res.Ceiling50 = ceilingLoad(ctx, "http://"+addr, 50, d)
+	if res.Ceiling50.PerSecond > 0 {
+		res.CeilingRatio = res.Feed50.PerSecond / res.Ceiling50.PerSecond
+	}
+	return res, nil
+}
+
+func freePort() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// procStatusMB reads a kB field of /proc/PID/status in MB.
+func procStatusMB(pid int, field string) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
+			kb, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")))
+			return float64(kb) / 1024
+		}
+	}
+	return 0
+}
+
+func mb(n int64) float64 { return float64(n) / (1 << 20) }
+
+// copyDir copies a data directory file by file.
+func copyDir(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		target := filepath.Join(dst, rel)
+		if e.IsDir() {
+			return os.MkdirAll(target, 0o700)
+		}
+		in, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		out, err := os.OpenFile(target, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(out, in); err != nil {
+			out.Close()
+			return err
+		}
+		return out.Close()
+	})
+}

@@ -20,6 +20,7 @@ type Config struct {
 	DataDir         string
 	OpenSignup      bool
 	MaxOpenFiles    int
+	HeadCacheBytes  int64 // negative: heads off
 	SignupPerHour   int
 	TrustedProxies  []netip.Prefix
 	MaxMomentBytes  int
@@ -44,6 +45,7 @@ var Vars = []Var{
 	{"NAH_DATA_DIR", "./data", "directory database, person files"},
 	{"NAH_OPEN_SIGNUP", "false", "accept POST /api/v1/accounts without a join code"},
 	{"NAH_MAX_OPEN_FILES", "1000", "bound of the open person-file cache (~75 KB each plus a 32 MB shared page cache: 1000 files ~ 107 MB of SQLite memory)"},
+	{"NAH_HEAD_CACHE_MB", "64", "memory for the newest moments of each person, so most feeds read no file; 0 turns it off"},
 	{"NAH_SIGNUP_PER_HOUR", "20", "sign-ups per client address per hour; 0 = no limit"},
 	{"NAH_TRUSTED_PROXIES", "", "comma-separated addresses or CIDRs of reverse proxies whose X-Forwarded-For is believed"},
 	{"NAH_MAX_MOMENT_BYTES", strconv.Itoa(nah.DefaultMaxMomentBytes), "largest decoded moment body in bytes"},
@@ -86,6 +88,14 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	if c.MaxOpenFiles, err = strconv.Atoi(get("NAH_MAX_OPEN_FILES")); err != nil || c.MaxOpenFiles < 16 || c.MaxOpenFiles > 100_000 {
 		return fail("NAH_MAX_OPEN_FILES", "want a whole number from 16 to 100000")
 	}
+	mbs, err := strconv.Atoi(get("NAH_HEAD_CACHE_MB"))
+	if err != nil || mbs < 0 || mbs > 64<<10 {
+		return fail("NAH_HEAD_CACHE_MB", "want a whole number of megabytes, 0 to turn the cache off")
+	}
+	c.HeadCacheBytes = int64(mbs) << 20
+	if mbs == 0 {
+		c.HeadCacheBytes = -1
+	}
 	if c.SignupPerHour, err = strconv.Atoi(get("NAH_SIGNUP_PER_HOUR")); err != nil || c.SignupPerHour < 0 {
 		return fail("NAH_SIGNUP_PER_HOUR", "want a whole number, 0 for no limit")
 	}
@@ -123,6 +133,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("data_dir", c.DataDir),
 		slog.Bool("open_signup", c.OpenSignup),
 		slog.Int("max_open_files", c.MaxOpenFiles),
+		slog.Int64("head_cache_bytes", c.HeadCacheBytes),
 		slog.Int("signup_per_hour", c.SignupPerHour),
 		slog.Int("trusted_proxies", len(c.TrustedProxies)),
 		slog.Int("max_moment_bytes", c.MaxMomentBytes),

@@ -30,11 +30,20 @@ import (
 type feedWork struct {
 	circle []store.Candidate
 	keys   []store.Key // one file's keys
-	top    []store.Key // the page so far, newest first, at most limit+1
+	cand   []item      // one person's items, before merging
+	top    []item      // the page so far, newest first, at most limit+1
 	ids    []string
-	bodies []byte   // every body of the page, back to back
-	spans  [][2]int // per page item: its body's offsets in bodies; -1 if gone
+	bodies []byte   // bodies read from files, back to back
+	spans  [][2]int // per page item read from a file: its body in bodies
 	out    []byte
+}
+
+// item is a moment on its way to a page: from a head, with its body, or
+// from a file, whose body is read once the page is known.
+type item struct {
+	store.Key
+	body []byte
+	file bool
 }
 
 var feedPool = sync.Pool{New: func() any { return new(feedWork) }}
@@ -46,19 +55,22 @@ func (fw *feedWork) release() {
 	if cap(fw.bodies) > maxPooledFeed || cap(fw.out) > maxPooledFeed {
 		return
 	}
+	clear(fw.top[:cap(fw.top)]) // drop references to head bodies
+	clear(fw.cand[:cap(fw.cand)])
 	feedPool.Put(fw)
 }
 
-// newer orders keys newest first: by time, then by id.
-func newer(a, b store.Key) int {
+// newer orders items newest first: by time, then by id.
+func newer(a, b item) int {
 	if c := cmp.Compare(b.CreatedAt, a.CreatedAt); c != 0 {
 		return c
 	}
 	return cmp.Compare(b.ID, a.ID)
 }
 
-// page fills fw.top with up to limit+1 keys older than before from the
-// people in fw.circle, then reads the bodies of the first limit of them.
+// page fills fw.top with up to limit+1 items older than before from the
+// people in fw.circle, then reads from files the bodies of the first limit
+// of them that did not come from a head.
 func (a *App) page(ctx context.Context, fw *feedWork, before *nah.Cursor, limit int) error {
 	want := limit + 1
 	slices.SortFunc(fw.circle, func(x, y store.Candidate) int { return cmp.Compare(y.Newest, x.Newest) })
@@ -70,61 +82,92 @@ func (a *App) page(ctx context.Context, fw *feedWork, before *nah.Cursor, limit 
 		if len(fw.top) == want && c.Newest < fw.top[want-1].CreatedAt {
 			break
 		}
-		var err error
-		fw.keys, err = a.store.MomentKeys(ctx, c.ID, before, want, fw.keys[:0])
+		h, err := a.store.Head(ctx, c)
+		if err != nil {
+			return err
+		}
+		from := before
+		if h != nil {
+			fw.cand = fw.cand[:0]
+			for _, it := range h.Items {
+				if before == nil || before.Before(it.CreatedAt, it.ID) {
+					fw.cand = append(fw.cand, item{Key: store.Key{ID: it.ID, Author: c.ID, CreatedAt: it.CreatedAt}, body: it.Body})
+				}
+			}
+			fw.top = mergeTop(fw.top, fw.cand, want)
+			if h.Complete || len(h.Items) == 0 {
+				continue
+			}
+			// The file holds more, all older than the head's last item: they
+			// matter only if that item would not close a full page.
+			last := h.Items[len(h.Items)-1]
+			lastItem := item{Key: store.Key{ID: last.ID, CreatedAt: last.CreatedAt}}
+			if len(fw.top) == want && newer(fw.top[want-1], lastItem) <= 0 {
+				continue
+			}
+			if before == nil || before.Before(last.CreatedAt, last.ID) {
+				from = &nah.Cursor{At: last.CreatedAt, ID: last.ID}
+			}
+		}
+		fw.keys, err = a.store.MomentKeys(ctx, c.ID, from, want, fw.keys[:0])
 		if err != nil {
 			if nah.ErrorCode(err) == nah.NotFound {
 				continue // deleted since the circle was read
 			}
 			return err
 		}
-		fw.top = mergeTop(fw.top, fw.keys, want)
+		fw.cand = fw.cand[:0]
+		for _, k := range fw.keys {
+			fw.cand = append(fw.cand, item{Key: k, file: true})
+		}
+		fw.top = mergeTop(fw.top, fw.cand, want)
 	}
 	return a.readBodies(ctx, fw, min(limit, len(fw.top)))
 }
 
-// mergeTop merges keys (newest first) into top (newest first), keeping at
+// mergeTop merges cand (newest first) into top (newest first), keeping at
 // most want.
-func mergeTop(top, keys []store.Key, want int) []store.Key {
-	if len(keys) == 0 {
+func mergeTop(top, cand []item, want int) []item {
+	if len(cand) == 0 {
 		return top
 	}
-	if len(top) == want && newer(keys[0], top[want-1]) >= 0 {
+	if len(top) == want && newer(cand[0], top[want-1]) >= 0 {
 		return top // nothing new enough
 	}
-	n := len(top)
-	top = append(top, keys...)
-	// Both halves are sorted; an insertion merge from the back is simple and
-	// cheap for pages of 30.
-	merged := top[:n+len(keys)]
-	slices.SortStableFunc(merged, newer)
-	if len(merged) > want {
-		merged = merged[:want]
+	top = append(top, cand...)
+	// Pages are small (at most 101 plus one person's keys): sorting the
+	// two sorted runs is as quick as a merge and simpler.
+	slices.SortStableFunc(top, newer)
+	if len(top) > want {
+		clear(top[want:])
+		top = top[:want]
 	}
-	return merged
+	return top
 }
 
-// readBodies reads the bodies of fw.top[:n], one query per author.
+// readBodies reads the bodies of the file items of fw.top[:n], one query
+// per author, and points each item at its body. An item whose moment was
+// deleted since its key was read keeps a nil body and is left out.
 func (a *App) readBodies(ctx context.Context, fw *feedWork, n int) error {
 	fw.bodies = fw.bodies[:0]
 	fw.spans = slices.Grow(fw.spans[:0], n)[:n]
-	for i := range fw.spans {
+	page := fw.top[:n]
+	for i := range page {
 		fw.spans[i] = [2]int{-1, -1}
 	}
-	page := fw.top[:n]
 	for i, k := range page {
-		if fw.spans[i][0] != -1 || slices.IndexFunc(page[:i], func(p store.Key) bool { return p.Author == k.Author }) >= 0 {
-			continue // this author's bodies were read with an earlier item
+		if !k.file || slices.ContainsFunc(page[:i], func(p item) bool { return p.file && p.Author == k.Author }) {
+			continue // from a head, or read with an earlier item of this author
 		}
 		fw.ids = fw.ids[:0]
 		for _, p := range page[i:] {
-			if p.Author == k.Author {
+			if p.file && p.Author == k.Author {
 				fw.ids = append(fw.ids, p.ID)
 			}
 		}
 		err := a.store.MomentBodies(ctx, k.Author, fw.ids, func(id string, body []byte) {
 			for j := i; j < n; j++ {
-				if page[j].ID == id && page[j].Author == k.Author {
+				if page[j].file && page[j].ID == id && page[j].Author == k.Author {
 					start := len(fw.bodies)
 					fw.bodies = append(fw.bodies, body...)
 					fw.spans[j] = [2]int{start, len(fw.bodies)}
@@ -134,6 +177,11 @@ func (a *App) readBodies(ctx context.Context, fw *feedWork, n int) error {
 		})
 		if err != nil && nah.ErrorCode(err) != nah.NotFound {
 			return err
+		}
+	}
+	for i := range page {
+		if sp := fw.spans[i]; sp[0] >= 0 {
+			page[i].body = fw.bodies[sp[0]:sp[1]]
 		}
 	}
 	return nil
@@ -209,9 +257,8 @@ func appendPage(b []byte, fw *feedWork, limit int, key []byte) []byte {
 	n := min(limit, len(fw.top))
 	b = append(b, `{"moments":[`...)
 	first := true
-	for i, k := range fw.top[:n] {
-		sp := fw.spans[i]
-		if sp[0] < 0 {
+	for _, k := range fw.top[:n] {
+		if k.body == nil {
 			continue // deleted between its key and its body
 		}
 		if !first {
@@ -225,7 +272,7 @@ func appendPage(b []byte, fw *feedWork, limit int, key []byte) []byte {
 		b = append(b, `","created_at":"`...)
 		b = nah.AppendTime(b, k.CreatedAt)
 		b = append(b, `","body":"`...)
-		b = base64.StdEncoding.AppendEncode(b, fw.bodies[sp[0]:sp[1]])
+		b = base64.StdEncoding.AppendEncode(b, k.body)
 		b = append(b, `"}`...)
 	}
 	b = append(b, `],"next":`...)

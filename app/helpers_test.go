@@ -71,7 +71,7 @@ func newTestServer(t *testing.T, edit ...func(*Config)) *testServer {
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(testWriter{t}, nil))
 	}
-	s, err := store.Open(context.Background(), store.Config{Dir: dir, MaxOpenFiles: cfg.MaxOpenFiles, Now: clock.Now, Logger: log})
+	s, err := store.Open(context.Background(), store.Config{Dir: dir, MaxOpenFiles: cfg.MaxOpenFiles, HeadCacheBytes: cfg.HeadCacheBytes, Now: clock.Now, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,9 @@ type node struct {
 	newest  atomic.Int64 // unix ms of the newest moment, 0 for none
 	checked atomic.Int64 // store clock (unix ms) when newest was last known true
 	conns   []int32      // guarded by graph.mu
+
+	headMu sync.Mutex           // serialises head loads and updates
+	head   atomic.Pointer[Head] // nil: not cached
 }
 
 func newGraph() *graph {

@@ -46,6 +46,7 @@ func (s *Store) ImportMoments(ctx context.Context, author string, ms []nah.Momen
 	}
 	n.raiseNewest(newest)
 	s.markDirty(author, n.newest.Load())
+	s.dropHead(n)
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -29,6 +30,9 @@ func (s *Store) CreateMoment(ctx context.Context, author string, body []byte) (n
 	n.raiseNewest(now)
 	n.checked.Store(now)
 	s.markDirty(author, n.newest.Load())
+	m.Body = bytes.Clone(body)
+	s.headAfterPost(n, m)
+	m.Body = nil
 	return m, nil
 }
 
@@ -57,9 +61,11 @@ func (s *Store) DeleteMoment(ctx context.Context, author, id string) error {
 	}
 	// The newest time may now be too new; an overestimate only costs a
 	// visit, but keep it true when it is cheap to know.
-	newest, err := readNewest(ctx, f.db)
-	if err != nil {
-		return err
+	newest, known := s.headAfterDelete(n, id)
+	if !known {
+		if newest, err = readNewest(ctx, f.db); err != nil {
+			return err
+		}
 	}
 	n.newest.Store(newest)
 	n.checked.Store(s.now().UnixMilli())
@@ -86,6 +92,7 @@ type Key struct {
 type Candidate struct {
 	ID     string
 	Newest int64
+	node   *node
 }
 
 // Circle appends to dst person id and everyone connected to them, with
@@ -119,13 +126,21 @@ func (s *Store) candidates(ctx context.Context, id string, circle bool, dst []Ca
 				return dst, err
 			}
 		}
-		dst = append(dst, Candidate{ID: n.id, Newest: n.newest.Load()})
+		dst = append(dst, Candidate{ID: n.id, Newest: n.newest.Load(), node: n})
 	}
 	return dst, nil
 }
 
-// refresh re-reads n's newest time from its file.
+// refresh re-reads n's newest time, and its head when heads are on and it
+// fits, from its file.
 func (s *Store) refresh(ctx context.Context, n *node, now int64) error {
+	if s.headBudget > 0 && (n.head.Load() != nil || s.headBytes.Load() < s.headBudget) {
+		_, err := s.loadHead(ctx, n, now)
+		if nah.ErrorCode(err) == nah.NotFound {
+			return nil
+		}
+		return err
+	}
 	f, err := s.files.acquire(ctx, n.id, false)
 	if err != nil {
 		if nah.ErrorCode(err) == nah.NotFound {
@@ -148,7 +163,7 @@ func (s *Store) refresh(ctx context.Context, n *node, now int64) error {
 // older than before (all when before is nil), newest first, through the
 // (created_at, id) index alone.
 func (s *Store) MomentKeys(ctx context.Context, author string, before *nah.Cursor, limit int, dst []Key) ([]Key, error) {
-	s.keyReads.Add(1)
+	s.fileReads.Add(1)
 	f, err := s.files.acquire(ctx, author, false)
 	if err != nil {
 		return dst, err
@@ -176,9 +191,9 @@ func (s *Store) MomentKeys(ctx context.Context, author string, before *nah.Curso
 	return dst, rows.Err()
 }
 
-// KeyReads counts MomentKeys calls over the store's life: the number of
-// person files the feed has had to look into.
-func (s *Store) KeyReads() int64 { return s.keyReads.Load() }
+// FileReads counts the looks into person files on the feed path (keys
+// and head loads) over the store's life.
+func (s *Store) FileReads() int64 { return s.fileReads.Load() }
 
 // MomentBodies reads the bodies of moments ids of author and calls fn for
 // each one found (a moment deleted since its key was read is skipped). The

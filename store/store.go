@@ -33,8 +33,12 @@ type Config struct {
 	// re-read from the person's file (another process may have posted);
 	// default 30 s.
 	StaleAfter time.Duration
-	Hooks      Hooks
-	Logger     *slog.Logger
+	// HeadCacheBytes bounds the in-memory heads of newest moments (see
+	// head.go); default 64 MB, which holds every head of 10,000 people at
+	// 400-byte moments. Negative turns heads off.
+	HeadCacheBytes int64
+	Hooks          Hooks
+	Logger         *slog.Logger
 }
 
 // Store is the data layer. It is safe for concurrent use.
@@ -50,8 +54,11 @@ type Store struct {
 	files     *fileCache
 	graph     *graph
 	cursorKey []byte
-	keyReads  atomic.Int64
-	connMu    sync.Mutex // serialises connection changes with their graph updates
+	fileReads atomic.Int64 // looks into a person file on the feed path
+
+	headBudget int64
+	headBytes  atomic.Int64
+	connMu     sync.Mutex // serialises connection changes with their graph updates
 
 	dirtyMu sync.Mutex
 	dirty   map[string]int64 // person id -> newest_at not yet in the directory
@@ -81,6 +88,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.StaleAfter <= 0 {
 		cfg.StaleAfter = 30 * time.Second
 	}
+	if cfg.HeadCacheBytes == 0 {
+		cfg.HeadCacheBytes = 64 << 20
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -92,6 +102,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		dir:        cfg.Dir,
 		now:        cfg.Now,
 		staleAfter: cfg.StaleAfter,
+		headBudget: cfg.HeadCacheBytes,
 		log:        cfg.Logger,
 		graph:      newGraph(),
 		dirty:      make(map[string]int64),

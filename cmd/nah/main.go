@@ -106,7 +106,7 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer, re
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
 	start := time.Now()
-	s, err := store.Open(ctx, store.Config{Dir: cfg.DataDir, MaxOpenFiles: cfg.MaxOpenFiles, Logger: log})
+	s, err := store.Open(ctx, store.Config{Dir: cfg.DataDir, MaxOpenFiles: cfg.MaxOpenFiles, HeadCacheBytes: cfg.HeadCacheBytes, Logger: log})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,164 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nah-app/nah"
+)
+
+// TestHeadMatchesFileUnderConcurrency: posts, deletes and head reloads race;
+// once they are done, every cached head equals the uncached read of its
+// file: the same newest moments, the same bodies, the right completeness.
+func TestHeadMatchesFileUnderConcurrency(t *testing.T) {
+	var clock atomic.Int64
+	clock.Store(time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC).UnixMilli())
+	now := func() time.Time { return time.UnixMilli(clock.Load()) }
+	s := MustOpen(t, Config{Now: now, StaleAfter: 5 * time.Millisecond})
+	ctx := context.Background()
+	var ids []string
+	for i := range 4 {
+		ids = append(ids, mustPerson(t, s, fmt.Sprintf("person%d", i)).ID)
+	}
+	inv, _ := s.CreateInvite(ctx, ids[0])
+	if _, err := s.RedeemInvite(ctx, ids[1], inv.Code); err != nil {
+		t.Fatal(err)
+	}
+
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var posted []nah.Moment
+	stop := make(chan struct{})
+	for w := range 4 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 1))
+			for range 60 {
+				clock.Add(int64(rng.IntN(3))) // many posts share a millisecond
+				m, err := s.CreateMoment(ctx, ids[rng.IntN(len(ids))], []byte(fmt.Sprintf("w%d-%d", w, rng.IntN(1e6))))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				posted = append(posted, m)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Go(func() { // deleter
+		rng := rand.New(rand.NewPCG(9, 9))
+		for range 40 {
+			mu.Lock()
+			if len(posted) == 0 {
+				mu.Unlock()
+				time.Sleep(time.Millisecond)
+				continue
+			}
+			m := posted[rng.IntN(len(posted))]
+			mu.Unlock()
+			if err := s.DeleteMoment(ctx, m.Author, m.ID); err != nil && nah.ErrorCode(err) != nah.NotFound {
+				t.Error(err)
+			}
+		}
+	})
+	var readers sync.WaitGroup
+	for range 2 { // readers: stale times force head reloads
+		readers.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				clock.Add(3)
+				for _, id := range ids {
+					cs, err := s.Circle(ctx, id, nil)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					for _, c := range cs {
+						if _, err := s.Head(ctx, c); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	readers.Wait()
+
+	for _, id := range ids {
+		n := s.graph.node(id)
+		h := n.head.Load()
+		if h == nil {
+			t.Fatalf("%s: no head cached", id)
+		}
+		keys, err := s.MomentKeys(ctx, id, nil, HeadLen+1, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantComplete := len(keys) <= HeadLen
+		if len(keys) > HeadLen {
+			keys = keys[:HeadLen]
+		}
+		if h.Complete != wantComplete || len(h.Items) != len(keys) {
+			t.Fatalf("%s: head of %d (complete %v), file's newest %d (complete %v)", id, len(h.Items), h.Complete, len(keys), wantComplete)
+		}
+		for i, k := range keys {
+			it := h.Items[i]
+			if it.ID != k.ID || it.CreatedAt != k.CreatedAt {
+				t.Fatalf("%s: head item %d is %s@%d, file has %s@%d", id, i, it.ID, it.CreatedAt, k.ID, k.CreatedAt)
+			}
+			m, err := s.FindMoment(ctx, id, k.ID)
+			if err != nil || !bytes.Equal(m.Body, it.Body) {
+				t.Fatalf("%s: body of %s differs: %q vs %q (%v)", id, k.ID, it.Body, m.Body, err)
+			}
+		}
+		if len(keys) > 0 && n.newest.Load() < keys[0].CreatedAt {
+			t.Fatalf("%s: newest %d is older than the file's %d", id, n.newest.Load(), keys[0].CreatedAt)
+		}
+	}
+	var sum int64
+	for _, id := range ids {
+		if h := s.graph.node(id).head.Load(); h != nil {
+			sum += h.bytes
+		}
+	}
+	if sum != s.HeadBytes() {
+		t.Fatalf("head accounting %d, heads hold %d", s.HeadBytes(), sum)
+	}
+}
+
+func TestHeadBudgetHolds(t *testing.T) {
+	s := MustOpen(t, Config{HeadCacheBytes: 3000})
+	ctx := context.Background()
+	for i := range 10 {
+		p := mustPerson(t, s, fmt.Sprintf("person%d", i))
+		for range 5 {
+			if _, err := s.CreateMoment(ctx, p.ID, make([]byte, 400)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cs, _ := s.Alone(ctx, p.ID, nil)
+		h, err := s.Head(ctx, cs[0])
+		if err != nil || h == nil || len(h.Items) != 5 {
+			t.Fatalf("head of %d: %v", i, err)
+		}
+		if s.HeadBytes() > 3000 {
+			t.Fatalf("heads hold %d bytes, budget 3000", s.HeadBytes())
+		}
+	}
+	if s.HeadBytes() == 0 {
+		t.Fatal("nothing cached at all")
+	}
+}

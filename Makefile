@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 GOFLAGS_BUILD := -trimpath -ldflags "$(LDFLAGS)"
 
-.PHONY: run test build build-all lint fuzz clean
+.PHONY: run test build build-all lint fuzz bench bench-compare clean
 
 ## run: the server with its embedded defaults (data in ./data, 127.0.0.1:8090)
 run:
@@ -33,6 +33,16 @@ lint:
 fuzz:
 	go test -run '^$$' -fuzz FuzzDecodeCursor -fuzztime 30s .
 	go test -run '^$$' -fuzz FuzzIDs -fuzztime 30s .
+
+FIXTURE ?= people-1k
+
+## bench: build the release binary and measure it on FIXTURE (people-1k, people-1k-30, people-10k)
+bench: build
+	go run ./bench run -fixture $(FIXTURE) -bin bin/nah
+
+## bench-compare: the newest result as ratios to bench/baseline.json
+bench-compare:
+	go run ./bench compare
 
 clean:
 	rm -rf bin

@@ -44,7 +44,7 @@ var Vars = []Var{
 	{"NAH_ADDR", "127.0.0.1:8090", "listen address (host:port)"},
 	{"NAH_DATA_DIR", "./data", "directory database, person files"},
 	{"NAH_OPEN_SIGNUP", "false", "accept POST /api/v1/accounts without a join code"},
-	{"NAH_MAX_OPEN_FILES", "256", "bound of the open person-file cache (~75 KB each plus a 32 MB page cache shared by all: 256 files ~ 51 MB of SQLite memory, 1000 ~ 107 MB)"},
+	{"NAH_MAX_OPEN_FILES", "512", "bound of the open person-file cache (~75 KB each plus a 32 MB page cache shared by all: 512 files ~ 70 MB of SQLite memory, 1000 ~ 107 MB)"},
 	{"NAH_HEAD_CACHE_MB", "64", "memory for the newest moments of each person, so most feeds read no file; 0 turns it off"},
 	{"NAH_SIGNUP_PER_HOUR", "20", "sign-ups per client address per hour; 0 = no limit"},
 	{"NAH_TRUSTED_PROXIES", "", "comma-separated addresses or CIDRs of reverse proxies whose X-Forwarded-For is believed"},

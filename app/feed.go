@@ -31,6 +31,7 @@ type feedWork struct {
 	circle []store.Candidate
 	keys   []store.Key // one file's keys
 	cand   []item      // one person's items, before merging
+	rest   []rest      // people whose files may still matter
 	top    []item      // the page so far, newest first, at most limit+1
 	ids    []string
 	bodies []byte   // bodies read from files, back to back
@@ -71,10 +72,18 @@ func newer(a, b item) int {
 // page fills fw.top with up to limit+1 items older than before from the
 // people in fw.circle, then reads from files the bodies of the first limit
 // of them that did not come from a head.
+//
+// Heads come first: every visited person's cached newest moments are merged
+// before any file is read, since a head's last item can only be proved
+// irrelevant once the page is full. Then, for each person whose head is
+// incomplete, the file is read for moments older than the head's last item,
+// but only if that item would not close the page. The page only ever gets
+// newer, so a person skipped early stays skippable.
 func (a *App) page(ctx context.Context, fw *feedWork, before *nah.Cursor, limit int) error {
 	want := limit + 1
 	slices.SortFunc(fw.circle, func(x, y store.Candidate) int { return cmp.Compare(y.Newest, x.Newest) })
 	fw.top = fw.top[:0]
+	fw.rest = fw.rest[:0]
 	for _, c := range fw.circle {
 		if c.Newest == 0 {
 			break // never posted, nor anyone after them
@@ -86,43 +95,65 @@ func (a *App) page(ctx context.Context, fw *feedWork, before *nah.Cursor, limit 
 		if err != nil {
 			return err
 		}
-		from := before
-		if h != nil {
-			fw.cand = fw.cand[:0]
-			for _, it := range h.Items {
-				if before == nil || before.Before(it.CreatedAt, it.ID) {
-					fw.cand = append(fw.cand, item{Key: store.Key{ID: it.ID, Author: c.ID, CreatedAt: it.CreatedAt}, body: it.Body})
-				}
+		if h == nil { // not cached: read the file now, as it helps close the page
+			if err := a.mergeFile(ctx, fw, rest{id: c.ID, from: before}, want); err != nil {
+				return err
 			}
-			fw.top = mergeTop(fw.top, fw.cand, want)
-			if h.Complete || len(h.Items) == 0 {
-				continue
-			}
-			// The file holds more, all older than the head's last item: they
-			// matter only if that item would not close a full page.
-			last := h.Items[len(h.Items)-1]
-			lastItem := item{Key: store.Key{ID: last.ID, CreatedAt: last.CreatedAt}}
-			if len(fw.top) == want && newer(fw.top[want-1], lastItem) <= 0 {
-				continue
-			}
-			if before == nil || before.Before(last.CreatedAt, last.ID) {
-				from = &nah.Cursor{At: last.CreatedAt, ID: last.ID}
-			}
-		}
-		fw.keys, err = a.store.MomentKeys(ctx, c.ID, from, want, fw.keys[:0])
-		if err != nil {
-			if nah.ErrorCode(err) == nah.NotFound {
-				continue // deleted since the circle was read
-			}
-			return err
+			continue
 		}
 		fw.cand = fw.cand[:0]
-		for _, k := range fw.keys {
-			fw.cand = append(fw.cand, item{Key: k, file: true})
+		for _, it := range h.Items {
+			if before == nil || before.Before(it.CreatedAt, it.ID) {
+				fw.cand = append(fw.cand, item{Key: store.Key{ID: it.ID, Author: c.ID, CreatedAt: it.CreatedAt}, body: it.Body})
+			}
 		}
 		fw.top = mergeTop(fw.top, fw.cand, want)
+		if h.Complete || len(h.Items) == 0 {
+			continue
+		}
+		// The file holds more, all older than the head's last item.
+		last := h.Items[len(h.Items)-1]
+		r := rest{id: c.ID, from: before, last: &item{Key: store.Key{ID: last.ID, CreatedAt: last.CreatedAt}}}
+		if before == nil || before.Before(last.CreatedAt, last.ID) {
+			r.from = &nah.Cursor{At: last.CreatedAt, ID: last.ID}
+		}
+		fw.rest = append(fw.rest, r)
+	}
+	for _, r := range fw.rest {
+		if len(fw.top) == want && newer(fw.top[want-1], *r.last) <= 0 {
+			continue // the page closes before the head runs out
+		}
+		if err := a.mergeFile(ctx, fw, r, want); err != nil {
+			return err
+		}
 	}
 	return a.readBodies(ctx, fw, min(limit, len(fw.top)))
+}
+
+// mergeFile merges the keys of r's file older than r.from into the page.
+func (a *App) mergeFile(ctx context.Context, fw *feedWork, r rest, want int) error {
+	var err error
+	fw.keys, err = a.store.MomentKeys(ctx, r.id, r.from, want, fw.keys[:0])
+	if err != nil {
+		if nah.ErrorCode(err) == nah.NotFound {
+			return nil // deleted since the circle was read
+		}
+		return err
+	}
+	fw.cand = fw.cand[:0]
+	for _, k := range fw.keys {
+		fw.cand = append(fw.cand, item{Key: k, file: true})
+	}
+	fw.top = mergeTop(fw.top, fw.cand, want)
+	return nil
+}
+
+// rest is a person whose file may hold moments for the page: moments older
+// than from, which is at most their head's last item.
+type rest struct {
+	id   string
+	from *nah.Cursor
+	last *item
 }
 
 // mergeTop merges cand (newest first) into top (newest first), keeping at

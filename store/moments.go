@@ -262,3 +262,32 @@ func (s *Store) FindMoment(ctx context.Context, author, id string) (nah.Moment, 
 	}
 	return m, err
 }
+
+// Moments appends to dst up to limit whole moments of author older than
+// before, newest first, bodies included. The feed does not use it (it reads
+// keys first); exports and the benchmark of the whole-rows shape do.
+func (s *Store) Moments(ctx context.Context, author string, before *nah.Cursor, limit int, dst []nah.Moment) ([]nah.Moment, error) {
+	f, err := s.files.acquire(ctx, author, false)
+	if err != nil {
+		return dst, err
+	}
+	defer s.files.release(f)
+	at, id := int64(1<<62), ""
+	if before != nil {
+		at, id = before.At, before.ID
+	}
+	rows, err := f.db.QueryContext(ctx, `SELECT id, created_at, body FROM moments
+		WHERE (created_at, id) < (?, ?) ORDER BY created_at DESC, id DESC LIMIT ?`, at, id, limit)
+	if err != nil {
+		return dst, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		m := nah.Moment{Author: author}
+		if err := rows.Scan(&m.ID, &m.CreatedAt, &m.Body); err != nil {
+			return dst, err
+		}
+		dst = append(dst, m)
+	}
+	return dst, rows.Err()
+}

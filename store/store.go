@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync"
@@ -158,9 +159,11 @@ func (s *Store) load(ctx context.Context) error {
 		if err := rows.Scan(&id, &newest); err != nil {
 			return fmt.Errorf("store: load people: %w", err)
 		}
-		// The directory's newest_at is trusted like a fresh read for one
-		// staleness period; a post that a crash kept out of it shows after.
-		g.addLocked(id, newest, now)
+		// The directory's newest_at is trusted like a fresh read for at most
+		// one staleness period; a post that a crash kept out of it shows
+		// after. The trust is spread over the period at random so that the
+		// re-reads do not all fall due in the same second, 30 s after start.
+		g.addLocked(id, newest, now-mrand.Int64N(s.staleAfter.Milliseconds()))
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("store: load people: %w", err)

@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/nah-app/nah"
+	"github.com/nah-app/nah/app"
+	"github.com/nah-app/nah/bench/fixture"
+	"github.com/nah-app/nah/store"
+)
+
+// Micro-benchmarks of the hot paths on a generated fixture: people-1k from
+// the bench cache when it has been seeded (make bench), else people-small
+// generated here. Run: go test -run '^$' -bench . -benchmem ./bench
+
+// loadFixture copies the fixture into a directory of b's own.
+func loadFixture(b *testing.B) (string, []fixture.Person) {
+	b.Helper()
+	home, _ := os.UserCacheDir()
+	src := filepath.Join(home, "nah-bench", "people-1k")
+	if _, err := os.Stat(filepath.Join(src, fixture.PeopleFile)); err != nil {
+		src = filepath.Join(os.TempDir(), "nah-bench-people-small")
+		if _, err := os.Stat(filepath.Join(src, fixture.PeopleFile)); err != nil {
+			os.RemoveAll(src)
+			if _, err := fixture.Generate(context.Background(), src, fixture.Fixtures["people-small"], nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	dir := filepath.Join(b.TempDir(), "data")
+	if err := copyDir(filepath.Join(src, fixture.DataDir), dir); err != nil {
+		b.Fatal(err)
+	}
+	raw, _ := os.ReadFile(filepath.Join(src, fixture.PeopleFile))
+	var people []fixture.Person
+	if err := json.Unmarshal(raw, &people); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("fixture %s, %d people", src, len(people))
+	return dir, people
+}
+
+func openBench(b *testing.B, heads int64) (*store.Store, *app.App, []fixture.Person) {
+	dir, people := loadFixture(b)
+	s, err := store.Open(context.Background(), store.Config{Dir: dir, MaxOpenFiles: 2000, HeadCacheBytes: heads})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	cfg := app.Config{MaxMomentBytes: 64 << 10, PasswordCost: 4}
+	return s, app.New(cfg, s, slog.New(slog.DiscardHandler)), people
+}
+
+// serve runs one request through the real handler, in process.
+func serve(b *testing.B, h http.Handler, method, path, token string, body string) {
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+token)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, req)
+	if w.Code >= 300 {
+		b.Fatalf("%s %s: %d %s", method, path, w.Code, w.Body)
+	}
+}
+
+// BenchmarkFeedNewestPosterFirst is the server's feed, through the handler,
+// with heads (the default) and without.
+func BenchmarkFeedNewestPosterFirst(b *testing.B) {
+	for _, c := range []struct {
+		name  string
+		heads int64
+	}{{"heads", 0}, {"no-heads", -1}} {
+		b.Run(c.name, func(b *testing.B) {
+			_, a, people := openBench(b, c.heads)
+			for i := range people { // warm: every file opened once
+				serve(b, a, "GET", "/api/v1/feed", people[i].Token, "")
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				serve(b, a, "GET", "/api/v1/feed", people[i%len(people)].Token, "")
+				i += 7
+			}
+		})
+	}
+}
+
+// BenchmarkFeedEveryFile reads the newest 30 of every file of the circle,
+// the way a feed without newest-poster-first would: "whole-rows" reads id,
+// time and body of 30 rows per file; "keys-first" reads 31 keys per file and
+// then the bodies of the page only. JSON is not written: this is the read.
+func BenchmarkFeedEveryFile(b *testing.B) {
+	s, _, people := openBench(b, -1)
+	ctx := context.Background()
+	circles := make([][]string, len(people))
+	for i, p := range people {
+		cs, err := s.Circle(ctx, p.ID, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, c := range cs {
+			circles[i] = append(circles[i], c.ID)
+		}
+	}
+	b.Run("whole-rows", func(b *testing.B) {
+		b.ReportAllocs()
+		var ms []nah.Moment
+		i := 0
+		for b.Loop() {
+			ms = ms[:0]
+			for _, id := range circles[i%len(circles)] {
+				var err error
+				if ms, err = s.Moments(ctx, id, nil, 30, ms); err != nil {
+					b.Fatal(err)
+				}
+			}
+			slices.SortFunc(ms, func(x, y nah.Moment) int { return int(y.CreatedAt - x.CreatedAt) })
+			i += 7
+		}
+	})
+	b.Run("keys-first", func(b *testing.B) {
+		b.ReportAllocs()
+		var keys []store.Key
+		i := 0
+		for b.Loop() {
+			keys = keys[:0]
+			for _, id := range circles[i%len(circles)] {
+				var err error
+				if keys, err = s.MomentKeys(ctx, id, nil, 31, keys); err != nil {
+					b.Fatal(err)
+				}
+			}
+			slices.SortFunc(keys, func(x, y store.Key) int { return int(y.CreatedAt - x.CreatedAt) })
+			page := keys[:min(30, len(keys))]
+			byAuthor := map[string][]string{}
+			for _, k := range page {
+				byAuthor[k.Author] = append(byAuthor[k.Author], k.ID)
+			}
+			for author, ids := range byAuthor {
+				if err := s.MomentBodies(ctx, author, ids, func(string, []byte) {}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			i += 7
+		}
+	})
+}
+
+// BenchmarkPost is one durable post (fsync included) through the handler.
+func BenchmarkPost(b *testing.B) {
+	_, a, people := openBench(b, 0)
+	body := `{"body":"` + base64.StdEncoding.EncodeToString(make([]byte, 400)) + `"}`
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		serve(b, a, "POST", "/api/v1/moments", people[i%len(people)].Token, body)
+		i++
+	}
+}
+
+// BenchmarkTokenCheck is the authentication every request pays: GET /me
+// minus its own work is dominated by the token lookup.
+func BenchmarkTokenCheck(b *testing.B) {
+	s, _, people := openBench(b, 0)
+	ctx := context.Background()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if _, err := s.PersonForToken(ctx, people[i%len(people)].Token); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}

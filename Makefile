@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 GOFLAGS_BUILD := -trimpath -ldflags "$(LDFLAGS)"
 
-.PHONY: run test build build-all lint fuzz bench bench-compare clean
+.PHONY: run test build build-all lint fuzz bench bench-compare bench-baseline clean
 
 ## run: the server with its embedded defaults (data in ./data, 127.0.0.1:8090)
 run:
@@ -43,6 +43,10 @@ bench: build
 ## bench-compare: the newest result as ratios to bench/baseline.json
 bench-compare:
 	go run ./bench compare
+
+## bench-baseline: make bench/baseline.json from the newest result of each fixture
+bench-baseline:
+	go run ./bench baseline
 
 clean:
 	rm -rf bin

@@ -113,14 +113,14 @@ func (a *App) page(ctx context.Context, fw *feedWork, before *nah.Cursor, limit 
 		}
 		// The file holds more, all older than the head's last item.
 		last := h.Items[len(h.Items)-1]
-		r := rest{id: c.ID, from: before, last: &item{Key: store.Key{ID: last.ID, CreatedAt: last.CreatedAt}}}
+		r := rest{id: c.ID, from: before, last: item{Key: store.Key{ID: last.ID, CreatedAt: last.CreatedAt}}}
 		if before == nil || before.Before(last.CreatedAt, last.ID) {
 			r.from = &nah.Cursor{At: last.CreatedAt, ID: last.ID}
 		}
 		fw.rest = append(fw.rest, r)
 	}
 	for _, r := range fw.rest {
-		if len(fw.top) == want && newer(fw.top[want-1], *r.last) <= 0 {
+		if len(fw.top) == want && newer(fw.top[want-1], r.last) <= 0 {
 			continue // the page closes before the head runs out
 		}
 		if err := a.mergeFile(ctx, fw, r, want); err != nil {
@@ -153,7 +153,7 @@ func (a *App) mergeFile(ctx context.Context, fw *feedWork, r rest, want int) err
 type rest struct {
 	id   string
 	from *nah.Cursor
-	last *item
+	last item
 }
 
 // mergeTop merges cand (newest first) into top (newest first), keeping at

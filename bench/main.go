@@ -33,6 +33,8 @@ func main() {
 		err = ceilingCmd(os.Args[2:])
 	case "compare":
 		err = compareCmd(os.Args[2:])
+	case "baseline":
+		err = baselineCmd(os.Args[2:])
 	default:
 		usage()
 	}
@@ -47,6 +49,7 @@ func usage() {
   go run ./bench seed -fixture NAME -dir DIR     write a fixture (people-1k, people-1k-30, people-10k, people-small)
   go run ./bench run -fixture NAME -bin BINARY    measure; writes bench/results/NAME-TIME.json
   go run ./bench compare [-baseline FILE] [RESULT] print a result as ratios to the baseline
+  go run ./bench baseline                          make bench/baseline.json from the newest result of each fixture
 `)
 	os.Exit(2)
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 )
 
@@ -125,26 +124,28 @@ func compareCmd(args []string) error {
 	if err := json.Unmarshal(raw, &bases); err != nil {
 		return fmt.Errorf("%s: %w", *baseline, err)
 	}
-	file := fs.Arg(0)
-	if file == "" {
-		matches, _ := filepath.Glob("bench/results/*.json")
-		if len(matches) == 0 {
+	var r Result
+	if file := fs.Arg(0); file != "" {
+		raw, err := os.ReadFile(file)
+		if err != nil {
+			return err
+		}
+		if err := json.Unmarshal(raw, &r); err != nil {
+			return err
+		}
+	} else {
+		rs, err := newestResults("bench/results")
+		if err != nil {
+			return err
+		}
+		for _, x := range rs {
+			if x.Time.After(r.Time) {
+				r = x
+			}
+		}
+		if r.Fixture == "" {
 			return fmt.Errorf("no results in bench/results")
 		}
-		sort.Slice(matches, func(i, j int) bool {
-			a, _ := os.Stat(matches[i])
-			b, _ := os.Stat(matches[j])
-			return a.ModTime().Before(b.ModTime())
-		})
-		file = matches[len(matches)-1]
-	}
-	var r Result
-	raw, err = os.ReadFile(file)
-	if err != nil {
-		return err
-	}
-	if err := json.Unmarshal(raw, &r); err != nil {
-		return err
 	}
 	base, ok := bases[r.Fixture]
 	if !ok {
@@ -175,4 +176,44 @@ func compareCmd(args []string) error {
 		fmt.Printf("| %s | %s | %s | %s |\n", f.name, trim(b), trim(n), ratio)
 	}
 	return nil
+}
+
+// newestResults returns the newest result of each fixture in dir.
+func newestResults(dir string) (map[string]Result, error) {
+	matches, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]Result{}
+	for _, m := range matches {
+		raw, err := os.ReadFile(m)
+		if err != nil {
+			return nil, err
+		}
+		var r Result
+		if err := json.Unmarshal(raw, &r); err != nil {
+			return nil, fmt.Errorf("%s: %w", m, err)
+		}
+		if old, ok := out[r.Fixture]; !ok || r.Time.After(old.Time) {
+			out[r.Fixture] = r
+		}
+	}
+	return out, nil
+}
+
+// baselineCmd makes the baseline from the newest result of each fixture.
+func baselineCmd(args []string) error {
+	fs := flag.NewFlagSet("baseline", flag.ExitOnError)
+	results := fs.String("results", "bench/results", "directory of results")
+	out := fs.String("o", "bench/baseline.json", "the baseline to write")
+	fs.Parse(args)
+	rs, err := newestResults(*results)
+	if err != nil {
+		return err
+	}
+	if len(rs) == 0 {
+		return fmt.Errorf("no results in %s", *results)
+	}
+	b, _ := json.MarshalIndent(rs, "", "  ")
+	return os.WriteFile(*out, append(b, '\n'), 0o644)
 }

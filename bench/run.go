@@ -29,7 +29,6 @@ type Result struct {
 	Time      time.Time `json:"time"`
 	Cores     int       `json:"cores"`
 	GoVersion string    `json:"go_version"`
-	Moments   int       `json:"moments,omitempty"`
 
 	ColdStartMs     float64 `json:"cold_start_ms"`
 	IdleRSSMB       float64 `json:"idle_rss_mb"`
@@ -105,14 +104,11 @@ func runCmd(ctx context.Context, args []string) error {
 
 var listenRE = regexp.MustCompile(`listen=(\S+)`)
 
-// startProcess starts cmd and returns the address it prints as listen=ADDR.
-func startProcess(cmd *exec.Cmd, fromStderr bool) (string, error) {
+// startProcess starts cmd and returns the address it prints on standard
+// output as listen=ADDR.
+func startProcess(cmd *exec.Cmd) (string, error) {
 	pr, pw := io.Pipe()
-	if fromStderr {
-		cmd.Stderr = pw
-	} else {
-		cmd.Stdout = pw
-	}
+	cmd.Stdout = pw
 	if err := cmd.Start(); err != nil {
 		return "", err
 	}
@@ -229,7 +225,7 @@ func measure(ctx context.Context, bin, data string, f fixture.Fixture, people []
 		return res, err
 	}
 	cc := exec.Command(self, "ceiling", "-size", strconv.Itoa(max(res.Feed50.MeanBytes, 1)))
-	addr, err := startProcess(cc, false)
+	addr, err := startProcess(cc)
 	if err != nil {
 		return res, err
 	}

@@ -170,6 +170,9 @@ func (s *Store) Head(ctx context.Context, c Candidate) (*Head, error) {
 	if h := c.node.head.Load(); h != nil {
 		return h, nil
 	}
+	if s.headBytes.Load() >= s.headBudget {
+		return nil, nil // full: this person is read from their file
+	}
 	h, err := s.loadHead(ctx, c.node, s.now().UnixMilli())
 	if nah.ErrorCode(err) == nah.NotFound {
 		return newHead(nil, true), nil // deleted meanwhile: nothing to show

@@ -320,6 +320,9 @@ func TestTrustedProxyForwardedFor(t *testing.T) {
 func TestDisabledPersonTokensStopWorking(t *testing.T) {
 	ts := newTestServer(t)
 	ann := ts.signup(t, "ann")
+	if r := ts.do(t, "GET", "/api/v1/me", ann.token, nil); r.status != 200 { // the token check is now cached
+		t.Fatalf("me: %d", r.status)
+	}
 	if err := ts.store.SetDisabled(t.Context(), ann.id, true); err != nil {
 		t.Fatal(err)
 	}

@@ -33,6 +33,7 @@ type feedWork struct {
 	cand   []item      // one person's items, before merging
 	rest   []rest      // people whose files may still matter
 	top    []item      // the page so far, newest first, at most limit+1
+	spare  []item      // the other half of top's double buffer
 	ids    []string
 	bodies []byte   // bodies read from files, back to back
 	spans  [][2]int // per page item read from a file: its body in bodies
@@ -57,6 +58,7 @@ func (fw *feedWork) release() {
 		return
 	}
 	clear(fw.top[:cap(fw.top)]) // drop references to head bodies
+	clear(fw.spare[:cap(fw.spare)])
 	clear(fw.cand[:cap(fw.cand)])
 	feedPool.Put(fw)
 }
@@ -107,7 +109,7 @@ func (a *App) page(ctx context.Context, fw *feedWork, before *nah.Cursor, limit 
 				fw.cand = append(fw.cand, item{Key: store.Key{ID: it.ID, Author: c.ID, CreatedAt: it.CreatedAt}, body: it.Body})
 			}
 		}
-		fw.top = mergeTop(fw.top, fw.cand, want)
+		fw.merge(fw.cand, want)
 		if h.Complete || len(h.Items) == 0 {
 			continue
 		}
@@ -144,7 +146,7 @@ func (a *App) mergeFile(ctx context.Context, fw *feedWork, r rest, want int) err
 	for _, k := range fw.keys {
 		fw.cand = append(fw.cand, item{Key: k, file: true})
 	}
-	fw.top = mergeTop(fw.top, fw.cand, want)
+	fw.merge(fw.cand, want)
 	return nil
 }
 
@@ -156,24 +158,24 @@ type rest struct {
 	last item
 }
 
-// mergeTop merges cand (newest first) into top (newest first), keeping at
-// most want.
-func mergeTop(top, cand []item, want int) []item {
-	if len(cand) == 0 {
-		return top
+// merge merges cand (newest first) into fw.top (newest first), keeping at
+// most want, through the spare buffer: no sorting, no allocation once warm.
+func (fw *feedWork) merge(cand []item, want int) {
+	if len(cand) == 0 || len(fw.top) == want && newer(cand[0], fw.top[want-1]) >= 0 {
+		return // nothing new enough
 	}
-	if len(top) == want && newer(cand[0], top[want-1]) >= 0 {
-		return top // nothing new enough
+	out := fw.spare[:0]
+	i, j := 0, 0
+	for len(out) < want && (i < len(fw.top) || j < len(cand)) {
+		if j == len(cand) || i < len(fw.top) && newer(fw.top[i], cand[j]) <= 0 {
+			out = append(out, fw.top[i])
+			i++
+		} else {
+			out = append(out, cand[j])
+			j++
+		}
 	}
-	top = append(top, cand...)
-	// Pages are small (at most 101 plus one person's keys): sorting the
-	// two sorted runs is as quick as a merge and simpler.
-	slices.SortStableFunc(top, newer)
-	if len(top) > want {
-		clear(top[want:])
-		top = top[:want]
-	}
-	return top
+	fw.spare, fw.top = fw.top[:0], out
 }
 
 // readBodies reads the bodies of the file items of fw.top[:n], one query

@@ -151,6 +151,7 @@ func (s *Store) SetDisabled(ctx context.Context, id string, disabled bool) error
 	if err != nil {
 		return err
 	}
+	s.sessions.removePerson(id)
 	if n, _ := res.RowsAffected(); n == 0 {
 		return nah.Errorf(nah.NotFound, "", "no such person")
 	}

@@ -47,18 +47,28 @@ func (s *Store) PersonForToken(ctx context.Context, token string) (nah.Person, e
 	if len(token) != tokenLen {
 		return nah.Person{}, errBadToken
 	}
+	h := sha256.Sum256([]byte(token))
+	now := s.now().UnixMilli()
+	if p, ok := s.sessions.get(h, now, s.staleAfter.Milliseconds()); ok {
+		return p, nil
+	}
 	var p nah.Person
 	err := scanPerson(s.r.QueryRowContext(ctx, `SELECT p.id, p.handle, p.created_at, p.disabled, p.newest_at
 		FROM sessions s JOIN people p ON p.id = s.person_id
-		WHERE s.token_hash = ? AND p.disabled = 0`, hashSecret(token)), &p)
+		WHERE s.token_hash = ? AND p.disabled = 0`, h[:]), &p)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nah.Person{}, errBadToken
+	}
+	if err == nil {
+		s.sessions.put(h, p, now)
 	}
 	return p, err
 }
 
 // DeleteSession revokes a token.
 func (s *Store) DeleteSession(ctx context.Context, token string) error {
-	_, err := s.w.ExecContext(ctx, `DELETE FROM sessions WHERE token_hash = ?`, hashSecret(token))
+	h := sha256.Sum256([]byte(token))
+	_, err := s.w.ExecContext(ctx, `DELETE FROM sessions WHERE token_hash = ?`, h[:])
+	s.sessions.remove(h)
 	return err
 }

@@ -60,6 +60,7 @@ type Store struct {
 
 	headBudget int64
 	headBytes  atomic.Int64
+	sessions   sessionCache
 	connMu     sync.Mutex // serialises connection changes with their graph updates
 
 	dirtyMu sync.Mutex

@@ -261,3 +261,38 @@ func TestSQLiteMemoryStatisticsAreOn(t *testing.T) {
 		t.Fatalf("memory statistics look off: now %d, peak %d", now, peak)
 	}
 }
+
+// TestSessionCache: a revocation through this store works at once; one
+// through another process on the same directory within StaleAfter.
+func TestSessionCache(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time { return now }
+	a := MustOpen(t, Config{Dir: dir, Now: clock})
+	ctx := context.Background()
+	p := mustPerson(t, a, "ann")
+	t1, _ := a.CreateSession(ctx, p.ID)
+	t2, _ := a.CreateSession(ctx, p.ID)
+	for _, tok := range []string{t1, t2} {
+		if _, err := a.PersonForToken(ctx, tok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.DeleteSession(ctx, t1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.PersonForToken(ctx, t1); nah.ErrorCode(err) != nah.Unauthorized {
+		t.Fatalf("revoked here, still accepted: %v", err)
+	}
+	b := MustOpen(t, Config{Dir: dir, Now: clock})
+	if err := b.DeleteSession(ctx, t2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.PersonForToken(ctx, t2); err != nil {
+		t.Fatalf("cached token refused before StaleAfter: %v", err)
+	}
+	now = now.Add(31 * time.Second)
+	if _, err := a.PersonForToken(ctx, t2); nah.ErrorCode(err) != nah.Unauthorized {
+		t.Fatalf("revoked by another process, still accepted after 31 s: %v", err)
+	}
+}

@@ -52,6 +52,9 @@ func (c check) pass(r Result) bool {
 func markdown(r Result) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "### %s, %s (%d cores, %s)\n\n", r.Fixture, r.Time.Format("2006-01-02 15:04 UTC"), r.Cores, r.GoVersion)
+	if len(r.Env) > 0 {
+		fmt.Fprintf(&b, "Settings: `%s`\n\n", strings.Join(r.Env, " "))
+	}
 	b.WriteString("| check | limit | measured | |\n| --- | --- | --- | --- |\n")
 	for _, c := range checks(r.Fixture) {
 		verdict := "pass"

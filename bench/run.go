@@ -29,6 +29,7 @@ type Result struct {
 	Time      time.Time `json:"time"`
 	Cores     int       `json:"cores"`
 	GoVersion string    `json:"go_version"`
+	Env       []string  `json:"env,omitempty"` // settings other than the defaults
 
 	ColdStartMs     float64 `json:"cold_start_ms"`
 	IdleRSSMB       float64 `json:"idle_rss_mb"`
@@ -54,6 +55,8 @@ func runCmd(ctx context.Context, args []string) error {
 	d := fset.Duration("duration", 20*time.Second, "length of each load phase")
 	out := fset.String("out", "bench/results", "directory for the result JSON")
 	thresholds := fset.String("thresholds", "bench/THRESHOLDS.md", "file whose generated table is rewritten; empty for none")
+	var env envList
+	fset.Var(&env, "env", "KEY=VALUE for the server's environment, repeatable (experiments: a result so made is not a baseline)")
 	fset.Parse(args)
 	f, ok := fixture.Fixtures[*name]
 	if !ok {
@@ -81,7 +84,7 @@ func runCmd(ctx context.Context, args []string) error {
 	if err := copyDir(filepath.Join(src, fixture.DataDir), data); err != nil {
 		return err
 	}
-	res, err := measure(ctx, *bin, data, f, people, *d)
+	res, err := measure(ctx, *bin, data, f, people, *d, env...)
 	if err != nil {
 		return err
 	}
@@ -133,8 +136,8 @@ func startProcess(cmd *exec.Cmd) (string, error) {
 	}
 }
 
-func measure(ctx context.Context, bin, data string, f fixture.Fixture, people []fixture.Person, d time.Duration) (Result, error) {
-	res := Result{Fixture: f.Name, Time: time.Now().UTC(), Cores: runtime.NumCPU(), GoVersion: runtime.Version()}
+func measure(ctx context.Context, bin, data string, f fixture.Fixture, people []fixture.Person, d time.Duration, env ...string) (Result, error) {
+	res := Result{Fixture: f.Name, Time: time.Now().UTC(), Cores: runtime.NumCPU(), GoVersion: runtime.Version(), Env: env}
 	st, err := os.Stat(bin)
 	if err != nil {
 		return res, fmt.Errorf("binary: %w (make build first)", err)
@@ -148,7 +151,7 @@ func measure(ctx context.Context, bin, data string, f fixture.Fixture, people []
 	}
 	base := "http://" + port
 	cmd := exec.Command(bin, "serve")
-	cmd.Env = []string{"NAH_ADDR=" + port, "NAH_DATA_DIR=" + data, "NAH_LOG_LEVEL=warn"}
+	cmd.Env = append([]string{"NAH_ADDR=" + port, "NAH_DATA_DIR=" + data, "NAH_LOG_LEVEL=warn"}, env...)
 	cmd.Stderr = os.Stderr
 	t0 := time.Now()
 	if err := cmd.Start(); err != nil {
@@ -291,3 +294,9 @@ func copyDir(src, dst string) error {
 		return out.Close()
 	})
 }
+
+// envList collects repeated -env flags.
+type envList []string
+
+func (e *envList) String() string     { return strings.Join(*e, " ") }
+func (e *envList) Set(v string) error { *e = append(*e, v); return nil }

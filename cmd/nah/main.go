@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -105,6 +106,13 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer, re
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	// The head cache is a large, long-lived heap (58 MB for 10,000 people);
+	// at the default GOGC of 100 the heap may grow to twice what is live
+	// before a collection. 50 measured 287 -> 237 MB peak on people-10k at
+	// the same feed throughput. GOGC in the environment still wins.
+	if getenv("GOGC") == "" {
+		debug.SetGCPercent(50)
+	}
 	start := time.Now()
 	s, err := store.Open(ctx, store.Config{Dir: cfg.DataDir, MaxOpenFiles: cfg.MaxOpenFiles, HeadCacheBytes: cfg.HeadCacheBytes, Logger: log})
 	if err != nil {

@@ -18,12 +18,16 @@ type personJSON struct {
 }
 
 func toPersonJSON(p nah.Person) personJSON {
-	j := personJSON{ID: p.ID, Handle: p.Handle, CreatedAt: nah.FormatTime(p.CreatedAt)}
-	if p.NewestAt > 0 {
-		s := nah.FormatTime(p.NewestAt)
-		j.NewestAt = &s
+	return personJSON{ID: p.ID, Handle: p.Handle, CreatedAt: nah.FormatTime(p.CreatedAt), NewestAt: optTime(p.NewestAt)}
+}
+
+// optTime formats ms, or gives null for 0 (never).
+func optTime(ms int64) *string {
+	if ms == 0 {
+		return nil
 	}
-	return j
+	s := nah.FormatTime(ms)
+	return &s
 }
 
 type authJSON struct {
@@ -68,12 +72,7 @@ func (a *App) handleAccountCreate(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	token, err := a.store.CreateSession(r.Context(), p.ID)
-	if err != nil {
-		a.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, authJSON{toPersonJSON(p), token})
+	a.startSession(w, r, p)
 }
 
 // handleSessionCreate signs in. Failures count per handle and per address;
@@ -122,6 +121,11 @@ func (a *App) handleSessionCreate(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, nah.Errorf(nah.Unauthorized, "account_disabled", "this account is disabled"))
 		return
 	}
+	a.startSession(w, r, p)
+}
+
+// startSession answers a sign-up or sign-in with a new token for p.
+func (a *App) startSession(w http.ResponseWriter, r *http.Request, p nah.Person) {
 	token, err := a.store.CreateSession(r.Context(), p.ID)
 	if err != nil {
 		a.writeError(w, r, err)

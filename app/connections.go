@@ -16,12 +16,7 @@ type connectionJSON struct {
 }
 
 func toConnectionJSON(c nah.Connection) connectionJSON {
-	j := connectionJSON{ID: c.ID, Handle: c.Handle, ConnectedAt: nah.FormatTime(c.ConnectedAt)}
-	if c.NewestAt > 0 {
-		s := nah.FormatTime(c.NewestAt)
-		j.NewestAt = &s
-	}
-	return j
+	return connectionJSON{ID: c.ID, Handle: c.Handle, ConnectedAt: nah.FormatTime(c.ConnectedAt), NewestAt: optTime(c.NewestAt)}
 }
 
 // handleInviteCreate makes a single-use invite code, valid for seven days.

@@ -53,7 +53,6 @@ type fileCache struct {
 	byID    map[string]*personFile
 	closing map[string]chan struct{} // files being closed, by id
 	closed  bool
-	bg      sync.WaitGroup // background closes of evicted files
 }
 
 func newFileCache(dir string, max int, hooks Hooks, log *slog.Logger) *fileCache {
@@ -114,17 +113,10 @@ func (c *fileCache) acquire(ctx context.Context, id string, create bool) (*perso
 	wait := c.closing[id]
 	c.mu.Unlock()
 
-	if len(victims) > 0 {
-		// Closing checkpoints and fsyncs (~0.6 ms or more under load): done
-		// in the background so the request that needed a file does not pay
-		// for the one it displaced. A reopen of a file still closing waits.
-		c.bg.Add(1)
-		go func() {
-			defer c.bg.Done()
-			for _, v := range victims {
-				c.closeFile(v)
-			}
-		}()
+	// Closing in the background instead was tried: post p95 on people-1k
+	// did not improve (fsync throughput is the bound), so it stays simple.
+	for _, v := range victims {
+		c.closeFile(v)
 	}
 	if wait != nil {
 		<-wait // the same file is still being closed: replication must see close, then open
@@ -284,7 +276,6 @@ func (c *fileCache) closeAll() {
 	c.lru.Init()
 	c.byID = make(map[string]*personFile)
 	c.mu.Unlock()
-	c.bg.Wait()
 	// Each close checkpoints and fsyncs; a few at a time use both cores
 	// without queueing a thousand fsyncs at once.
 	var wg sync.WaitGroup

@@ -160,7 +160,6 @@ func TestFileCacheBound(t *testing.T) {
 		}
 	}
 	// The evicted ones were closed with a checkpoint: no WAL content left.
-	s.files.bg.Wait()
 	for _, id := range ids[:2] {
 		wal := filepath.Join(s.dir, "people", id, "person.db-wal")
 		if st, err := os.Stat(wal); err == nil && st.Size() > 0 {

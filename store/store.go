@@ -27,7 +27,7 @@ import (
 // Config configures a Store. Zero values take the defaults noted.
 type Config struct {
 	Dir          string // data directory; required
-	MaxOpenFiles int    // bound of the open person-file cache; default 1000
+	MaxOpenFiles int    // bound of the open person-file cache; default 512 (sqlite.go)
 	// Now is the store's clock: moment times and the staleness of newest-moment
 	// times. Tests inject a fake one; default time.Now.
 	Now func() time.Time
@@ -83,7 +83,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, errors.New("store: no data directory")
 	}
 	if cfg.MaxOpenFiles <= 0 {
-		cfg.MaxOpenFiles = 1000
+		cfg.MaxOpenFiles = 512
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

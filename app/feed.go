@@ -19,11 +19,13 @@ import (
 //
 // A person's circle (themselves and their connections) comes from memory with
 // each one's newest-moment time. Visiting the circle newest poster first, the
-// page of the limit+1 newest keys is merged from each file's covering index;
-// once the page is full, the first person whose newest moment is older than
-// the page's oldest key ends the visit, because nobody after them can have
-// anything newer. Bodies are then read only for the moments on the page. So a
-// page of 30 reads at most 31 files however large the circle.
+// page of the limit+1 newest keys is merged from each person's head (their
+// newest moments, bodies included, kept in memory by the store) or else from
+// their file's covering index; once the page is full, the first person whose
+// newest moment is older than the page's oldest key ends the visit, because
+// nobody after them can have anything newer. Bodies are read from files only
+// for the moments on the page that no head held. So a page of 30 reads at
+// most 31 files however large the circle, and usually none.
 
 // feedWork holds the buffers of one feed request; pooled, since a feed is
 // the hottest path of the server.

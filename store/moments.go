@@ -52,6 +52,7 @@ func (s *Store) DeleteMoment(ctx context.Context, author, id string) error {
 		return err
 	}
 	defer s.files.release(f)
+	before := n.newest.Load()
 	res, err := f.db.ExecContext(ctx, `DELETE FROM moments WHERE id = ?`, id)
 	if err != nil {
 		return err
@@ -67,9 +68,10 @@ func (s *Store) DeleteMoment(ctx context.Context, author, id string) error {
 			return err
 		}
 	}
-	n.newest.Store(newest)
-	n.checked.Store(s.now().UnixMilli())
-	s.markDirty(author, newest)
+	// Lower it only if no post raised it meanwhile.
+	if n.newest.CompareAndSwap(before, newest) {
+		n.checked.Store(s.now().UnixMilli())
+	}
 	return nil
 }
 

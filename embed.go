@@ -8,3 +8,9 @@ import "embed"
 //
 //go:embed migrations
 var Migrations embed.FS
+
+// UIStatic holds the console's vendored assets (htmx, Pico CSS and their
+// licences), served by the ui package under content-hashed names.
+//
+//go:embed ui/static
+var UIStatic embed.FS

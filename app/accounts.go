@@ -58,7 +58,12 @@ func (a *App) handleAccountCreate(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	if in.JoinCode == "" && !a.cfg.OpenSignup {
+	open, _, err := a.openSignup(r.Context())
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	if in.JoinCode == "" && !open {
 		a.writeError(w, r, nah.Errorf(nah.Invalid, "join_code_required", "sign-up needs a join code from the server's operator"))
 		return
 	}

@@ -1,5 +1,6 @@
-// Package app owns HTTP: the JSON API of the phone apps, the feed, and the
-// wiring of configuration, store and server. It is the only package that
+// Package app owns HTTP: the JSON API of the phone apps, the feed, the
+// admin console's handlers, metrics, and the wiring of configuration, store
+// and server. It is the only package that
 // imports chi. It keeps no request log: slog lines are for start, shutdown
 // and errors only, and never carry a body, a token or a password.
 package app
@@ -16,11 +17,12 @@ import (
 
 // App is the HTTP application.
 type App struct {
-	cfg    Config
-	store  *store.Store
-	log    *slog.Logger
-	hasher *hasher
-	now    func() time.Time
+	cfg     Config
+	store   *store.Store
+	log     *slog.Logger
+	hasher  *hasher
+	now     func() time.Time
+	metrics *metrics
 
 	signinByHandle *limiter
 	signinByAddr   *limiter
@@ -52,6 +54,7 @@ func New(cfg Config, s *store.Store, log *slog.Logger) *App {
 		log:            log,
 		hasher:         newHasher(cfg.PasswordCost),
 		now:            cfg.Now,
+		metrics:        newMetrics(cfg.Now),
 		signinByHandle: newLimiter(signinFailuresPerHandle, signinWindow, cfg.Now),
 		signinByAddr:   newLimiter(signinFailuresPerAddr, signinWindow, cfg.Now),
 		signupByAddr:   newLimiter(cfg.SignupPerHour, time.Hour, cfg.Now),

@@ -175,6 +175,16 @@ func (a *App) clientAddr(r *http.Request) string {
 	return peer.String()
 }
 
+// fromTrustedProxy reports whether the connection's peer is a trusted proxy.
+func (a *App) fromTrustedProxy(r *http.Request) bool {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	peer, err := netip.ParseAddr(host)
+	return err == nil && a.trusted(peer.Unmap())
+}
+
 func (a *App) trusted(addr netip.Addr) bool {
 	for _, p := range a.cfg.TrustedProxies {
 		if p.Contains(addr) {

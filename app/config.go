@@ -26,12 +26,40 @@ type Config struct {
 	MaxMomentBytes  int
 	ShutdownTimeout time.Duration
 	LogLevel        slog.Level
+	MetricsAddr     string
 
 	// PasswordCost is the bcrypt cost. Not an environment variable: tests
 	// lower it, production keeps the default.
 	PasswordCost int
 	// Now is the clock of rate limits and the store; nil means time.Now.
 	Now func() time.Time
+
+	// values and sources record, per variable, the value in force and
+	// whether it came from the environment or the default, for the console.
+	values, sources map[string]string
+}
+
+func (c Config) source(name string) string {
+	if s := c.sources[name]; s != "" {
+		return s
+	}
+	return "the default"
+}
+
+// Effective lists every variable with the value in force and its source.
+func (c Config) Effective() []struct{ Name, Value, Source string } {
+	out := make([]struct{ Name, Value, Source string }, 0, len(Vars))
+	for _, v := range Vars {
+		val, ok := c.values[v.Name]
+		if !ok {
+			val = v.Default
+		}
+		if val == "" {
+			val = "(empty)"
+		}
+		out = append(out, struct{ Name, Value, Source string }{v.Name, val, c.source(v.Name)})
+	}
+	return out
 }
 
 // Var documents one environment variable.
@@ -51,13 +79,17 @@ var Vars = []Var{
 	{"NAH_MAX_MOMENT_BYTES", strconv.Itoa(nah.DefaultMaxMomentBytes), "largest decoded moment body in bytes"},
 	{"NAH_SHUTDOWN_TIMEOUT", "10s", "how long SIGTERM waits for in-flight requests"},
 	{"NAH_LOG_LEVEL", "info", "debug, info, warn or error"},
+	{"NAH_METRICS_ADDR", "", "listen address of the Prometheus metrics (host:port); empty = off"},
 }
 
 // ConfigFromEnv reads and validates the configuration. An error names the
 // variable and what is wrong with it.
 func ConfigFromEnv(getenv func(string) string) (Config, error) {
+	var c Config
+	c.values, c.sources = map[string]string{}, map[string]string{}
 	get := func(name string) string {
 		if v := strings.TrimSpace(getenv(name)); v != "" {
+			c.values[name], c.sources[name] = v, "the environment"
 			return v
 		}
 		for _, v := range Vars {
@@ -67,7 +99,6 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		}
 		return ""
 	}
-	var c Config
 	var err error
 	fail := func(name, format string, args ...any) (Config, error) {
 		return Config{}, fmt.Errorf("%s=%q: %s", name, getenv(name), fmt.Sprintf(format, args...))
@@ -118,6 +149,11 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	}
 	if c.ShutdownTimeout, err = time.ParseDuration(get("NAH_SHUTDOWN_TIMEOUT")); err != nil || c.ShutdownTimeout <= 0 {
 		return fail("NAH_SHUTDOWN_TIMEOUT", "want a positive duration such as 10s")
+	}
+	if c.MetricsAddr = get("NAH_METRICS_ADDR"); c.MetricsAddr != "" {
+		if _, port, err := net.SplitHostPort(c.MetricsAddr); err != nil || port == "" {
+			return fail("NAH_METRICS_ADDR", "want host:port, such as 127.0.0.1:9090")
+		}
 	}
 	if err := c.LogLevel.UnmarshalText([]byte(get("NAH_LOG_LEVEL"))); err != nil {
 		return fail("NAH_LOG_LEVEL", "want debug, info, warn or error")

@@ -43,7 +43,10 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	ts := newTestServer(t)
 	var routed []string
 	err = chi.Walk(ts.app.handler.(chi.Routes), func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
-		routed = append(routed, method+" "+strings.TrimSuffix(route, "/"))
+		route = strings.TrimSuffix(route, "/")
+		if strings.HasPrefix(route, "/api/") || route == "/healthz" { // the console is HTML, not API
+			routed = append(routed, method+" "+route)
+		}
 		return nil
 	})
 	if err != nil {

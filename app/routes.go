@@ -8,11 +8,12 @@ import (
 	"github.com/go-chi/chi/v5"
 )
 
-// routes lists every route of the API on one screen. openapi.json describes
-// the same set, and a test keeps the two equal.
+// routes lists every route of the API on one screen (the console's are in
+// consoleRoutes). openapi.json describes the API's, and a test keeps the two
+// equal.
 func (a *App) routes() http.Handler {
 	r := chi.NewRouter()
-	r.Use(a.recoverer)
+	r.Use(a.recoverer, a.metrics.measure)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeErrorBody(w, http.StatusNotFound, "not_found", "no such route")
 	})
@@ -28,6 +29,7 @@ func (a *App) routes() http.Handler {
 	})
 
 	r.Get("/healthz", a.handleHealth)
+	a.consoleRoutes(r)
 
 	r.Route("/api/v1", func(r chi.Router) {
 		r.Post("/accounts", a.handleAccountCreate)

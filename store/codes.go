@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/base32"
+	"encoding/hex"
 	"errors"
 	"strings"
 	"time"
@@ -37,6 +38,7 @@ func normCode(c string) string {
 
 // JoinCode is a single-use code that lets one person sign up.
 type JoinCode struct {
+	ID        string // names the code in lists without revealing it
 	Hint      string // the first characters, to tell codes apart in lists
 	CreatedAt int64
 	ExpiresAt int64
@@ -50,9 +52,10 @@ type JoinCode struct {
 func (s *Store) CreateJoinCode(ctx context.Context, ttl time.Duration) (string, JoinCode, error) {
 	code := newCode()
 	now := s.now().UnixMilli()
-	jc := JoinCode{Hint: code[:4], CreatedAt: now, ExpiresAt: now + ttl.Milliseconds()}
+	h := hashSecret(code)
+	jc := JoinCode{ID: hex.EncodeToString(h[:8]), Hint: code[:4], CreatedAt: now, ExpiresAt: now + ttl.Milliseconds()}
 	_, err := s.w.ExecContext(ctx, `INSERT INTO join_codes(code_hash, hint, created_at, expires_at) VALUES (?, ?, ?, ?)`,
-		hashSecret(code), jc.Hint, jc.CreatedAt, jc.ExpiresAt)
+		h, jc.Hint, jc.CreatedAt, jc.ExpiresAt)
 	if err != nil {
 		return "", JoinCode{}, err
 	}

@@ -45,7 +45,7 @@ func (s *Store) ImportMoments(ctx context.Context, author string, ms []nah.Momen
 		return err
 	}
 	n.raiseNewest(newest)
-	s.markDirty(author, n.newest.Load())
+	s.markDirty(author, n.newest.Load(), int64(len(ms)))
 	s.dropHead(n)
 	return nil
 }

@@ -29,7 +29,7 @@ func (s *Store) CreateMoment(ctx context.Context, author string, body []byte) (n
 	}
 	n.raiseNewest(now)
 	n.checked.Store(now)
-	s.markDirty(author, n.newest.Load())
+	s.markDirty(author, n.newest.Load(), 1)
 	m.Body = bytes.Clone(body)
 	s.headAfterPost(n, m)
 	m.Body = nil
@@ -68,6 +68,7 @@ func (s *Store) DeleteMoment(ctx context.Context, author, id string) error {
 			return err
 		}
 	}
+	s.markDirty(author, 0, -1)
 	// Lower it only if no post raised it meanwhile.
 	if n.newest.CompareAndSwap(before, newest) {
 		n.checked.Store(s.now().UnixMilli())

@@ -64,7 +64,7 @@ type Store struct {
 	connMu     sync.Mutex // serialises connection changes with their graph updates
 
 	dirtyMu sync.Mutex
-	dirty   map[string]int64 // person id -> newest_at not yet in the directory
+	dirty   map[string]dirtyPerson // what the directory has not heard yet
 
 	stop     chan struct{}
 	stopped  chan struct{}
@@ -72,9 +72,9 @@ type Store struct {
 	once     sync.Once
 }
 
-// directoryReaders is the size of the directory's reader pool: token checks
+// DirectoryReaders is the size of the directory's reader pool: token checks
 // and lookups are short, and each connection costs its own cache.
-const directoryReaders = 4
+const DirectoryReaders = 4
 
 // Open opens (creating if needed) the data directory at cfg.Dir, brings the
 // directory database up to date and loads the graph.
@@ -108,7 +108,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		headBudget: cfg.HeadCacheBytes,
 		log:        cfg.Logger,
 		graph:      newGraph(),
-		dirty:      make(map[string]int64),
+		dirty:      make(map[string]dirtyPerson),
 		stop:       make(chan struct{}),
 		stopped:    make(chan struct{}),
 	}
@@ -121,7 +121,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.w.Close()
 		return nil, err
 	}
-	if s.r, err = openDB(path, true, directoryReaders, 2048); err != nil {
+	if s.r, err = openDB(path, true, DirectoryReaders, 2048); err != nil {
 		s.w.Close()
 		return nil, err
 	}
@@ -240,13 +240,24 @@ func (s *Store) flushLoop() {
 	}
 }
 
-func (s *Store) markDirty(id string, newest int64) {
+// dirtyPerson is what a person's directory row is owed: a newer newest
+// time and a change in their moment count.
+type dirtyPerson struct {
+	newest int64
+	delta  int64
+}
+
+func (s *Store) markDirty(id string, newest, delta int64) {
 	s.dirtyMu.Lock()
-	s.dirty[id] = newest
+	d := s.dirty[id]
+	d.newest = max(d.newest, newest)
+	d.delta += delta
+	s.dirty[id] = d
 	s.dirtyMu.Unlock()
 }
 
-// flushNewest writes pending newest-moment times in one transaction.
+// flushNewest writes pending newest times and count changes in one
+// transaction; on failure they are kept for the next try.
 func (s *Store) flushNewest(ctx context.Context) error {
 	s.dirtyMu.Lock()
 	batch := s.dirty
@@ -254,24 +265,20 @@ func (s *Store) flushNewest(ctx context.Context) error {
 		s.dirtyMu.Unlock()
 		return nil
 	}
-	s.dirty = make(map[string]int64)
+	s.dirty = make(map[string]dirtyPerson)
 	s.dirtyMu.Unlock()
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
-		for id, at := range batch {
-			if _, err := tx.ExecContext(ctx, `UPDATE people SET newest_at = max(newest_at, ?) WHERE id = ?`, at, id); err != nil {
+		for id, d := range batch {
+			if _, err := tx.ExecContext(ctx, `UPDATE people SET newest_at = max(newest_at, ?), moments = max(0, moments + ?) WHERE id = ?`, d.newest, d.delta, id); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
 	if err != nil {
-		s.dirtyMu.Lock()
-		for id, at := range batch {
-			if _, newer := s.dirty[id]; !newer {
-				s.dirty[id] = at
-			}
+		for id, d := range batch {
+			s.markDirty(id, d.newest, d.delta)
 		}
-		s.dirtyMu.Unlock()
 	}
 	return err
 }

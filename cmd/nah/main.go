@@ -61,6 +61,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return nil
 	case "joincode":
 		return joincode(ctx, args, getenv, stdout)
+	case "admin":
+		return adminCmd(ctx, args, getenv, stdout)
 	default:
 		return usageError{fmt.Sprintf("unknown command %q; try 'nah help'", cmd)}
 	}
@@ -72,6 +74,7 @@ func help(w io.Writer) {
 Commands:
   nah serve                      run the server (the default)
   nah joincode create [-ttl D]   make a single-use sign-up code (default 168h)
+  nah admin create               print a one-time link (valid an hour) that creates a console admin
   nah version                    print the version
   nah help                       this text
 
@@ -128,8 +131,29 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer, re
 	if err != nil {
 		return usageError{fmt.Sprintf("NAH_ADDR=%q: %v", cfg.Addr, err)}
 	}
-	srv := app.NewServer(cfg.Addr, app.New(cfg, s, log), log)
+	a := app.New(cfg, s, log)
+	srv := app.NewServer(cfg.Addr, a, log)
 	log.Info("nah started", "version", version, "config", cfg, "listen", ln.Addr().String(), "took", time.Since(start).Round(time.Millisecond))
+	if n, err := s.AdminCount(ctx); err != nil {
+		return err
+	} else if n == 0 {
+		link, err := app.SetupLink(ctx, s, "http://"+ln.Addr().String())
+		if err != nil {
+			return err
+		}
+		// A one-time secret on the operator's terminal, valid an hour.
+		fmt.Fprintf(stderr, "\nNo console admin yet. Open this link within the hour to create the first one:\n\n  %s\n\n", link)
+	}
+	if cfg.MetricsAddr != "" {
+		mln, err := net.Listen("tcp", cfg.MetricsAddr)
+		if err != nil {
+			return usageError{fmt.Sprintf("NAH_METRICS_ADDR=%q: %v", cfg.MetricsAddr, err)}
+		}
+		msrv := app.NewServer(cfg.MetricsAddr, a.MetricsHandler(), log)
+		go msrv.Serve(mln)
+		defer msrv.Close()
+		log.Info("metrics", "listen", mln.Addr().String())
+	}
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}
@@ -177,5 +201,26 @@ func joincode(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	fmt.Fprintf(stdout, "%s\n(valid until %s; it works once)\n", code, time.UnixMilli(jc.ExpiresAt).UTC().Format(time.RFC3339))
+	return nil
+}
+
+func adminCmd(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	if len(args) != 1 || args[0] != "create" {
+		return usageError{"usage: nah admin create"}
+	}
+	cfg, err := loadConfig(getenv)
+	if err != nil {
+		return err
+	}
+	s, err := store.Open(ctx, store.Config{Dir: cfg.DataDir, MaxOpenFiles: cfg.MaxOpenFiles})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	link, err := app.SetupLink(ctx, s, "http://"+cfg.Addr)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "Open this link within the hour to create a console admin (it works once):\n\n  %s\n", link)
 	return nil
 }

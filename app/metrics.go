@@ -1,0 +1,300 @@
+package app
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/nah-app/nah/store"
+	"github.com/nah-app/nah/ui"
+)
+
+// Metrics are counters and latency histograms per route, kept in memory:
+// no request log, only aggregates. They feed the console's overview chart
+// (a ring of one-minute slots over the last 15 minutes) and, when
+// NAH_METRICS_ADDR is set, a Prometheus text endpoint on its own listener.
+
+// bucketsMs are the histogram bounds in milliseconds; the last is +Inf.
+var bucketsMs = []float64{0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, math.Inf(1)}
+
+// hist is a latency histogram with atomic counters.
+type hist struct {
+	counts [15]atomic.Int64 // len(bucketsMs)
+	sumUs  atomic.Int64
+	n      atomic.Int64
+}
+
+func (h *hist) observe(d time.Duration) {
+	ms := float64(d.Microseconds()) / 1000
+	i, _ := slices.BinarySearch(bucketsMs, ms)
+	h.counts[min(i, len(bucketsMs)-1)].Add(1)
+	h.sumUs.Add(d.Microseconds())
+	h.n.Add(1)
+}
+
+// quantile estimates the q-quantile in ms as the upper bound of its bucket.
+func (h *hist) quantile(q float64) float64 {
+	n := h.n.Load()
+	if n == 0 {
+		return 0
+	}
+	rank := int64(math.Ceil(q * float64(n)))
+	var seen int64
+	for i := range h.counts {
+		seen += h.counts[i].Load()
+		if seen >= rank {
+			if math.IsInf(bucketsMs[i], 1) {
+				return bucketsMs[i-1]
+			}
+			return bucketsMs[i]
+		}
+	}
+	return bucketsMs[len(bucketsMs)-2]
+}
+
+type routeKey struct{ method, route string }
+
+type routeStats struct {
+	hist
+	codes [6]atomic.Int64 // by status class: 1xx..5xx at 1..5
+}
+
+// slot is one minute of the overview chart.
+type slot struct {
+	minute int64 // unix minute; a stale slot is reset on first use
+	feed   hist
+	post   hist
+	rssMax atomic.Int64
+}
+
+const ringMinutes = 15
+
+type metrics struct {
+	start time.Time
+	now   func() time.Time
+
+	mu     sync.RWMutex
+	routes map[routeKey]*routeStats
+
+	ringMu sync.Mutex
+	ring   [ringMinutes]*slot
+
+	lastRSS atomic.Int64 // unix seconds of the last RSS sample
+}
+
+func newMetrics(now func() time.Time) *metrics {
+	return &metrics{start: now(), now: now, routes: make(map[routeKey]*routeStats)}
+}
+
+// slotFor returns the ring slot of the current minute.
+func (m *metrics) slotFor(t time.Time) *slot {
+	minute := t.Unix() / 60
+	m.ringMu.Lock()
+	defer m.ringMu.Unlock()
+	i := minute % ringMinutes
+	s := m.ring[i]
+	if s == nil || s.minute != minute {
+		s = &slot{minute: minute}
+		m.ring[i] = s
+	}
+	return s
+}
+
+// statusWriter remembers the status a handler wrote.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// measure is the middleware that counts: route pattern, method, status
+// class and duration. Nothing about the request itself is kept.
+func (m *metrics) measure(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		next.ServeHTTP(sw, r)
+		d := time.Since(start)
+		route := "unmatched"
+		if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
+			route = rc.RoutePattern()
+		}
+		m.record(routeKey{r.Method, route}, sw.status, d)
+	})
+}
+
+func (m *metrics) record(k routeKey, status int, d time.Duration) {
+	m.mu.RLock()
+	rs := m.routes[k]
+	m.mu.RUnlock()
+	if rs == nil {
+		m.mu.Lock()
+		if rs = m.routes[k]; rs == nil {
+			rs = new(routeStats)
+			m.routes[k] = rs
+		}
+		m.mu.Unlock()
+	}
+	rs.observe(d)
+	rs.codes[min(max(status/100, 1), 5)].Add(1)
+	now := m.now()
+	switch {
+	case k.method == "GET" && k.route == "/api/v1/feed":
+		m.slotFor(now).feed.observe(d)
+	case k.method == "POST" && k.route == "/api/v1/moments":
+		m.slotFor(now).post.observe(d)
+	}
+	m.sampleRSS(now)
+}
+
+// sampleRSS records resident memory into the current slot, at most every
+// ten seconds.
+func (m *metrics) sampleRSS(now time.Time) {
+	last := m.lastRSS.Load()
+	if now.Unix()-last < 10 || !m.lastRSS.CompareAndSwap(last, now.Unix()) {
+		return
+	}
+	rss, _ := procMemory()
+	s := m.slotFor(now)
+	for {
+		old := s.rssMax.Load()
+		if rss <= old || s.rssMax.CompareAndSwap(old, rss) {
+			return
+		}
+	}
+}
+
+// procMemory reads the resident memory now and at its peak (VmRSS, VmHWM)
+// in bytes; zero where /proc is not there.
+func procMemory() (rss, peak int64) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		for field, dst := range map[string]*int64{"VmRSS:": &rss, "VmHWM:": &peak} {
+			if rest, ok := strings.CutPrefix(line, field); ok {
+				kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+				*dst = kb << 10
+			}
+		}
+	}
+	return rss, peak
+}
+
+// series returns the last 15 minutes, oldest first.
+func (m *metrics) series() []ui.Point {
+	now := m.now()
+	m.sampleRSS(now.Add(time.Hour)) // force a fresh sample for the current minute
+	cur := now.Unix() / 60
+	pts := make([]ui.Point, ringMinutes)
+	m.ringMu.Lock()
+	defer m.ringMu.Unlock()
+	for k := range ringMinutes {
+		minute := cur - int64(ringMinutes-1-k)
+		p := ui.Point{Minute: time.Unix(minute*60, 0).UTC()}
+		if s := m.ring[minute%ringMinutes]; s != nil && s.minute == minute {
+			p.FeedP95, p.PostP95 = s.feed.quantile(0.95), s.post.quantile(0.95)
+			p.RSSMB = float64(s.rssMax.Load()) / (1 << 20)
+		}
+		pts[k] = p
+	}
+	return pts
+}
+
+// writePrometheus writes every metric in the Prometheus text format.
+func (a *App) writePrometheus(w io.Writer) {
+	m := a.metrics
+	m.mu.RLock()
+	keys := make([]routeKey, 0, len(m.routes))
+	for k := range m.routes {
+		keys = append(keys, k)
+	}
+	m.mu.RUnlock()
+	slices.SortFunc(keys, func(x, y routeKey) int { return strings.Compare(x.route+x.method, y.route+y.method) })
+
+	fmt.Fprintln(w, "# HELP nah_http_requests_total Requests served, by route, method and status class.")
+	fmt.Fprintln(w, "# TYPE nah_http_requests_total counter")
+	for _, k := range keys {
+		rs := m.routes[k]
+		for c := 1; c <= 5; c++ {
+			if n := rs.codes[c].Load(); n > 0 {
+				fmt.Fprintf(w, "nah_http_requests_total{route=%q,method=%q,code=\"%dxx\"} %d\n", k.route, k.method, c, n)
+			}
+		}
+	}
+	fmt.Fprintln(w, "# HELP nah_http_request_duration_seconds Request latency, by route and method.")
+	fmt.Fprintln(w, "# TYPE nah_http_request_duration_seconds histogram")
+	for _, k := range keys {
+		rs := m.routes[k]
+		var cum int64
+		for i, b := range bucketsMs {
+			cum += rs.counts[i].Load()
+			le := "+Inf"
+			if !math.IsInf(b, 1) {
+				le = strconv.FormatFloat(b/1000, 'g', -1, 64)
+			}
+			fmt.Fprintf(w, "nah_http_request_duration_seconds_bucket{route=%q,method=%q,le=%q} %d\n", k.route, k.method, le, cum)
+		}
+		fmt.Fprintf(w, "nah_http_request_duration_seconds_sum{route=%q,method=%q} %g\n", k.route, k.method, float64(rs.sumUs.Load())/1e6)
+		fmt.Fprintf(w, "nah_http_request_duration_seconds_count{route=%q,method=%q} %d\n", k.route, k.method, rs.n.Load())
+	}
+	rss, peak := procMemory()
+	sqlNow, sqlPeak := store.SQLiteMemory()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	open := a.store.OpenFiles()
+	gauges := []struct {
+		name, help string
+		v          float64
+	}{
+		{"nah_open_person_files", "Person files open now.", float64(open)},
+		{"nah_sqlite_connections", "SQLite connections open: one per open person file, plus the directory's writer and readers.", float64(open + 1 + store.DirectoryReaders)},
+		{"nah_sqlite_memory_bytes", "Memory SQLite holds now (outside the Go heap).", float64(sqlNow)},
+		{"nah_sqlite_memory_peak_bytes", "The most memory SQLite has held.", float64(sqlPeak)},
+		{"nah_head_cache_bytes", "Memory of the cached newest moments.", float64(a.store.HeadBytes())},
+		{"nah_go_heap_bytes", "Go heap in use.", float64(ms.HeapInuse)},
+		{"nah_resident_memory_bytes", "Resident memory of the process (VmRSS).", float64(rss)},
+		{"nah_resident_memory_peak_bytes", "Peak resident memory of the process (VmHWM).", float64(peak)},
+		{"nah_goroutines", "Goroutines now.", float64(runtime.NumGoroutine())},
+		{"nah_uptime_seconds", "Seconds since start.", m.now().Sub(m.start).Seconds()},
+	}
+	for _, g := range gauges {
+		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s gauge\n%s %g\n", g.name, g.help, g.name, g.name, g.v)
+	}
+}
+
+// MetricsHandler serves the Prometheus text format; run it on its own
+// listener (NAH_METRICS_ADDR), never on the public one.
+func (a *App) MetricsHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		a.writePrometheus(w)
+	})
+}

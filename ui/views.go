@@ -1,0 +1,180 @@
+package ui
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Page is what the layout needs of every page.
+type Page struct {
+	Title  string
+	Nav    string // which nav item is current: overview, people, joincodes, settings
+	Admin  string // signed-in admin's name; empty on sign-in and setup pages
+	Flash  string // a one-time message, such as a code shown once
+	Error  string
+	Secret string // a value shown once (a join code, a reset link)
+}
+
+// Overview is the home page of the console.
+type Overview struct {
+	Page
+	People       int
+	Moments      int64
+	StorageBytes int64
+	OpenFiles    int
+	MaxOpenFiles int
+	RSSBytes     int64
+	PeakRSSBytes int64
+	HeadBytes    int64
+	Uptime       time.Duration
+	Points       []Point
+}
+
+// Point is one minute of the chart.
+type Point struct {
+	Minute           time.Time
+	FeedP95, PostP95 float64 // ms
+	RSSMB            float64
+}
+
+// PersonRow is one line of the people list.
+type PersonRow struct {
+	ID, Handle          string
+	CreatedAt, NewestAt int64
+	Disabled            bool
+}
+
+// People is the people list with its search.
+type People struct {
+	Page
+	Query     string
+	Rows      []PersonRow
+	Total     int
+	PageNum   int
+	PageCount int
+}
+
+// Person is one person's page.
+type Person struct {
+	Page
+	PersonRow
+	Connections  []PersonRow
+	Moments      int
+	StorageBytes int64
+	Sessions     []SessionRow
+}
+
+// SessionRow is one signed-in device.
+type SessionRow struct {
+	ID        string
+	CreatedAt int64
+}
+
+// JoinCodeRow is one join code, without the code.
+type JoinCodeRow struct {
+	ID, Hint                                string
+	CreatedAt, ExpiresAt, UsedAt, RevokedAt int64
+	UsedBy                                  string
+}
+
+// JoinCodes is the join-code page.
+type JoinCodes struct {
+	Page
+	Codes []JoinCodeRow
+}
+
+// Setting is one line of the effective configuration.
+type Setting struct {
+	Name, Value, Source string
+}
+
+// Settings is the settings page.
+type Settings struct {
+	Page
+	OpenSignup       bool
+	OpenSignupSource string
+	Config           []Setting
+}
+
+// Form is a page with a single form: sign-in, first admin, password reset.
+type Form struct {
+	Page
+	Action string
+	Kind   string // signin, setup, reset
+	Handle string
+}
+
+// When formats a unix-millisecond time for a table, or "never".
+func When(ms int64) string {
+	if ms == 0 {
+		return "never"
+	}
+	return time.UnixMilli(ms).UTC().Format("2006-01-02 15:04 UTC")
+}
+
+// Bytes formats a size for people.
+func Bytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return strconv.FormatInt(n, 10) + " B"
+}
+
+// Chart geometry, in SVG user units.
+const (
+	chartW   = 600
+	chartH   = 160
+	chartPad = 30
+)
+
+// polyline returns the SVG points of values scaled to max over the chart.
+func polyline(vals []float64, max float64) string {
+	if max <= 0 {
+		max = 1
+	}
+	var b strings.Builder
+	for i, v := range vals {
+		x := chartPad + float64(i)*float64(chartW-2*chartPad)/float64(max1(len(vals)-1))
+		y := chartH - chartPad - v/max*float64(chartH-2*chartPad)
+		fmt.Fprintf(&b, "%.1f,%.1f ", x, y)
+	}
+	return strings.TrimSpace(b.String())
+}
+
+func max1(n int) int {
+	if n < 1 {
+		return 1
+	}
+	return n
+}
+
+// ChartLines returns the polylines and scale labels of the overview chart:
+// feed and post p95 share the left scale (ms), memory its own.
+func ChartLines(pts []Point) (feed, post, rss string, msMax, mbMax float64) {
+	var f, p, r []float64
+	for _, pt := range pts {
+		f, p, r = append(f, pt.FeedP95), append(p, pt.PostP95), append(r, pt.RSSMB)
+		msMax = max(msMax, pt.FeedP95, pt.PostP95)
+		mbMax = max(mbMax, pt.RSSMB)
+	}
+	msMax, mbMax = niceCeil(msMax), niceCeil(mbMax)
+	return polyline(f, msMax), polyline(p, msMax), polyline(r, mbMax), msMax, mbMax
+}
+
+func niceCeil(v float64) float64 {
+	for _, c := range []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000} {
+		if v <= c {
+			return c
+		}
+	}
+	return v
+}
+
+func f0(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) }

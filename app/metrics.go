@@ -170,14 +170,14 @@ func (m *metrics) record(k routeKey, status int, d time.Duration) {
 	case k.method == "POST" && k.route == "/api/v1/moments":
 		m.slotFor(now).post.observe(d)
 	}
-	m.sampleRSS(now)
+	m.sampleRSS(now, false)
 }
 
 // sampleRSS records resident memory into the current slot, at most every
 // ten seconds.
-func (m *metrics) sampleRSS(now time.Time) {
+func (m *metrics) sampleRSS(now time.Time, force bool) {
 	last := m.lastRSS.Load()
-	if now.Unix()-last < 10 || !m.lastRSS.CompareAndSwap(last, now.Unix()) {
+	if !force && (now.Unix()-last < 10 || !m.lastRSS.CompareAndSwap(last, now.Unix())) {
 		return
 	}
 	rss, _ := procMemory()
@@ -211,7 +211,7 @@ func procMemory() (rss, peak int64) {
 // series returns the last 15 minutes, oldest first.
 func (m *metrics) series() []ui.Point {
 	now := m.now()
-	m.sampleRSS(now.Add(time.Hour)) // force a fresh sample for the current minute
+	m.sampleRSS(now, true) // a fresh sample for the current minute
 	cur := now.Unix() / 60
 	pts := make([]ui.Point, ringMinutes)
 	m.ringMu.Lock()

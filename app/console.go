@@ -425,8 +425,18 @@ func (a *App) joinCodesPage(w http.ResponseWriter, r *http.Request, status int, 
 		v.Flash = "The new join code is shown once. Give it to the person who will sign up:"
 		v.Secret = secret
 	}
+	now := a.now().UnixMilli()
 	for _, c := range cs {
-		v.Codes = append(v.Codes, ui.JoinCodeRow{ID: c.ID, Hint: c.Hint, CreatedAt: c.CreatedAt, ExpiresAt: c.ExpiresAt, UsedAt: c.UsedAt, RevokedAt: c.RevokedAt, UsedBy: c.UsedBy})
+		state := "unused"
+		switch {
+		case c.RevokedAt != 0:
+			state = "revoked"
+		case c.UsedAt != 0:
+			state = "used"
+		case c.ExpiresAt <= now:
+			state = "expired"
+		}
+		v.Codes = append(v.Codes, ui.JoinCodeRow{ID: c.ID, Hint: c.Hint, CreatedAt: c.CreatedAt, ExpiresAt: c.ExpiresAt, UsedAt: c.UsedAt, RevokedAt: c.RevokedAt, UsedBy: c.UsedBy, State: state})
 	}
 	a.render(w, r, status, ui.JoinCodesPage(v))
 }

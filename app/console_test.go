@@ -9,7 +9,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-
 )
 
 // consoleClient is a browser-like client: a cookie jar, redirects not
@@ -357,4 +356,3 @@ func TestPrometheusMetrics(t *testing.T) {
 		t.Fatalf("chart series: %+v", pts[len(pts)-1])
 	}
 }
-

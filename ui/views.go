@@ -77,6 +77,7 @@ type JoinCodeRow struct {
 	ID, Hint                                string
 	CreatedAt, ExpiresAt, UsedAt, RevokedAt int64
 	UsedBy                                  string
+	State                                   string // unused, used, revoked or expired
 }
 
 // JoinCodes is the join-code page.
@@ -134,13 +135,17 @@ const (
 	chartPad = 30
 )
 
-// polyline returns the SVG points of values scaled to max over the chart.
+// polyline returns the SVG points of values scaled to max over the chart;
+// minutes without data (zero) are left out rather than drawn as zero.
 func polyline(vals []float64, max float64) string {
 	if max <= 0 {
 		max = 1
 	}
 	var b strings.Builder
 	for i, v := range vals {
+		if v <= 0 {
+			continue
+		}
 		x := chartPad + float64(i)*float64(chartW-2*chartPad)/float64(max1(len(vals)-1))
 		y := chartH - chartPad - v/max*float64(chartH-2*chartPad)
 		fmt.Fprintf(&b, "%.1f,%.1f ", x, y)

@@ -1,0 +1,239 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/nah-app/nah/store"
+)
+
+// The console in real Chromium: the whole operator path, with a screenshot
+// of every page, accessibility basics checked on each, and any browser
+// console error failing the test.
+
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("CHROMIUM_PATH"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") != "" || os.Getenv("UI_BROWSER_REQUIRED") != "" {
+		t.Fatal("chromium not found, and CI requires the browser tests (.ci/run installs Debian's chromium)")
+	}
+	t.Skip("chromium not found (apt-get install -y chromium, or set CHROMIUM_PATH); skipping the browser test")
+	return ""
+}
+
+// htmxIdle is true once no htmx request, swap or settle is under way.
+const htmxIdle = `!document.querySelector(".htmx-request,.htmx-swapping,.htmx-settling,.htmx-added")`
+
+// a11y returns the accessibility problems of the page: a title, exactly one
+// h1, and a label for every form control.
+const a11y = `(() => {
+  const problems = [];
+  if (!document.title.trim()) problems.push("no title");
+  const h1 = document.querySelectorAll("h1").length;
+  if (h1 !== 1) problems.push(h1 + " h1 elements");
+  for (const el of document.querySelectorAll("input, select, textarea")) {
+    if (el.type === "hidden") continue;
+    const labelled = (el.id && document.querySelector('label[for="' + el.id + '"]')) || el.closest("label") || el.getAttribute("aria-label");
+    if (!labelled) problems.push("unlabelled " + el.tagName.toLowerCase() + (el.name ? " " + el.name : ""));
+  }
+  for (const b of document.querySelectorAll("button")) {
+    if (!b.textContent.trim() && !b.getAttribute("aria-label")) problems.push("button without a name");
+  }
+  return problems.join("; ");
+})()`
+
+func TestConsoleInBrowser(t *testing.T) {
+	chrome := chromiumPath(t)
+	ts := newTestServer(t, func(c *Config) { c.OpenSignup = false })
+	shots := t.TempDir()
+	artifacts := os.Getenv("UI_ARTIFACT_DIR")
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chrome),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1200, 900),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	ctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
+	defer cancelT()
+
+	// Collect console errors for the whole run.
+	var mu sync.Mutex
+	var consoleErrors []string
+	messages := chromedp.Console(ctx)
+	go func() {
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			if m.IsException() || m.Type == chromedp.ConsoleError {
+				mu.Lock()
+				consoleErrors = append(consoleErrors, m.String())
+				mu.Unlock()
+			}
+		}
+	}()
+
+	must := func(step string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+	}
+	// waitFor polls a JavaScript condition, then htmx settling.
+	waitFor := func(step, cond string) {
+		t.Helper()
+		_, err := chromedp.Run(ctx, chromedp.Poll[bool](`(`+cond+`) && `+htmxIdle, chromedp.WithPollingTimeout(10*time.Second)))
+		if err != nil {
+			loc, _ := chromedp.Run(ctx, chromedp.Location())
+			body, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
+			t.Fatalf("%s: waiting for %s: %v (at %s)\n%s", step, cond, err, loc, body)
+		}
+	}
+	var pages []string
+	check := func(name string) {
+		t.Helper()
+		problems, err := chromedp.Run(ctx, chromedp.Evaluate[string](a11y))
+		must(name+": accessibility check", err)
+		if problems != "" {
+			t.Errorf("%s: %s", name, problems)
+		}
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		must(name+": screenshot", err)
+		file := fmt.Sprintf("%02d-%s.png", len(pages)+1, name)
+		must(name, os.WriteFile(filepath.Join(shots, file), png, 0o644))
+		if artifacts != "" {
+			os.MkdirAll(artifacts, 0o755)
+			must(name, os.WriteFile(filepath.Join(artifacts, file), png, 0o644))
+		}
+		pages = append(pages, file)
+	}
+	click := func(step string, sel string) {
+		t.Helper()
+		must(step, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(sel))))
+	}
+	typeIn := func(step, sel, text string) {
+		t.Helper()
+		must(step, chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS(sel), text)))
+	}
+
+	// 1. First run: the one-time link creates the first admin.
+	link, err := SetupLink(context.Background(), ts.store, ts.URL)
+	must("setup link", err)
+	must("open setup", chromedp.Do(ctx, chromedp.Navigate(link)))
+	waitFor("setup page", `document.querySelector("#name") !== null`)
+	check("setup")
+	typeIn("name", "#name", "root")
+	typeIn("password", "#password", "admin-password")
+	click("create admin", `button[type=submit]`)
+	waitFor("overview after setup", `location.pathname === "/console" && document.querySelector("h1").textContent === "Overview"`)
+	check("overview")
+
+	// 2. Sign out and in again.
+	click("sign out", `form[action="/console/logout"] button`)
+	waitFor("login page", `location.pathname === "/console/login"`)
+	check("signin")
+	typeIn("name", "#name", "root")
+	typeIn("password", "#password", "admin-password")
+	click("sign in", `button[type=submit]`)
+	waitFor("overview after sign-in", `location.pathname === "/console"`)
+
+	// 3. Create a person.
+	click("people", `a[href="/console/people"]`)
+	waitFor("people page", `location.pathname === "/console/people"`)
+	click("open create", `details summary`)
+	typeIn("handle", "#new-handle", "dan")
+	typeIn("password", "#new-password", "password-dan")
+	click("create", `#create-person button`)
+	waitFor("person page", `location.pathname.startsWith("/console/people/") && document.querySelector("h1").textContent === "dan"`)
+	check("person")
+	for _, h := range []string{"amy", "bea", "dora"} {
+		if _, err := ts.store.CreatePerson(context.Background(), store.NewPerson{Handle: h, PasswordHash: "x"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// 4. Search as you type finds them.
+	click("people", `a[href="/console/people"]`)
+	waitFor("people page", `location.pathname === "/console/people" && document.querySelectorAll("#people-list tbody tr").length === 4`)
+	typeIn("search", "#q", "d")
+	waitFor("search", `document.querySelectorAll("#people-list tbody tr").length === 2 && document.querySelector("#people-list").textContent.includes("dan")`)
+	typeIn("search", "#q", "a")
+	waitFor("search", `document.querySelectorAll("#people-list tbody tr").length === 1 && document.querySelector("#people-list").textContent.includes("dan")`)
+	check("people-search")
+
+	// 5. Disable dan: his API token is refused at once.
+	r := ts.do(t, "POST", "/api/v1/sessions", "", map[string]string{"handle": "dan", "password": "password-dan"})
+	if r.status != 201 {
+		t.Fatalf("dan signs in: %d", r.status)
+	}
+	token := r.str("token")
+	click("dan", `#people-list a`)
+	waitFor("dan's page", `document.querySelector("h1").textContent === "dan" && document.querySelector("#state").textContent === "active"`)
+	click("disable", `#toggle`)
+	waitFor("disabled", `document.querySelector("#state").textContent === "disabled"`)
+	check("person-disabled")
+	if r := ts.do(t, "GET", "/api/v1/me", token, nil); r.status != 401 {
+		t.Fatalf("disabled person's token: %d", r.status)
+	}
+
+	// 6. Join codes: create one (shown once), then revoke it.
+	click("join codes", `a[href="/console/joincodes"]`)
+	waitFor("join codes page", `location.pathname === "/console/joincodes"`)
+	click("create code", `form[action="/console/joincodes"] button`)
+	waitFor("code shown", `document.querySelector("#secret") !== null`)
+	code, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("secret")))
+	must("read code", err)
+	check("joincode-created")
+	click("join codes", `a[href="/console/joincodes"]`)
+	waitFor("code listed", `document.querySelector(".code-state") !== null && document.querySelector(".code-state").textContent === "unused"`)
+	click("revoke", `td form button`)
+	waitFor("code revoked", `document.querySelector(".code-state").textContent === "revoked"`)
+	check("joincodes")
+	r = ts.do(t, "POST", "/api/v1/accounts", "", map[string]string{"handle": "eve", "password": "password-eve", "join_code": strings.TrimSpace(code)})
+	if r.status != 400 {
+		t.Fatalf("a revoked code signed someone up: %d", r.status)
+	}
+
+	// 7. Settings.
+	click("settings", `a[href="/console/settings"]`)
+	waitFor("settings page", `location.pathname === "/console/settings"`)
+	check("settings")
+
+	// 8. Sign out.
+	click("sign out", `form[action="/console/logout"] button`)
+	waitFor("signed out", `location.pathname === "/console/login"`)
+	must("console after sign-out", chromedp.Do(ctx, chromedp.Navigate(ts.URL+"/console")))
+	waitFor("redirected", `location.pathname === "/console/login"`)
+
+	time.Sleep(100 * time.Millisecond) // let the last console messages arrive
+	mu.Lock()
+	defer mu.Unlock()
+	if len(consoleErrors) > 0 {
+		t.Errorf("browser console errors:\n%s", strings.Join(consoleErrors, "\n"))
+	}
+	t.Logf("screenshots in %s: %s", shots, strings.Join(pages, ", "))
+}

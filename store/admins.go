@@ -177,4 +177,3 @@ func (s *Store) SetSetting(ctx context.Context, key, value string) error {
 	_, err := s.w.ExecContext(ctx, `INSERT INTO settings(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value`, key, value)
 	return err
 }
-

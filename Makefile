@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 GOFLAGS_BUILD := -trimpath -ldflags "$(LDFLAGS)"
 
-.PHONY: run test build build-all lint fuzz bench bench-compare bench-baseline clean
+.PHONY: run test build build-all generate lint fuzz bench bench-compare bench-baseline clean
 
 ## run: the server with its embedded defaults (data in ./data, 127.0.0.1:8090)
 run:
@@ -23,6 +23,10 @@ build:
 build-all:
 	GOOS=linux GOARCH=amd64 go build $(GOFLAGS_BUILD) -o bin/nah-linux-amd64 ./cmd/nah
 	GOOS=linux GOARCH=arm64 go build $(GOFLAGS_BUILD) -o bin/nah-linux-arm64 ./cmd/nah
+
+## generate: the templ components' Go code (always from the repository root)
+generate:
+	go tool templ generate
 
 ## lint: gofmt and go vet must be clean
 lint:

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -9,6 +10,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/nah-app/nah/store"
 )
 
 // consoleClient is a browser-like client: a cookie jar, redirects not
@@ -354,5 +358,45 @@ func TestPrometheusMetrics(t *testing.T) {
 	pts := ts.app.metrics.series()
 	if len(pts) != ringMinutes || pts[len(pts)-1].FeedP95 <= 0 || pts[len(pts)-1].PostP95 <= 0 {
 		t.Fatalf("chart series: %+v", pts[len(pts)-1])
+	}
+}
+
+func TestConsoleSessionsExpire(t *testing.T) {
+	ts := newTestServer(t)
+	c := signedInAdmin(t, ts)
+	if p := get(t, c, ts.URL+"/console"); p.status != 200 {
+		t.Fatalf("signed in: %d", p.status)
+	}
+	ts.clock.Advance(adminSessionTTL + time.Minute)
+	if p := get(t, c, ts.URL+"/console"); p.status != 303 {
+		t.Fatalf("after %v: %d", adminSessionTTL, p.status)
+	}
+}
+
+func TestConsolePeoplePages(t *testing.T) {
+	ts := newTestServer(t)
+	for i := range peoplePerPage + 5 {
+		if _, err := ts.store.CreatePerson(context.Background(), store.NewPerson{Handle: fmt.Sprintf("p%03d", i), PasswordHash: "x"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := signedInAdmin(t, ts)
+	p1 := get(t, c, ts.URL+"/console/people")
+	p2 := get(t, c, ts.URL+"/console/people?page=2")
+	rows := func(s string) int { return strings.Count(s, `<td><a href="/console/people/`) }
+	if rows(p1.body) != peoplePerPage || rows(p2.body) != 5 || !strings.Contains(p1.body, "page 1 of 2") || !strings.Contains(p1.body, ">Next<") {
+		t.Fatalf("pages hold %d and %d rows", rows(p1.body), rows(p2.body))
+	}
+	// htmx's search asks for the list alone.
+	req, _ := http.NewRequest("GET", ts.URL+"/console/people?q=p00", nil)
+	req.Header.Set("HX-Request", "true")
+	res, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if s := string(b); strings.Contains(s, "<html") || !strings.HasPrefix(strings.TrimSpace(s), `<section id="people-list"`) || rows(s) != 10 {
+		t.Fatalf("fragment: %.200s", s)
 	}
 }

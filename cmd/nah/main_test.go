@@ -343,3 +343,47 @@ func TestJoinCodeCommand(t *testing.T) {
 		t.Fatalf("the code worked twice: %d", st)
 	}
 }
+
+// TestFirstStartPrintsSetupLink: with no admin, the server prints a
+// one-time link that creates one; `nah admin create` prints another; the
+// metrics listener answers in the Prometheus format.
+func TestFirstStartPrintsSetupLink(t *testing.T) {
+	dir := t.TempDir()
+	p := start(t, dir, "NAH_METRICS_ADDR=127.0.0.1:0")
+	var link, metrics string
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && (link == "" || metrics == ""); time.Sleep(20 * time.Millisecond) {
+		log := p.log()
+		link = regexp.MustCompile(`http://\S+/console/setup/\S+`).FindString(log)
+		if m := regexp.MustCompile(`msg=metrics listen=(\S+)`).FindStringSubmatch(log); m != nil {
+			metrics = m[1]
+		}
+	}
+	if link == "" || metrics == "" {
+		t.Fatalf("no setup link or metrics address in the log:\n%s", p.log())
+	}
+	res, err := client.Get(link)
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("setup link: %v %v", res, err)
+	}
+	res.Body.Close()
+	res, err = client.Get("http://" + metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if !strings.Contains(string(b), "nah_open_person_files") || !strings.Contains(res.Header.Get("Content-Type"), "text/plain") {
+		t.Fatalf("metrics: %s", b)
+	}
+	// The public listener does not serve metrics.
+	if res, err := client.Get("http://" + p.addr + "/metrics"); err != nil || res.StatusCode != 404 {
+		t.Fatalf("metrics on the public listener: %v", res.StatusCode)
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	<-p.done
+
+	out, err := exec.Command("env", "-i", "NAH_DATA_DIR="+dir, binary, "admin", "create").CombinedOutput()
+	if err != nil || !regexp.MustCompile(`http://127\.0\.0\.1:8090/console/setup/[A-Za-z0-9_-]{43}`).Match(out) {
+		t.Fatalf("nah admin create: %v\n%s", err, out)
+	}
+}

@@ -87,8 +87,8 @@ type metrics struct {
 	mu     sync.RWMutex
 	routes map[routeKey]*routeStats
 
-	ringMu sync.Mutex
-	ring   [ringMinutes]*slot
+	ringMu sync.Mutex // taken only to start a new minute
+	ring   [ringMinutes]atomic.Pointer[slot]
 
 	lastRSS atomic.Int64 // unix seconds of the last RSS sample
 }
@@ -97,16 +97,20 @@ func newMetrics(now func() time.Time) *metrics {
 	return &metrics{start: now(), now: now, routes: make(map[routeKey]*routeStats)}
 }
 
-// slotFor returns the ring slot of the current minute.
+// slotFor returns the ring slot of the minute of t; lock-free but once a
+// minute, since every feed and post lands here.
 func (m *metrics) slotFor(t time.Time) *slot {
 	minute := t.Unix() / 60
+	i := minute % ringMinutes
+	if s := m.ring[i].Load(); s != nil && s.minute == minute {
+		return s
+	}
 	m.ringMu.Lock()
 	defer m.ringMu.Unlock()
-	i := minute % ringMinutes
-	s := m.ring[i]
+	s := m.ring[i].Load()
 	if s == nil || s.minute != minute {
 		s = &slot{minute: minute}
-		m.ring[i] = s
+		m.ring[i].Store(s)
 	}
 	return s
 }
@@ -214,12 +218,10 @@ func (m *metrics) series() []ui.Point {
 	m.sampleRSS(now, true) // a fresh sample for the current minute
 	cur := now.Unix() / 60
 	pts := make([]ui.Point, ringMinutes)
-	m.ringMu.Lock()
-	defer m.ringMu.Unlock()
 	for k := range ringMinutes {
 		minute := cur - int64(ringMinutes-1-k)
 		p := ui.Point{Minute: time.Unix(minute*60, 0).UTC()}
-		if s := m.ring[minute%ringMinutes]; s != nil && s.minute == minute {
+		if s := m.ring[minute%ringMinutes].Load(); s != nil && s.minute == minute {
 			p.FeedP95, p.PostP95 = s.feed.quantile(0.95), s.post.quantile(0.95)
 			p.RSSMB = float64(s.rssMax.Load()) / (1 << 20)
 		}

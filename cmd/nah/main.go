@@ -134,16 +134,6 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer, re
 	a := app.New(cfg, s, log)
 	srv := app.NewServer(cfg.Addr, a, log)
 	log.Info("nah started", "version", version, "config", cfg, "listen", ln.Addr().String(), "took", time.Since(start).Round(time.Millisecond))
-	if n, err := s.AdminCount(ctx); err != nil {
-		return err
-	} else if n == 0 {
-		link, err := app.SetupLink(ctx, s, "http://"+ln.Addr().String())
-		if err != nil {
-			return err
-		}
-		// A one-time secret on the operator's terminal, valid an hour.
-		fmt.Fprintf(stderr, "\nNo console admin yet. Open this link within the hour to create the first one:\n\n  %s\n\n", link)
-	}
 	if cfg.MetricsAddr != "" {
 		mln, err := net.Listen("tcp", cfg.MetricsAddr)
 		if err != nil {
@@ -159,6 +149,18 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer, re
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	// After serving starts: the link costs a directory write, and phones
+	// need not wait for it.
+	if n, err := s.AdminCount(ctx); err != nil {
+		log.Error("count admins", "err", err)
+	} else if n == 0 {
+		if link, err := app.SetupLink(ctx, s, "http://"+ln.Addr().String()); err != nil {
+			log.Error("make the first-admin link", "err", err)
+		} else {
+			// A one-time secret on the operator's terminal, valid an hour.
+			fmt.Fprintf(stderr, "\nNo console admin yet. Open this link within the hour to create the first one:\n\n  %s\n\n", link)
+		}
+	}
 	select {
 	case err := <-errc:
 		return err

@@ -2,6 +2,7 @@ package ui
 
 import (
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -183,3 +184,8 @@ func niceCeil(v float64) float64 {
 }
 
 func f0(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) }
+
+// pageURL is the people list's URL for a query and page.
+func pageURL(q string, page int) string {
+	return "/console/people?" + url.Values{"q": {q}, "page": {strconv.Itoa(page)}}.Encode()
+}

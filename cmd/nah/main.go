@@ -189,6 +189,20 @@ func joincode(ctx context.Context, args []string, getenv func(string) string, st
 	if err := fs.Parse(args[1:]); err != nil || *ttl <= 0 {
 		return usageError{"usage: nah joincode create [-ttl 168h]"}
 	}
+	return withStore(ctx, getenv, func(_ app.Config, s *store.Store) error {
+		code, jc, err := s.CreateJoinCode(ctx, *ttl)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s\n(valid until %s; it works once)\n", code, time.UnixMilli(jc.ExpiresAt).UTC().Format(time.RFC3339))
+		return nil
+	})
+}
+
+// withStore runs fn on the configured data directory, for the subcommands
+// that change it while the server may be running (SQLite's locks and the
+// busy timeout make that safe).
+func withStore(ctx context.Context, getenv func(string) string, fn func(app.Config, *store.Store) error) error {
 	cfg, err := loadConfig(getenv)
 	if err != nil {
 		return err
@@ -197,32 +211,23 @@ func joincode(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
-	defer s.Close()
-	code, jc, err := s.CreateJoinCode(ctx, *ttl)
-	if err != nil {
+	if err := fn(cfg, s); err != nil {
+		s.Close()
 		return err
 	}
-	fmt.Fprintf(stdout, "%s\n(valid until %s; it works once)\n", code, time.UnixMilli(jc.ExpiresAt).UTC().Format(time.RFC3339))
-	return nil
+	return s.Close()
 }
 
 func adminCmd(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
 	if len(args) != 1 || args[0] != "create" {
 		return usageError{"usage: nah admin create"}
 	}
-	cfg, err := loadConfig(getenv)
-	if err != nil {
-		return err
-	}
-	s, err := store.Open(ctx, store.Config{Dir: cfg.DataDir, MaxOpenFiles: cfg.MaxOpenFiles})
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	link, err := app.SetupLink(ctx, s, "http://"+cfg.Addr)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "Open this link within the hour to create a console admin (it works once):\n\n  %s\n", link)
-	return nil
+	return withStore(ctx, getenv, func(cfg app.Config, s *store.Store) error {
+		link, err := app.SetupLink(ctx, s, "http://"+cfg.Addr)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "Open this link within the hour to create a console admin (it works once):\n\n  %s\n", link)
+		return nil
+	})
 }

@@ -20,11 +20,12 @@ const personCacheKiB = 256
 
 // personFile is one open person database. db has exactly one connection.
 type personFile struct {
-	id    string
-	path  string
-	db    *sql.DB
-	ready chan struct{} // closed once db is open or err is set
-	err   error
+	id     string
+	path   string
+	db     *sql.DB
+	ready  chan struct{} // closed once db is open or err is set
+	err    error
+	closed chan struct{} // closed once db is closed and replication told
 
 	refs int           // guarded by fileCache.mu
 	elem *list.Element // guarded by fileCache.mu; nil once evicted
@@ -51,7 +52,7 @@ type fileCache struct {
 	mu      sync.Mutex
 	lru     list.List // front is most recent; values are *personFile
 	byID    map[string]*personFile
-	closing map[string]chan struct{} // files being closed, by id
+	closing map[string]*personFile // files out of the cache but not yet closed, by id
 	closed  bool
 }
 
@@ -62,7 +63,7 @@ func newFileCache(dir string, max int, hooks Hooks, log *slog.Logger) *fileCache
 		max:     max,
 		hooks:   hooks,
 		byID:    make(map[string]*personFile),
-		closing: make(map[string]chan struct{}),
+		closing: make(map[string]*personFile),
 	}
 }
 
@@ -106,11 +107,14 @@ func (c *fileCache) acquire(ctx context.Context, id string, create bool) (*perso
 		}
 		return f, nil
 	}
-	f := &personFile{id: id, path: p, ready: make(chan struct{}), refs: 1}
+	f := &personFile{id: id, path: p, ready: make(chan struct{}), closed: make(chan struct{}), refs: 1}
 	f.elem = c.lru.PushFront(f)
 	c.byID[id] = f
 	victims := c.evictLocked()
-	wait := c.closing[id]
+	var wait chan struct{}
+	if old := c.closing[id]; old != nil {
+		wait = old.closed
+	}
 	c.mu.Unlock()
 
 	// Closing in the background instead was tried: post p95 on people-1k
@@ -130,6 +134,10 @@ func (c *fileCache) acquire(ctx context.Context, id string, create bool) (*perso
 			f.elem = nil
 		}
 		f.refs--
+		if c.closing[id] == f { // forgotten while it failed to open
+			delete(c.closing, id)
+			close(f.closed)
+		}
 		c.mu.Unlock()
 		close(f.ready)
 		return nil, f.err
@@ -172,8 +180,11 @@ func (c *fileCache) evictLocked() []*personFile {
 	return victims
 }
 
+// markClosingLocked records that f left the cache and will be closed, so
+// that a reopen of the same person waits for it: replication must see the
+// close before the next open.
 func (c *fileCache) markClosingLocked(f *personFile) {
-	c.closing[f.id] = make(chan struct{})
+	c.closing[f.id] = f
 }
 
 // closeFile closes f's database (which checkpoints its WAL and removes it)
@@ -186,9 +197,9 @@ func (c *fileCache) closeFile(f *personFile) {
 	if c.hooks.AfterClose != nil {
 		c.hooks.AfterClose(f.path)
 	}
+	close(f.closed)
 	c.mu.Lock()
-	if ch := c.closing[f.id]; ch != nil {
-		close(ch)
+	if c.closing[f.id] == f {
 		delete(c.closing, f.id)
 	}
 	c.mu.Unlock()
@@ -239,10 +250,8 @@ func (c *fileCache) forget(id string) {
 	delete(c.byID, id)
 	c.lru.Remove(f.elem)
 	f.elem = nil
+	c.markClosingLocked(f) // a reopen waits, even while users still hold it
 	last := f.refs == 0
-	if last {
-		c.markClosingLocked(f)
-	}
 	c.mu.Unlock()
 	if last {
 		<-f.ready

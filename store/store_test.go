@@ -4,9 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -294,5 +296,63 @@ func TestSessionCache(t *testing.T) {
 	now = now.Add(31 * time.Second)
 	if _, err := a.PersonForToken(ctx, t2); nah.ErrorCode(err) != nah.Unauthorized {
 		t.Fatalf("revoked by another process, still accepted after 31 s: %v", err)
+	}
+}
+
+// TestHooksAlternate: under churn from concurrent posts, replication sees
+// each person file opened and closed in turn, never opened twice at once,
+// and closed last.
+func TestHooksAlternate(t *testing.T) {
+	var mu sync.Mutex
+	open := map[string]bool{}
+	var problems []string
+	hooks := Hooks{
+		BeforeOpen: func(p string) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if open[p] {
+				problems = append(problems, "opened twice: "+p)
+			}
+			open[p] = true
+			return nil
+		},
+		AfterClose: func(p string) {
+			mu.Lock()
+			defer mu.Unlock()
+			if !open[p] {
+				problems = append(problems, "closed while not open: "+p)
+			}
+			open[p] = false
+		},
+	}
+	dir := t.TempDir()
+	s := MustOpen(t, Config{Dir: dir, MaxOpenFiles: 4, Hooks: hooks})
+	ctx := context.Background()
+	var ids []string
+	for i := range 12 {
+		ids = append(ids, mustPerson(t, s, fmt.Sprintf("person%02d", i)).ID)
+	}
+	var wg sync.WaitGroup
+	for w := range 6 {
+		wg.Go(func() {
+			for i := range 60 {
+				if _, err := s.CreateMoment(ctx, ids[(w*7+i*5)%len(ids)], []byte("x")); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	s.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	for p, o := range open {
+		if o {
+			problems = append(problems, "still open after Close: "+p)
+		}
+	}
+	if len(problems) > 0 {
+		t.Fatal(strings.Join(problems, "\n"))
 	}
 }

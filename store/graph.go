@@ -26,8 +26,10 @@ type node struct {
 	checked atomic.Int64 // store clock (unix ms) when newest was last known true
 	conns   []int32      // guarded by graph.mu
 
-	headMu sync.Mutex           // serialises head loads and updates
-	head   atomic.Pointer[Head] // nil: not cached
+	headMu  sync.Mutex           // serialises head loads and updates
+	head    atomic.Pointer[Head] // nil: not cached
+	stamp   fileStamp            // guarded by headMu: the file when head was loaded
+	stamped bool                 // guarded by headMu: stamp can reveal the next write
 }
 
 func newGraph() *graph {

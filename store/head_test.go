@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -160,5 +162,55 @@ func TestHeadBudgetHolds(t *testing.T) {
 	}
 	if s.HeadBytes() == 0 {
 		t.Fatal("nothing cached at all")
+	}
+}
+
+// TestRefreshSkipsUnchangedFiles: a head whose file has not changed is
+// trusted for another period without opening the file; a write by another
+// process changes the file's stamp and the head is reloaded.
+func TestRefreshSkipsUnchangedFiles(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time { return now }
+	a := MustOpen(t, Config{Dir: dir, Now: clock})
+	ctx := context.Background()
+	p := mustPerson(t, a, "person")
+	if _, err := a.CreateMoment(ctx, p.ID, []byte("one")); err != nil {
+		t.Fatal(err)
+	}
+	// Make the file look quiet for an hour, as a file nobody wrote lately.
+	old := time.Now().Add(-time.Hour)
+	base := filepath.Join(dir, "people", p.ID, "person.db")
+	for _, f := range []string{base, base + "-wal"} {
+		os.Chtimes(f, old, old)
+	}
+	circle := func() []Candidate {
+		cs, err := a.Circle(ctx, p.ID, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cs
+	}
+	now = now.Add(31 * time.Second)
+	circle() // reloads and stamps the quiet file
+	reads := a.FileReads()
+	now = now.Add(31 * time.Second)
+	circle()
+	if a.FileReads() != reads {
+		t.Fatal("an unchanged file was read again")
+	}
+	b := MustOpen(t, Config{Dir: dir, Now: clock})
+	now = now.Add(time.Second)
+	m, err := b.CreateMoment(ctx, p.ID, []byte("two, from another process"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(31 * time.Second)
+	if cs := circle(); cs[0].Newest != m.CreatedAt || a.FileReads() == reads {
+		t.Fatalf("after another process wrote: newest %d, want %d", cs[0].Newest, m.CreatedAt)
+	}
+	h, err := a.Head(ctx, circle()[0])
+	if err != nil || len(h.Items) != 2 || h.Items[0].ID != m.ID {
+		t.Fatalf("head after reload: %+v, %v", h, err)
 	}
 }

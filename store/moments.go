@@ -135,8 +135,14 @@ func (s *Store) candidates(ctx context.Context, id string, circle bool, dst []Ca
 }
 
 // refresh re-reads n's newest time, and its head when heads are on and it
-// fits, from its file.
+// fits, from its file; a cached head whose file is unchanged since it was
+// read (same sizes and modification times, see fileStamp) is trusted for
+// another period without opening the file.
 func (s *Store) refresh(ctx context.Context, n *node, now int64) error {
+	if s.unchanged(n) {
+		n.checked.Store(now)
+		return nil
+	}
 	if s.headBudget > 0 && (n.head.Load() != nil || s.headBytes.Load() < s.headBudget) {
 		_, err := s.loadHead(ctx, n, now)
 		if nah.ErrorCode(err) == nah.NotFound {

@@ -57,8 +57,8 @@ func newHasher(cost int) *hasher {
 		cost:  cost,
 		slots: make(chan struct{}, runtime.GOMAXPROCS(0)),
 		dummy: sync.OnceValue(func() []byte {
-			b, _ := bcrypt.GenerateFromPassword(prehash("not a password"), cost)
-			return b
+			h, _ := HashPassword("not a password", cost)
+			return []byte(h)
 		}),
 	}
 }
@@ -86,8 +86,7 @@ func (h *hasher) hash(ctx context.Context, password string) (string, error) {
 		return "", err
 	}
 	defer func() { <-h.slots }()
-	b, err := bcrypt.GenerateFromPassword(prehash(password), h.cost)
-	return string(b), err
+	return HashPassword(password, h.cost)
 }
 
 // check compares password with hash; an empty hash compares against a dummy

@@ -338,25 +338,20 @@ func (a *App) personPage(w http.ResponseWriter, r *http.Request, status int, sec
 	v.Title = p.Handle
 	v.Flash = flashes[r.URL.Query().Get("m")]
 	v.Secret = secret
-	if v.Moments, err = a.store.MomentCount(r.Context(), id); err == nil {
-		if v.StorageBytes, err = a.store.StorageUsed(id); err == nil {
-			var ss []store.Session
-			if ss, err = a.store.Sessions(r.Context(), id); err == nil {
-				for _, s := range ss {
-					v.Sessions = append(v.Sessions, ui.SessionRow{ID: s.ID, CreatedAt: s.CreatedAt})
-				}
-				var cs []nah.Connection
-				if cs, err = a.store.Connections(r.Context(), id); err == nil {
-					for _, c := range cs {
-						v.Connections = append(v.Connections, ui.PersonRow{ID: c.ID, Handle: c.Handle, NewestAt: c.NewestAt})
-					}
-				}
-			}
-		}
-	}
-	if err != nil {
+	ss, err1 := a.store.Sessions(r.Context(), id)
+	cs, err2 := a.store.Connections(r.Context(), id)
+	var err3, err4 error
+	v.Moments, err3 = a.store.MomentCount(r.Context(), id)
+	v.StorageBytes, err4 = a.store.StorageUsed(id)
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		a.consoleError(w, r, pg, err)
 		return
+	}
+	for _, s := range ss {
+		v.Sessions = append(v.Sessions, ui.SessionRow{ID: s.ID, CreatedAt: s.CreatedAt})
+	}
+	for _, c := range cs {
+		v.Connections = append(v.Connections, ui.PersonRow{ID: c.ID, Handle: c.Handle, NewestAt: c.NewestAt})
 	}
 	a.render(w, r, status, ui.PersonPage(v))
 }

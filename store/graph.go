@@ -183,7 +183,5 @@ func deleteSorted(s []int32, v int32) []int32 {
 	return slices.Delete(s, i, i+1)
 }
 
-func sortInt32(s []int32) { slices.Sort(s) }
-
 // nodePool recycles the slices Circle gathers nodes into (151 pointers).
 var nodePool = sync.Pool{New: func() any { s := make([]*node, 0, 160); return &s }}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
-	"errors"
 	"strings"
 
 	"github.com/nah-app/nah"
@@ -251,25 +250,6 @@ func bodiesQuery(n int) string {
 		return bodiesQueries[n]
 	}
 	return `SELECT id, body FROM moments WHERE id IN (?` + strings.Repeat(",?", n-1) + `)`
-}
-
-// FindMoment returns one moment of author, body included.
-func (s *Store) FindMoment(ctx context.Context, author, id string) (nah.Moment, error) {
-	notFound := nah.Errorf(nah.NotFound, "", "no such moment")
-	if !nah.ValidMomentID(id) {
-		return nah.Moment{}, notFound
-	}
-	f, err := s.files.acquire(ctx, author, false)
-	if err != nil {
-		return nah.Moment{}, err
-	}
-	defer s.files.release(f)
-	m := nah.Moment{ID: id, Author: author}
-	err = f.db.QueryRowContext(ctx, `SELECT created_at, body FROM moments WHERE id = ?`, id).Scan(&m.CreatedAt, &m.Body)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nah.Moment{}, notFound
-	}
-	return m, err
 }
 
 // Moments appends to dst up to limit whole moments of author older than

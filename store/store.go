@@ -19,6 +19,7 @@ import (
 	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -198,7 +199,7 @@ func (s *Store) load(ctx context.Context) error {
 		return fmt.Errorf("store: load connections: %w", err)
 	}
 	for _, n := range g.nodes {
-		sortInt32(n.conns)
+		slices.Sort(n.conns)
 	}
 	return crow.Err()
 }
@@ -231,7 +232,7 @@ func (s *Store) flushLoop() {
 	for {
 		select {
 		case <-t.C:
-			if err := s.flushNewest(context.Background()); err != nil {
+			if err := s.flushDirty(context.Background()); err != nil {
 				s.log.Error("flush newest times", "err", err)
 			}
 		case <-s.stop:
@@ -256,9 +257,9 @@ func (s *Store) markDirty(id string, newest, delta int64) {
 	s.dirtyMu.Unlock()
 }
 
-// flushNewest writes pending newest times and count changes in one
+// flushDirty writes pending newest times and count changes in one
 // transaction; on failure they are kept for the next try.
-func (s *Store) flushNewest(ctx context.Context) error {
+func (s *Store) flushDirty(ctx context.Context) error {
 	s.dirtyMu.Lock()
 	batch := s.dirty
 	if len(batch) == 0 {
@@ -289,7 +290,7 @@ func (s *Store) Close() error {
 	s.once.Do(func() {
 		close(s.stop)
 		<-s.stopped
-		errs := []error{s.flushNewest(context.Background())}
+		errs := []error{s.flushDirty(context.Background())}
 		s.files.closeAll()
 		errs = append(errs, s.r.Close(), s.w.Close())
 		s.closeErr = errors.Join(errs...)

@@ -18,7 +18,24 @@ type Cursor struct {
 // Before reports whether a moment at (at, id) comes after the cursor in
 // newest-first order, i.e. belongs to the next page.
 func (c Cursor) Before(at int64, id string) bool {
-	return at < c.At || at == c.At && id < c.ID
+	return CompareNewest(at, id, c.At, c.ID) > 0
+}
+
+// CompareNewest is the one order of moments everywhere (pages, cursors,
+// heads): newest first by time, then by id, descending. It is negative when
+// the moment (at, aid) comes before (bt, bid), zero when they are the same.
+func CompareNewest(at int64, aid string, bt int64, bid string) int {
+	switch {
+	case at > bt:
+		return -1
+	case at < bt:
+		return 1
+	case aid > bid:
+		return -1
+	case aid < bid:
+		return 1
+	}
+	return 0
 }
 
 // cursorMACLen is the truncated HMAC-SHA256 length: 96 bits is plenty to

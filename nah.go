@@ -140,13 +140,29 @@ func ValidHandle(h string) bool {
 	return true
 }
 
-// CheckSignup validates a handle and password pair for a new account.
-func CheckSignup(handle, password string) error {
-	if !ValidHandle(handle) {
+// CheckHandle returns an Invalid error naming the rule when h is not a
+// valid handle. People's handles and admins' names follow the same rule.
+func CheckHandle(h string) error {
+	if !ValidHandle(h) {
 		return Errorf(Invalid, "invalid_handle", "a handle is 3 to 32 characters of a-z, 0-9, '.', '_' and '-'")
 	}
+	return nil
+}
+
+// CheckPassword returns an Invalid error naming the rule when password is
+// shorter than 8 or longer than 256 bytes. Longer passwords are refused,
+// never truncated.
+func CheckPassword(password string) error {
 	if len(password) < PasswordMinBytes || len(password) > PasswordMaxBytes {
 		return Errorf(Invalid, "invalid_password", "a password is 8 to 256 bytes")
 	}
 	return nil
+}
+
+// CheckSignup validates a handle and password pair for a new account.
+func CheckSignup(handle, password string) error {
+	if err := CheckHandle(handle); err != nil {
+		return err
+	}
+	return CheckPassword(password)
 }

@@ -175,5 +175,5 @@ func (a *App) handleHealth(w http.ResponseWriter, r *http.Request) {
 		writeErrorBody(w, http.StatusServiceUnavailable, "unavailable", "the directory database cannot be read")
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "open_files": a.store.OpenFiles()})
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "open_files": a.store.Stats().OpenFiles})
 }

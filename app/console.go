@@ -258,10 +258,11 @@ func (a *App) handleOverview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rss, peak := procMemory()
+	st := a.store.Stats()
 	o := ui.Overview{
 		Page: page(r, "Overview", "overview"), People: t.People, Moments: t.Moments, StorageBytes: t.StorageBytes,
-		OpenFiles: a.store.OpenFiles(), MaxOpenFiles: a.cfg.MaxOpenFiles, RSSBytes: rss, PeakRSSBytes: peak,
-		HeadBytes: a.store.HeadBytes(), Uptime: a.now().Sub(a.metrics.start),
+		OpenFiles: st.OpenFiles, MaxOpenFiles: st.MaxOpenFiles, RSSBytes: rss, PeakRSSBytes: peak,
+		HeadBytes: st.HeadBytes, Uptime: a.now().Sub(a.metrics.start),
 	}
 	o.Points = a.metrics.series()
 	a.render(w, r, http.StatusOK, ui.OverviewPage(o))

@@ -14,31 +14,19 @@ import (
 )
 
 // bruteForce reads every moment of every person in ids straight from their
-// files, newest first: the oracle the feed must equal.
+// files with the plain uncached read, newest first: the oracle the feed
+// must equal.
 func bruteForce(t *testing.T, s *store.Store, ids []string) []pageItem {
 	t.Helper()
 	ctx := context.Background()
 	var all []pageItem
 	for _, id := range ids {
-		keys, err := s.MomentKeys(ctx, id, nil, 1<<30, nil)
+		ms, err := s.Moments(ctx, id, nil, 1<<30, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		bodies := map[string]string{}
-		kids := make([]string, len(keys))
-		for i, k := range keys {
-			kids[i] = k.ID
-		}
-		for chunk := range slices.Chunk(kids, 100) {
-			err := s.MomentBodies(ctx, id, chunk, func(mid string, body []byte) {
-				bodies[mid] = base64.StdEncoding.EncodeToString(body)
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-		for _, k := range keys {
-			all = append(all, pageItem{ID: k.ID, Author: id, CreatedAt: nah.FormatTime(k.CreatedAt), Body: bodies[k.ID]})
+		for _, m := range ms {
+			all = append(all, pageItem{ID: m.ID, Author: id, CreatedAt: wireTime(m.CreatedAt), Body: base64.StdEncoding.EncodeToString(m.Body)})
 		}
 	}
 	slices.SortFunc(all, func(a, b pageItem) int {
@@ -48,6 +36,14 @@ func bruteForce(t *testing.T, s *store.Store, ids []string) []pageItem {
 		return -compare(a.ID, b.ID)
 	})
 	return all
+}
+
+// wireTime is the oracle's own spelling of a time on the wire (SPEC
+// section 4: UTC, exactly three digits of milliseconds), written apart from
+// nah.FormatTime so that a change there cannot change both sides.
+func wireTime(ms int64) string {
+	t := time.UnixMilli(ms).UTC()
+	return fmt.Sprintf("%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", t.Year(), t.Month(), t.Day(), t.Hour(), t.Minute(), t.Second(), ms%1000)
 }
 
 func compare(a, b string) int {
@@ -287,7 +283,13 @@ func TestRollingDeploy(t *testing.T) {
 	ann, bob := ts.signup(t, "ann"), ts.signup(t, "bob")
 	ts.connect(t, ann, bob)
 	ts.post(t, ann, []byte("ann"))
+	first := ts.post(t, bob, []byte("bob"))
 	ts.clock.Advance(time.Second)
+	// The reader's feed caches both heads before the other instance writes:
+	// a head that were never reloaded would hide the other post forever.
+	if got := ts.readAll(t, ann.token, "/api/v1/feed", 30); len(got) != 2 || got[0].ID != first {
+		t.Fatalf("feed before the other instance writes: %+v", got)
+	}
 
 	other, err := store.Open(context.Background(), store.Config{Dir: ts.dir, Now: ts.clock.Now})
 	if err != nil {
@@ -352,12 +354,49 @@ func testFeedReadsFewFiles(t *testing.T, heads int64) {
 			t.Fatal(err)
 		}
 	}
-	before := ts.store.FileReads()
+	before := ts.store.Stats().FileReads
 	r := ts.do(t, "GET", "/api/v1/feed", tok, nil)
 	if r.status != 200 || len(r.json["moments"].([]any)) != 30 {
 		t.Fatalf("feed: %d", r.status)
 	}
-	if n := ts.store.FileReads() - before; n > 31 {
+	if n := ts.store.Stats().FileReads - before; n > 31 {
 		t.Fatalf("a page of 30 looked into %d files, at most 31 allowed", n)
+	}
+}
+
+// TestPageEndingAtLimit: SPEC section 4 says next is null exactly when
+// nothing is left, so a list that ends exactly at a page's end has next
+// null on that page, not on an empty page after it.
+func TestPageEndingAtLimit(t *testing.T) {
+	for _, heads := range []int64{-1, 64 << 20} {
+		t.Run(fmt.Sprintf("heads %d", heads), func(t *testing.T) {
+			ts := newTestServer(t, func(c *Config) { c.HeadCacheBytes = heads })
+			ann, bob := ts.signup(t, "ann"), ts.signup(t, "bob")
+			ts.connect(t, ann, bob)
+			for i := range 6 {
+				ts.clock.Advance(time.Millisecond)
+				ts.post(t, []account{ann, bob}[i%2], []byte{byte(i)})
+			}
+			for _, path := range []string{"/api/v1/feed", "/api/v1/people/" + ann.id + "/moments"} {
+				total := 6
+				if path != "/api/v1/feed" {
+					total = 3
+				}
+				r := ts.do(t, "GET", fmt.Sprintf("%s?limit=%d", path, total), ann.token, nil)
+				if n := len(r.json["moments"].([]any)); r.status != 200 || n != total || r.json["next"] != nil {
+					t.Fatalf("%s, limit %d: %d, %d moments, next %v; want all %d and next null", path, total, r.status, n, r.json["next"], total)
+				}
+				// Two pages of half: the first has a next, the second ends exactly.
+				r = ts.do(t, "GET", fmt.Sprintf("%s?limit=%d", path, total/2+total%2), ann.token, nil)
+				next, _ := r.json["next"].(string)
+				if next == "" {
+					t.Fatalf("%s: the first of two pages has no next", path)
+				}
+				r = ts.do(t, "GET", fmt.Sprintf("%s?limit=%d&before=%s", path, total/2+total%2, next), ann.token, nil)
+				if n := len(r.json["moments"].([]any)); n != total/2 || r.json["next"] != nil {
+					t.Fatalf("%s: the last page holds %d, next %v; want %d and null", path, n, r.json["next"], total/2)
+				}
+			}
+		})
 	}
 }

@@ -243,6 +243,9 @@ func (ts *testServer) readAll(t *testing.T, token, path string, limit int) []pag
 		if page.Moments == nil {
 			t.Fatalf("GET %s: moments is not an array", u)
 		}
+		if next != "" && len(page.Moments) == 0 {
+			t.Fatalf("GET %s: the page after a cursor is empty, so the page before should have had next null", u)
+		}
 		for _, m := range page.Moments {
 			all = append(all, pageItem{m.ID, m.Author, m.CreatedAt, m.Body})
 		}

@@ -16,7 +16,6 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/nah-app/nah/store"
 	"github.com/nah-app/nah/ui"
 )
 
@@ -268,19 +267,18 @@ func (a *App) writePrometheus(w io.Writer) {
 		fmt.Fprintf(w, "nah_http_request_duration_seconds_count{route=%q,method=%q} %d\n", k.route, k.method, rs.n.Load())
 	}
 	rss, peak := procMemory()
-	sqlNow, sqlPeak := store.SQLiteMemory()
+	st := a.store.Stats()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	open := a.store.OpenFiles()
 	gauges := []struct {
 		name, help string
 		v          float64
 	}{
-		{"nah_open_person_files", "Person files open now.", float64(open)},
-		{"nah_sqlite_connections", "SQLite connections open: one per open person file, plus the directory's writer and readers.", float64(open + 1 + store.DirectoryReaders)},
-		{"nah_sqlite_memory_bytes", "Memory SQLite holds now (outside the Go heap).", float64(sqlNow)},
-		{"nah_sqlite_memory_peak_bytes", "The most memory SQLite has held.", float64(sqlPeak)},
-		{"nah_head_cache_bytes", "Memory of the cached newest moments.", float64(a.store.HeadBytes())},
+		{"nah_open_person_files", "Person files open now.", float64(st.OpenFiles)},
+		{"nah_sqlite_connections", "SQLite connections open: one per open person file, plus the directory's writer and readers.", float64(st.SQLiteConnections)},
+		{"nah_sqlite_memory_bytes", "Memory SQLite holds now (outside the Go heap).", float64(st.SQLiteBytes)},
+		{"nah_sqlite_memory_peak_bytes", "The most memory SQLite has held.", float64(st.SQLitePeakBytes)},
+		{"nah_head_cache_bytes", "Memory of the cached newest moments.", float64(st.HeadBytes)},
 		{"nah_go_heap_bytes", "Go heap in use.", float64(ms.HeapInuse)},
 		{"nah_resident_memory_bytes", "Resident memory of the process (VmRSS).", float64(rss)},
 		{"nah_resident_memory_peak_bytes", "Peak resident memory of the process (VmHWM).", float64(peak)},

@@ -27,7 +27,7 @@ type node struct {
 	conns   []int32      // guarded by graph.mu
 
 	headMu  sync.Mutex           // serialises head loads and updates
-	head    atomic.Pointer[Head] // nil: not cached
+	head    atomic.Pointer[head] // nil: not cached
 	stamp   fileStamp            // guarded by headMu: the file when head was loaded
 	stamped bool                 // guarded by headMu: stamp can reveal the next write
 }
@@ -183,5 +183,5 @@ func deleteSorted(s []int32, v int32) []int32 {
 	return slices.Delete(s, i, i+1)
 }
 
-// nodePool recycles the slices Circle gathers nodes into (151 pointers).
+// nodePool recycles the slices candidates gathers nodes into (151 pointers).
 var nodePool = sync.Pool{New: func() any { s := make([]*node, 0, 160); return &s }}

@@ -31,55 +31,44 @@ const HeadLen = 12
 // headItemOverhead approximates the bytes of an item besides its body.
 const headItemOverhead = 80
 
-// Head is an immutable snapshot of a person's newest moments, newest first.
-// Complete means these are all of the person's moments.
-type Head struct {
-	Items    []HeadItem
-	Complete bool
+// head is an immutable snapshot of a person's newest moments, newest first;
+// complete means these are all of the person's moments.
+type head struct {
+	items    []headItem
+	complete bool
 	bytes    int64
 }
 
-// HeadItem is one moment in a head. Body must not be modified.
-type HeadItem struct {
+// headItem is one moment in a head. Body must not be modified.
+type headItem struct {
 	ID        string
 	CreatedAt int64
 	Body      []byte
 }
 
-func newHead(items []HeadItem, complete bool) *Head {
-	h := &Head{Items: items, Complete: complete}
+func newHead(items []headItem, complete bool) *head {
+	h := &head{items: items, complete: complete}
 	for _, it := range items {
 		h.bytes += int64(len(it.Body)) + headItemOverhead
 	}
 	return h
 }
 
-// itemNewer orders head items newest first.
-func itemNewer(a, b HeadItem) int {
-	if a.CreatedAt != b.CreatedAt {
-		if a.CreatedAt > b.CreatedAt {
-			return -1
-		}
-		return 1
-	}
-	if a.ID > b.ID {
-		return -1
-	} else if a.ID < b.ID {
-		return 1
-	}
-	return 0
+// itemNewer orders head items newest first, in the one order of moments.
+func itemNewer(a, b headItem) int {
+	return nah.CompareNewest(a.CreatedAt, a.ID, b.CreatedAt, b.ID)
 }
 
 // withMoment returns a head with m added, or h itself if m is already in it
 // (a reload raced with the post and read it from the file).
-func (h *Head) withMoment(m HeadItem) *Head {
-	if slices.ContainsFunc(h.Items, func(it HeadItem) bool { return it.ID == m.ID }) {
+func (h *head) withMoment(m headItem) *head {
+	if slices.ContainsFunc(h.items, func(it headItem) bool { return it.ID == m.ID }) {
 		return h
 	}
-	items := make([]HeadItem, 0, len(h.Items)+1)
-	items = append(append(items, h.Items...), m)
+	items := make([]headItem, 0, len(h.items)+1)
+	items = append(append(items, h.items...), m)
 	slices.SortFunc(items, itemNewer)
-	complete := h.Complete
+	complete := h.complete
 	if len(items) > HeadLen {
 		items = items[:HeadLen]
 		complete = false
@@ -88,18 +77,18 @@ func (h *Head) withMoment(m HeadItem) *Head {
 }
 
 // without returns a head without moment id.
-func (h *Head) without(id string) *Head {
-	i := slices.IndexFunc(h.Items, func(it HeadItem) bool { return it.ID == id })
+func (h *head) without(id string) *head {
+	i := slices.IndexFunc(h.items, func(it headItem) bool { return it.ID == id })
 	if i < 0 {
 		return h
 	}
-	items := slices.Delete(slices.Clone(h.Items), i, i+1)
-	return newHead(items, h.Complete)
+	items := slices.Delete(slices.Clone(h.items), i, i+1)
+	return newHead(items, h.complete)
 }
 
 // installHead makes h the head of n if the budget allows, adjusting the
 // accounting; h == nil drops n's head. Call with n.headMu held.
-func (s *Store) installHead(n *node, h *Head) {
+func (s *Store) installHead(n *node, h *head) {
 	old := n.head.Load()
 	var delta int64
 	if h != nil {
@@ -167,68 +156,67 @@ func (s *Store) unchanged(n *node) bool {
 }
 
 // loadHead reads n's head from its file, installs it if it fits, and raises
-// n's newest time; it returns the head read (installed or not).
-func (s *Store) loadHead(ctx context.Context, n *node, now int64) (*Head, error) {
-	f, err := s.files.acquire(ctx, n.id, false)
-	if err != nil {
-		return nil, err
-	}
-	defer s.files.release(f)
-	s.fileReads.Add(1)
-	n.headMu.Lock()
-	defer n.headMu.Unlock()
-	// Stamp before reading: a write after the stamp changes it, so the
-	// worst case is one needless reload.
-	n.stamp, n.stamped = stampOf(f.path, time.Now())
-	rows, err := f.db.QueryContext(ctx, `SELECT id, created_at, body FROM moments
-		ORDER BY created_at DESC, id DESC LIMIT ?`, HeadLen+1)
-	if err != nil {
-		return nil, err
-	}
-	items := make([]HeadItem, 0, HeadLen)
-	complete := true
-	for rows.Next() {
-		if len(items) == HeadLen {
-			complete = false
-			break
+// n's newest time; it returns the head read (installed or not). A person
+// deleted meanwhile has an empty, complete head that is not installed.
+func (s *Store) loadHead(ctx context.Context, n *node, now int64) (*head, error) {
+	var h *head
+	gone, err := s.withFile(ctx, n.id, func(f *personFile) error {
+		s.fileReads.Add(1)
+		n.headMu.Lock()
+		defer n.headMu.Unlock()
+		// Stamp before reading: a write after the stamp changes it, so the
+		// worst case is one needless reload.
+		n.stamp, n.stamped = stampOf(f.path, time.Now())
+		rows, err := f.db.QueryContext(ctx, `SELECT id, created_at, body FROM moments
+			ORDER BY created_at DESC, id DESC LIMIT ?`, HeadLen+1)
+		if err != nil {
+			return err
 		}
-		var it HeadItem
-		if err := rows.Scan(&it.ID, &it.CreatedAt, &it.Body); err != nil {
-			rows.Close()
-			return nil, err
+		defer rows.Close()
+		items := make([]headItem, 0, HeadLen)
+		complete := true
+		for rows.Next() {
+			if len(items) == HeadLen {
+				complete = false
+				break
+			}
+			var it headItem
+			if err := rows.Scan(&it.ID, &it.CreatedAt, &it.Body); err != nil {
+				return err
+			}
+			items = append(items, it)
 		}
-		items = append(items, it)
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		h = newHead(items, complete)
+		s.installHead(n, h)
+		if len(items) > 0 {
+			n.raiseNewest(items[0].CreatedAt)
+		}
+		n.checked.Store(now)
+		return nil
+	})
+	if gone {
+		return newHead(nil, true), nil
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	h := newHead(items, complete)
-	s.installHead(n, h)
-	if len(items) > 0 {
-		n.raiseNewest(items[0].CreatedAt)
-	}
-	n.checked.Store(now)
-	return h, nil
+	return h, err
 }
 
-// Head returns the head of candidate c: the cached one while it is trusted,
-// else one loaded from the file. It returns nil when heads are off.
-func (s *Store) Head(ctx context.Context, c Candidate) (*Head, error) {
-	if s.headBudget <= 0 || c.node == nil {
+// headOf returns n's head: the cached one while it is trusted, else one
+// loaded from the file. It returns nil when heads are off or full, and the
+// person is then read from their file.
+func (s *Store) headOf(ctx context.Context, n *node) (*head, error) {
+	if s.headBudget <= 0 {
 		return nil, nil
 	}
-	if h := c.node.head.Load(); h != nil {
+	if h := n.head.Load(); h != nil {
 		return h, nil
 	}
 	if s.headBytes.Load() >= s.headBudget {
-		return nil, nil // full: this person is read from their file
+		return nil, nil
 	}
-	h, err := s.loadHead(ctx, c.node, s.now().UnixMilli())
-	if nah.ErrorCode(err) == nah.NotFound {
-		return newHead(nil, true), nil // deleted meanwhile: nothing to show
-	}
-	return h, err
+	return s.loadHead(ctx, n, s.now().UnixMilli())
 }
 
 // headAfterPost adds a moment this process just committed to its author's
@@ -237,7 +225,7 @@ func (s *Store) headAfterPost(n *node, m nah.Moment) {
 	n.headMu.Lock()
 	defer n.headMu.Unlock()
 	if h := n.head.Load(); h != nil {
-		s.installHead(n, h.withMoment(HeadItem{ID: m.ID, CreatedAt: m.CreatedAt, Body: m.Body}))
+		s.installHead(n, h.withMoment(headItem{ID: m.ID, CreatedAt: m.CreatedAt, Body: m.Body}))
 	}
 }
 
@@ -253,9 +241,9 @@ func (s *Store) headAfterDelete(n *node, id string) (newest int64, known bool) {
 	h = h.without(id)
 	s.installHead(n, h)
 	switch {
-	case len(h.Items) > 0:
-		return h.Items[0].CreatedAt, true
-	case h.Complete:
+	case len(h.items) > 0:
+		return h.items[0].CreatedAt, true
+	case h.complete:
 		return 0, true
 	}
 	return 0, false
@@ -267,6 +255,3 @@ func (s *Store) dropHead(n *node) {
 	s.installHead(n, nil)
 	n.headMu.Unlock()
 }
-
-// HeadBytes returns the bytes the head cache holds now.
-func (s *Store) HeadBytes() int64 { return s.headBytes.Load() }

@@ -73,9 +73,9 @@ type Store struct {
 	once     sync.Once
 }
 
-// DirectoryReaders is the size of the directory's reader pool: token checks
+// directoryReaders is the size of the directory's reader pool: token checks
 // and lookups are short, and each connection costs its own cache.
-const DirectoryReaders = 4
+const directoryReaders = 4
 
 // Open opens (creating if needed) the data directory at cfg.Dir, brings the
 // directory database up to date and loads the graph.
@@ -122,7 +122,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.w.Close()
 		return nil, err
 	}
-	if s.r, err = openDB(path, true, DirectoryReaders, 2048); err != nil {
+	if s.r, err = openDB(path, true, directoryReaders, 2048); err != nil {
 		s.w.Close()
 		return nil, err
 	}
@@ -211,8 +211,37 @@ func (s *Store) CursorKey() []byte { return s.cursorKey }
 // Now returns the store's clock.
 func (s *Store) Now() time.Time { return s.now() }
 
-// OpenFiles returns the number of person files open now.
-func (s *Store) OpenFiles() int { return s.files.len() }
+// Stats are the store's gauges, read from memory without touching a file:
+// what the console's overview, the metrics and health pages show. (Counts
+// that need a query or a walk of the disk are in Totals.)
+type Stats struct {
+	OpenFiles    int // person files open now
+	MaxOpenFiles int // the bound of the open-file cache
+	// SQLiteConnections is every SQLite connection open: one per open person
+	// file, plus the directory's writer and its readers.
+	SQLiteConnections int
+	SQLiteBytes       int64 // memory SQLite holds now, outside the Go heap
+	SQLitePeakBytes   int64 // the most it has held
+	HeadBytes         int64 // memory of the cached heads
+	HeadBudget        int64 // their bound; 0 or less when heads are off
+	FileReads         int64 // looks into person files on the feed path, ever
+}
+
+// Stats returns the store's gauges now.
+func (s *Store) Stats() Stats {
+	open := s.files.len()
+	sqlNow, sqlPeak := SQLiteMemory()
+	return Stats{
+		OpenFiles:         open,
+		MaxOpenFiles:      s.files.max,
+		SQLiteConnections: open + 1 + directoryReaders,
+		SQLiteBytes:       sqlNow,
+		SQLitePeakBytes:   sqlPeak,
+		HeadBytes:         s.headBytes.Load(),
+		HeadBudget:        s.headBudget,
+		FileReads:         s.fileReads.Load(),
+	}
+}
 
 // Ping reads the directory database.
 func (s *Store) Ping(ctx context.Context) error {

@@ -157,7 +157,7 @@ func TestFileCacheBound(t *testing.T) {
 		if _, err := s.CreateMoment(ctx, p.ID, []byte(h)); err != nil {
 			t.Fatal(err)
 		}
-		if n := s.OpenFiles(); n > 3 {
+		if n := s.Stats().OpenFiles; n > 3 {
 			t.Fatalf("%d files open, bound 3", n)
 		}
 	}
@@ -177,18 +177,18 @@ func TestFileCacheBound(t *testing.T) {
 		}
 		held = append(held, f)
 	}
-	if n := s.OpenFiles(); n != 5 {
+	if n := s.Stats().OpenFiles; n != 5 {
 		t.Fatalf("%d files open while 5 held", n)
 	}
 	for _, f := range held {
 		s.files.release(f)
 	}
 	mustPerson(t, s, "fay")
-	if n := s.OpenFiles(); n > 3 {
+	if n := s.Stats().OpenFiles; n > 3 {
 		t.Fatalf("%d files open after release, bound 3", n)
 	}
 	for _, id := range ids {
-		keys, err := s.MomentKeys(ctx, id, nil, 10, nil)
+		keys, err := s.momentKeys(ctx, id, nil, 10, nil)
 		if err != nil || len(keys) != 1 {
 			t.Fatalf("%s: keys %v, %v", id, keys, err)
 		}
@@ -236,7 +236,7 @@ func TestCircleRereadsStaleTimes(t *testing.T) {
 	ann := mustPerson(t, a, "ann")
 	// A second store on the same directory stands for a second process.
 	b := MustOpen(t, Config{Dir: dir, Now: clock})
-	if _, err := a.Circle(ctx, ann.ID, nil); err != nil {
+	if _, err := a.candidates(ctx, ann.ID, true, nil); err != nil {
 		t.Fatal(err)
 	}
 	now = now.Add(time.Second)
@@ -244,14 +244,14 @@ func TestCircleRereadsStaleTimes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, _ := a.Circle(ctx, ann.ID, nil)
-	if c[0].Newest != 0 {
-		t.Fatalf("trusted time re-read early: %d", c[0].Newest)
+	c, _ := a.candidates(ctx, ann.ID, true, nil)
+	if c[0].newest != 0 {
+		t.Fatalf("trusted time re-read early: %d", c[0].newest)
 	}
 	now = now.Add(30 * time.Second)
-	c, _ = a.Circle(ctx, ann.ID, nil)
-	if c[0].Newest != m.CreatedAt {
-		t.Fatalf("after 31 s newest is %d, want %d", c[0].Newest, m.CreatedAt)
+	c, _ = a.candidates(ctx, ann.ID, true, nil)
+	if c[0].newest != m.CreatedAt {
+		t.Fatalf("after 31 s newest is %d, want %d", c[0].newest, m.CreatedAt)
 	}
 }
 

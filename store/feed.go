@@ -1,0 +1,436 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/nah-app/nah"
+)
+
+// The feed, newest poster first (SPEC section 3).
+//
+// A person's circle (themselves and their connections) comes from memory with
+// each one's newest-moment time. Visiting the circle newest poster first, the
+// page of the limit+1 newest keys is merged from each person's head (their
+// newest moments, bodies included, see head.go) or else from their file's
+// covering index; once the page is full, the first person whose newest
+// moment is older than the page's oldest key ends the visit, because nobody
+// after them can have anything newer. Bodies are read from files only for
+// the moments on the page that no head held. So a page of 30 reads at most
+// 31 files however large the circle, and usually none.
+//
+// A person deleted while a feed runs has no file any more: withFile is the
+// one place the feed learns it, and such a person simply has nothing to show.
+
+// Page is one page of moments, newest first. Take one with NewPage, fill it
+// with Feed and give it back with Release: its buffers are pooled, since
+// the feed is the hottest path of the server.
+type Page struct {
+	// Moments holds at most limit moments, newest first. Their bodies point
+	// into the page's buffers or into immutable heads, and are valid until
+	// Release. A moment deleted between reading its key and its body is
+	// left out.
+	Moments []nah.Moment
+	// Next is the position after the page's last moment, or nil when nothing
+	// older is left.
+	Next *nah.Cursor
+
+	next   nah.Cursor
+	circle []candidate
+	keys   []momentKey // one file's keys
+	cand   []item      // one person's items, before merging
+	rest   []rest      // people whose files may still matter
+	top    []item      // the page so far, newest first, at most limit+1
+	spare  []item      // the other half of top's double buffer
+	ids    []string
+	args   []any
+	bodies []byte   // bodies read from files, back to back
+	spans  [][2]int // per page item read from a file: its body in bodies
+}
+
+var pagePool = sync.Pool{New: func() any { return new(Page) }}
+
+// maxPooledPage keeps one unusually large page from pinning memory.
+const maxPooledPage = 1 << 20
+
+// NewPage returns an empty page from the pool.
+func NewPage() *Page { return pagePool.Get().(*Page) }
+
+// Release gives p back to the pool; p and its bodies must not be used after.
+func (p *Page) Release() {
+	if cap(p.bodies) > maxPooledPage {
+		return
+	}
+	// Drop references to heads and people, so the pool pins nothing.
+	clear(p.top[:cap(p.top)])
+	clear(p.spare[:cap(p.spare)])
+	clear(p.cand[:cap(p.cand)])
+	clear(p.circle[:cap(p.circle)])
+	clear(p.Moments[:cap(p.Moments)])
+	clear(p.args[:cap(p.args)])
+	p.Next = nil
+	pagePool.Put(p)
+}
+
+// candidate is a person whose moments may be on a page, with the time of
+// their newest moment when the circle was read.
+type candidate struct {
+	n      *node
+	newest int64
+}
+
+// momentKey is a moment without its body: what the feed merges before it
+// knows which bodies make the page.
+type momentKey struct {
+	ID        string
+	Author    string
+	CreatedAt int64
+}
+
+// item is a moment on its way to a page: from a head, with its body, or
+// from a file, whose body is read once the page is known.
+type item struct {
+	momentKey
+	body  []byte
+	file  bool
+	found bool // the body is known: from a head, or read from the file
+}
+
+// rest is a person whose file may hold moments for the page: moments older
+// than from, which is at most their head's last item.
+type rest struct {
+	id   string
+	from *nah.Cursor
+	last item
+}
+
+// newer orders items newest first, in the one order of moments.
+func newer(a, b item) int {
+	return nah.CompareNewest(a.CreatedAt, a.ID, b.CreatedAt, b.ID)
+}
+
+// Feed fills p with up to limit moments older than before (all when before
+// is nil), newest first: of person id and everyone connected to them when
+// circle is set, else of id alone. Who may read it is the caller's to
+// decide. An unknown person is NotFound.
+func (s *Store) Feed(ctx context.Context, id string, circle bool, before *nah.Cursor, limit int, p *Page) error {
+	if limit < 1 || limit > nah.FeedPageMax {
+		return nah.Errorf(nah.Invalid, "invalid_limit", "limit is a whole number from 1 to %d", nah.FeedPageMax)
+	}
+	var err error
+	if p.circle, err = s.candidates(ctx, id, circle, p.circle[:0]); err != nil {
+		return err
+	}
+	if err := s.page(ctx, p, before, limit); err != nil {
+		return err
+	}
+	n := min(limit, len(p.top))
+	p.Moments = p.Moments[:0]
+	for _, it := range p.top[:n] {
+		if it.found {
+			p.Moments = append(p.Moments, nah.Moment{ID: it.ID, Author: it.Author, CreatedAt: it.CreatedAt, Body: it.body})
+		}
+	}
+	p.Next = nil
+	if len(p.top) > limit {
+		last := p.top[limit-1]
+		p.next = nah.Cursor{At: last.CreatedAt, ID: last.ID}
+		p.Next = &p.next
+	}
+	return nil
+}
+
+// candidates appends to dst person id and, when circle is set, everyone
+// connected to them, with newest-moment times that can be trusted: a time
+// last confirmed more than StaleAfter ago is re-read from the person's file
+// first, so a post taken by another process on the same data directory
+// shows within that period.
+func (s *Store) candidates(ctx context.Context, id string, circle bool, dst []candidate) ([]candidate, error) {
+	np := nodePool.Get().(*[]*node)
+	nodes := s.graph.circle(id, circle, (*np)[:0])
+	defer func() {
+		clear(nodes)
+		*np = nodes[:0]
+		nodePool.Put(np)
+	}()
+	if len(nodes) == 0 {
+		return dst, nah.Errorf(nah.NotFound, "", "no such person")
+	}
+	now := s.now().UnixMilli()
+	for _, n := range nodes {
+		if now-n.checked.Load() > s.staleAfter.Milliseconds() {
+			if err := s.refresh(ctx, n, now); err != nil {
+				return dst, err
+			}
+		}
+		dst = append(dst, candidate{n: n, newest: n.newest.Load()})
+	}
+	return dst, nil
+}
+
+// refresh re-reads n's newest time, and its head when heads are on and it
+// fits, from its file; a cached head whose file is unchanged since it was
+// read (same sizes and modification times, see fileStamp) is trusted for
+// another period without opening the file.
+func (s *Store) refresh(ctx context.Context, n *node, now int64) error {
+	if s.unchanged(n) {
+		n.checked.Store(now)
+		return nil
+	}
+	if s.headBudget > 0 && (n.head.Load() != nil || s.headBytes.Load() < s.headBudget) {
+		_, err := s.loadHead(ctx, n, now)
+		return err
+	}
+	_, err := s.withFile(ctx, n.id, func(f *personFile) error {
+		newest, err := readNewest(ctx, f.db)
+		if err != nil {
+			return err
+		}
+		// Raise, never lower: a post of ours may have landed after the read.
+		n.raiseNewest(newest)
+		n.checked.Store(now)
+		return nil
+	})
+	return err
+}
+
+// withFile runs fn on the open file of person id. A person deleted since
+// their node was read has no file: gone is then true, fn is not run, and
+// there is no error, since a deleted person has nothing to show.
+func (s *Store) withFile(ctx context.Context, id string, fn func(f *personFile) error) (gone bool, err error) {
+	f, err := s.files.acquire(ctx, id, false)
+	if nah.ErrorCode(err) == nah.NotFound {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer s.files.release(f)
+	return false, fn(f)
+}
+
+// page fills p.top with up to limit+1 items older than before from the
+// people in p.circle, then reads from files the bodies of the first limit
+// of them that did not come from a head.
+//
+// Heads come first: every visited person's cached newest moments are merged
+// before any file is read, since a head's last item can only be proved
+// irrelevant once the page is full. Then, for each person whose head is
+// incomplete, the file is read for moments older than the head's last item,
+// but only if that item would not close the page. The page only ever gets
+// newer, so a person skipped early stays skippable.
+func (s *Store) page(ctx context.Context, p *Page, before *nah.Cursor, limit int) error {
+	want := limit + 1
+	slices.SortFunc(p.circle, func(x, y candidate) int {
+		switch {
+		case x.newest > y.newest:
+			return -1
+		case x.newest < y.newest:
+			return 1
+		}
+		return 0
+	})
+	p.top = p.top[:0]
+	p.rest = p.rest[:0]
+	for _, c := range p.circle {
+		if c.newest == 0 {
+			break // never posted, nor anyone after them
+		}
+		if len(p.top) == want && c.newest < p.top[want-1].CreatedAt {
+			break
+		}
+		h, err := s.headOf(ctx, c.n)
+		if err != nil {
+			return err
+		}
+		if h == nil { // not cached: read the file now, as it helps close the page
+			if err := s.mergeFile(ctx, p, rest{id: c.n.id, from: before}, want); err != nil {
+				return err
+			}
+			continue
+		}
+		p.cand = p.cand[:0]
+		for _, it := range h.items {
+			if before == nil || before.Before(it.CreatedAt, it.ID) {
+				p.cand = append(p.cand, item{momentKey: momentKey{ID: it.ID, Author: c.n.id, CreatedAt: it.CreatedAt}, body: it.Body, found: true})
+			}
+		}
+		p.merge(p.cand, want)
+		if h.complete || len(h.items) == 0 {
+			continue
+		}
+		// The file holds more, all older than the head's last item.
+		last := h.items[len(h.items)-1]
+		r := rest{id: c.n.id, from: before, last: item{momentKey: momentKey{ID: last.ID, CreatedAt: last.CreatedAt}}}
+		if before == nil || before.Before(last.CreatedAt, last.ID) {
+			r.from = &nah.Cursor{At: last.CreatedAt, ID: last.ID}
+		}
+		p.rest = append(p.rest, r)
+	}
+	for _, r := range p.rest {
+		if len(p.top) == want && newer(p.top[want-1], r.last) <= 0 {
+			continue // the page closes before the head runs out
+		}
+		if err := s.mergeFile(ctx, p, r, want); err != nil {
+			return err
+		}
+	}
+	return s.readBodies(ctx, p, min(limit, len(p.top)))
+}
+
+// mergeFile merges the keys of r's file older than r.from into the page.
+func (s *Store) mergeFile(ctx context.Context, p *Page, r rest, want int) error {
+	var err error
+	if p.keys, err = s.momentKeys(ctx, r.id, r.from, want, p.keys[:0]); err != nil {
+		return err
+	}
+	p.cand = p.cand[:0]
+	for _, k := range p.keys {
+		p.cand = append(p.cand, item{momentKey: k, file: true})
+	}
+	p.merge(p.cand, want)
+	return nil
+}
+
+// merge merges cand (newest first) into p.top (newest first), keeping at
+// most want, through the spare buffer: no sorting, no allocation once warm.
+func (p *Page) merge(cand []item, want int) {
+	if len(cand) == 0 || len(p.top) == want && newer(cand[0], p.top[want-1]) >= 0 {
+		return // nothing new enough
+	}
+	out := p.spare[:0]
+	i, j := 0, 0
+	for len(out) < want && (i < len(p.top) || j < len(cand)) {
+		if j == len(cand) || i < len(p.top) && newer(p.top[i], cand[j]) <= 0 {
+			out = append(out, p.top[i])
+			i++
+		} else {
+			out = append(out, cand[j])
+			j++
+		}
+	}
+	p.spare, p.top = p.top[:0], out
+}
+
+// readBodies reads the bodies of the file items of p.top[:n], one query per
+// author, and points each item at its body. An item whose moment was
+// deleted since its key was read stays not found.
+func (s *Store) readBodies(ctx context.Context, p *Page, n int) error {
+	p.bodies = p.bodies[:0]
+	p.spans = slices.Grow(p.spans[:0], n)[:n]
+	page := p.top[:n]
+	for i := range page {
+		p.spans[i] = [2]int{-1, -1}
+	}
+	for i, k := range page {
+		if !k.file || slices.ContainsFunc(page[:i], func(it item) bool { return it.file && it.Author == k.Author }) {
+			continue // from a head, or read with an earlier item of this author
+		}
+		p.ids = p.ids[:0]
+		for _, it := range page[i:] {
+			if it.file && it.Author == k.Author {
+				p.ids = append(p.ids, it.ID)
+			}
+		}
+		err := s.momentBodies(ctx, p, k.Author, p.ids, func(id string, body []byte) {
+			for j := i; j < n; j++ {
+				if page[j].file && page[j].ID == id && page[j].Author == k.Author {
+					start := len(p.bodies)
+					p.bodies = append(p.bodies, body...)
+					p.spans[j] = [2]int{start, len(p.bodies)}
+					return
+				}
+			}
+		})
+		if err != nil {
+			return err
+		}
+	}
+	for i := range page {
+		if sp := p.spans[i]; sp[0] >= 0 {
+			page[i].body, page[i].found = p.bodies[sp[0]:sp[1]], true
+		}
+	}
+	return nil
+}
+
+// momentKeys appends to dst up to limit keys of author's moments strictly
+// older than before (all when before is nil), newest first, through the
+// (created_at, id) index alone.
+func (s *Store) momentKeys(ctx context.Context, author string, before *nah.Cursor, limit int, dst []momentKey) ([]momentKey, error) {
+	_, err := s.withFile(ctx, author, func(f *personFile) error {
+		s.fileReads.Add(1)
+		var rows *sql.Rows
+		var err error
+		if before == nil {
+			rows, err = f.db.QueryContext(ctx, `SELECT id, created_at FROM moments
+				ORDER BY created_at DESC, id DESC LIMIT ?`, limit)
+		} else {
+			rows, err = f.db.QueryContext(ctx, `SELECT id, created_at FROM moments
+				WHERE (created_at, id) < (?, ?) ORDER BY created_at DESC, id DESC LIMIT ?`, before.At, before.ID, limit)
+		}
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			k := momentKey{Author: author}
+			if err := rows.Scan(&k.ID, &k.CreatedAt); err != nil {
+				return err
+			}
+			dst = append(dst, k)
+		}
+		return rows.Err()
+	})
+	return dst, err
+}
+
+// momentBodies reads the bodies of moments ids of author and calls fn for
+// each one found (a moment deleted since its key was read is skipped). The
+// body passed to fn is only valid during the call.
+func (s *Store) momentBodies(ctx context.Context, p *Page, author string, ids []string, fn func(id string, body []byte)) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err := s.withFile(ctx, author, func(f *personFile) error {
+		p.args = p.args[:0]
+		for _, id := range ids {
+			p.args = append(p.args, id)
+		}
+		rows, err := f.db.QueryContext(ctx, bodiesQuery(len(ids)), p.args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		var id string
+		var body sql.RawBytes
+		for rows.Next() {
+			if err := rows.Scan(&id, &body); err != nil {
+				return err
+			}
+			fn(id, body)
+		}
+		return rows.Err()
+	})
+	return err
+}
+
+// bodiesQueries holds the IN (...) query text for each count up to the
+// largest page, built once.
+var bodiesQueries = func() []string {
+	qs := make([]string, nah.FeedPageMax+2)
+	for n := 1; n < len(qs); n++ {
+		qs[n] = `SELECT id, body FROM moments WHERE id IN (?` + strings.Repeat(",?", n-1) + `)`
+	}
+	return qs
+}()
+
+func bodiesQuery(n int) string {
+	if n < len(bodiesQueries) {
+		return bodiesQueries[n]
+	}
+	return `SELECT id, body FROM moments WHERE id IN (?` + strings.Repeat(",?", n-1) + `)`
+}

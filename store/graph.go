@@ -63,23 +63,6 @@ func (g *graph) addLocked(id string, newest, checked int64) *node {
 	return n
 }
 
-// remove drops id and every connection to it.
-func (g *graph) remove(id string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	i, ok := g.index[id]
-	if !ok {
-		return
-	}
-	for _, j := range g.nodes[i].conns {
-		o := g.nodes[j]
-		o.conns = deleteSorted(o.conns, i)
-	}
-	delete(g.index, id)
-	g.nodes[i] = nil
-	g.free = append(g.free, i)
-}
-
 func (g *graph) node(id string) *node {
 	g.mu.RLock()
 	defer g.mu.RUnlock()

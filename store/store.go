@@ -208,9 +208,6 @@ func (s *Store) load(ctx context.Context) error {
 // database so that cursors survive restarts and work across instances.
 func (s *Store) CursorKey() []byte { return s.cursorKey }
 
-// Now returns the store's clock.
-func (s *Store) Now() time.Time { return s.now() }
-
 // OpenFiles returns the number of person files open now.
 func (s *Store) OpenFiles() int { return s.files.len() }
 

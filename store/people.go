@@ -181,22 +181,7 @@ func (s *Store) StorageUsed(id string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	var total int64
-	err = filepath.WalkDir(d, func(_ string, e fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil // a -wal file may vanish under us
-			}
-			return err
-		}
-		if e.Type().IsRegular() {
-			if info, err := e.Info(); err == nil {
-				total += info.Size()
-			}
-		}
-		return nil
-	})
-	return total, err
+	return dirSize(d)
 }
 
 // Totals are the overview's counts.
@@ -213,19 +198,29 @@ func (s *Store) Totals(ctx context.Context) (Totals, error) {
 	if err := s.r.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(moments), 0) FROM people`).Scan(&t.People, &t.Moments); err != nil {
 		return t, err
 	}
-	err := filepath.WalkDir(s.dir, func(_ string, e fs.DirEntry, err error) error {
+	var err error
+	t.StorageBytes, err = dirSize(s.dir)
+	return t, err
+}
+
+// dirSize returns the bytes of the regular files under path, for the
+// storage figures of the console and the API. A file that vanishes during
+// the walk (a -wal file removed by a checkpoint) counts as nothing.
+func dirSize(path string) (int64, error) {
+	var total int64
+	err := filepath.WalkDir(path, func(_ string, e fs.DirEntry, err error) error {
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
-				return nil
+				return nil // a -wal file may vanish under us
 			}
 			return err
 		}
 		if e.Type().IsRegular() {
 			if info, err := e.Info(); err == nil {
-				t.StorageBytes += info.Size()
+				total += info.Size()
 			}
 		}
 		return nil
 	})
-	return t, err
+	return total, err
 }

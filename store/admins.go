@@ -23,21 +23,8 @@ func (s *Store) AdminCount(ctx context.Context) (int, error) {
 	return n, err
 }
 
-// CreateAdmin makes an admin. passwordHash is hashed by the caller.
-func (s *Store) CreateAdmin(ctx context.Context, name, passwordHash string) (Admin, error) {
-	if !nah.ValidHandle(name) {
-		return Admin{}, nah.Errorf(nah.Invalid, "invalid_name", "a name is 3 to 32 characters of a-z, 0-9, '.', '_' and '-'")
-	}
-	a := Admin{ID: nah.NewPersonID(), Name: name, CreatedAt: s.now().UnixMilli()}
-	_, err := s.w.ExecContext(ctx, `INSERT INTO admins(id, name, password_hash, created_at) VALUES (?, ?, ?, ?)`,
-		a.ID, a.Name, passwordHash, a.CreatedAt)
-	if isUniqueViolation(err) {
-		return Admin{}, nah.Errorf(nah.Conflict, "name_taken", "that name is taken")
-	}
-	return a, err
-}
-
 // CreateAdminWithLink uses an admin link and makes the admin, atomically.
+// It is the only way an admin is made. passwordHash is hashed by the caller.
 func (s *Store) CreateAdminWithLink(ctx context.Context, token, name, passwordHash string) (Admin, error) {
 	if !nah.ValidHandle(name) {
 		return Admin{}, nah.Errorf(nah.Invalid, "invalid_name", "a name is 3 to 32 characters of a-z, 0-9, '.', '_' and '-'")

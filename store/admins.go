@@ -26,8 +26,8 @@ func (s *Store) AdminCount(ctx context.Context) (int, error) {
 // CreateAdminWithLink uses an admin link and makes the admin, atomically.
 // It is the only way an admin is made. passwordHash is hashed by the caller.
 func (s *Store) CreateAdminWithLink(ctx context.Context, token, name, passwordHash string) (Admin, error) {
-	if !nah.ValidHandle(name) {
-		return Admin{}, nah.Errorf(nah.Invalid, "invalid_name", "a name is 3 to 32 characters of a-z, 0-9, '.', '_' and '-'")
+	if err := nah.CheckHandle(name); err != nil {
+		return Admin{}, err
 	}
 	a := Admin{ID: nah.NewPersonID(), Name: name, CreatedAt: s.now().UnixMilli()}
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {

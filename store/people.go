@@ -28,8 +28,8 @@ type NewPerson struct {
 // first, so a person row never points at a missing file; if the row cannot be
 // written the file is removed again.
 func (s *Store) CreatePerson(ctx context.Context, np NewPerson) (nah.Person, error) {
-	if !nah.ValidHandle(np.Handle) {
-		return nah.Person{}, nah.Errorf(nah.Invalid, "invalid_handle", "a handle is 3 to 32 characters of a-z, 0-9, '.', '_' and '-'")
+	if err := nah.CheckHandle(np.Handle); err != nil {
+		return nah.Person{}, err
 	}
 	p := nah.Person{ID: np.ID, Handle: np.Handle, CreatedAt: np.CreatedAt}
 	if p.ID == "" {

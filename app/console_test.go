@@ -64,7 +64,7 @@ func mustAdmin(t *testing.T, s *store.Store, name, password string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hash, _ := HashPassword(password, 4)
+	hash, _ := store.HashPassword(password, 4)
 	if _, err := s.CreateAdminWithLink(ctx, link, name, hash); err != nil {
 		t.Fatal(err)
 	}

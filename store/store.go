@@ -4,8 +4,11 @@
 // in-memory graph of connections and newest-moment times that the feed
 // reads without touching a file.
 //
-// It is the only package that imports the SQLite driver. It knows nothing of
-// HTTP or of how passwords are hashed.
+// It is the only package that imports the SQLite driver, and it knows
+// nothing of HTTP. It owns the stored form of secrets: the SHA-256 hashes of
+// tokens and codes (secrets.go) and the bcrypt form of passwords
+// (passwords.go). Hashing a password is slow on purpose; app bounds how much
+// of that work runs at once.
 package store
 
 import (

@@ -121,9 +121,9 @@ func (s *Store) ConnectionCount(id string) int { return s.graph.count(id) }
 // Connected reports whether a and b are connected.
 func (s *Store) Connected(a, b string) bool { return s.graph.connected(a, b) }
 
-// ImportConnections connects every pair in one transaction, at time at. It
-// is for fixtures and moves: the cap is checked once, at the end, and a
-// breach rolls everything back.
+// ImportConnections connects every pair in one transaction, at time at, for
+// fixtures: the cap is checked once, at the end, and a breach rolls
+// everything back.
 func (s *Store) ImportConnections(ctx context.Context, pairs [][2]string, at int64) error {
 	s.connMu.Lock()
 	defer s.connMu.Unlock()

@@ -294,8 +294,8 @@ func (s *Store) MomentCount(ctx context.Context, id string) (int, error) {
 }
 
 // ImportMoments writes moments (with their own ids and times) into author's
-// file in one transaction: for fixtures and for moving a person between
-// servers. Ids and times are the caller's; ids must be valid.
+// file in one transaction, for fixtures. Ids and times are the caller's; ids
+// must be valid.
 func (s *Store) ImportMoments(ctx context.Context, author string, ms []nah.Moment) error {
 	n := s.graph.node(author)
 	if n == nil {

@@ -2,8 +2,6 @@ package app
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/base64"
 	"net"
 	"net/http"
 	"net/netip"
@@ -12,30 +10,9 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/crypto/bcrypt"
-
 	"github.com/nah-app/nah"
+	"github.com/nah-app/nah/store"
 )
-
-// Passwords are hashed with bcrypt. bcrypt reads only 72 bytes, and a
-// password may be 256, so the password is first reduced with SHA-256 (its
-// base64 is 44 bytes): nothing is silently truncated.
-func prehash(password string) []byte {
-	sum := sha256.Sum256([]byte(password))
-	out := make([]byte, base64.StdEncoding.EncodedLen(len(sum)))
-	base64.StdEncoding.Encode(out, sum[:])
-	return out
-}
-
-// HashPassword hashes a password the way sign-up does, for fixtures and
-// tools; cost 0 means bcrypt's default.
-func HashPassword(password string, cost int) (string, error) {
-	if cost == 0 {
-		cost = bcrypt.DefaultCost
-	}
-	b, err := bcrypt.GenerateFromPassword(prehash(password), cost)
-	return string(b), err
-}
 
 // hasher bounds concurrent bcrypt work to the number of cores: bcrypt is
 // CPU-bound (~50-80 ms at cost 10 here) and uses only 4 KB each, so the bound
@@ -49,15 +26,14 @@ type hasher struct {
 	dummy func() []byte
 }
 
+// newHasher bounds hashing at cost (0: bcrypt's default, see
+// store.HashPassword).
 func newHasher(cost int) *hasher {
-	if cost == 0 {
-		cost = bcrypt.DefaultCost
-	}
 	return &hasher{
 		cost:  cost,
 		slots: make(chan struct{}, runtime.GOMAXPROCS(0)),
 		dummy: sync.OnceValue(func() []byte {
-			h, _ := HashPassword("not a password", cost)
+			h, _ := store.HashPassword("not a password", cost)
 			return []byte(h)
 		}),
 	}
@@ -86,7 +62,7 @@ func (h *hasher) hash(ctx context.Context, password string) (string, error) {
 		return "", err
 	}
 	defer func() { <-h.slots }()
-	return HashPassword(password, h.cost)
+	return store.HashPassword(password, h.cost)
 }
 
 // check compares password with hash; an empty hash compares against a dummy
@@ -100,7 +76,7 @@ func (h *hasher) check(ctx context.Context, hash, password string) (bool, error)
 	if hash == "" {
 		hb = h.dummy()
 	}
-	return bcrypt.CompareHashAndPassword(hb, prehash(password)) == nil && hash != "", nil
+	return store.CheckPassword(hb, password) && hash != "", nil
 }
 
 type ctxKey int

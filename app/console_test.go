@@ -55,13 +55,25 @@ func postForm(t *testing.T, c *http.Client, u string, form url.Values, header ..
 	return htmlPage{res.StatusCode, res.Header, string(b)}
 }
 
+// mustAdmin makes an admin the way the server does: through a one-time
+// admin link.
+func mustAdmin(t *testing.T, s *store.Store, name, password string) {
+	t.Helper()
+	ctx := context.Background()
+	link, err := s.CreateLink(ctx, store.LinkAdmin, "", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hash, _ := store.HashPassword(password, 4)
+	if _, err := s.CreateAdminWithLink(ctx, link, name, hash); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // signedInAdmin makes an admin and signs a fresh client in.
 func signedInAdmin(t *testing.T, ts *testServer) *http.Client {
 	t.Helper()
-	hash, _ := HashPassword("admin-password", 4)
-	if _, err := ts.store.CreateAdmin(context.Background(), "root", hash); err != nil {
-		t.Fatal(err)
-	}
+	mustAdmin(t, ts.store, "root", "admin-password")
 	c := consoleClient(t)
 	p := postForm(t, c, ts.URL+"/console/login", url.Values{"name": {"root"}, "password": {"admin-password"}})
 	if p.status != 303 || p.header.Get("Location") != "/console" {
@@ -147,8 +159,7 @@ func TestConsoleSignIn(t *testing.T) {
 	}
 	// Cookies are HttpOnly and SameSite.
 	ts2 := newTestServer(t)
-	hash, _ := HashPassword("admin-password", 4)
-	ts2.store.CreateAdmin(context.Background(), "root", hash)
+	mustAdmin(t, ts2.store, "root", "admin-password")
 	req, _ := http.NewRequest("POST", ts2.URL+"/console/login", strings.NewReader("name=root&password=admin-password"))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	res, err := consoleClient(t).Do(req)

@@ -23,17 +23,24 @@ func (s *Store) AdminCount(ctx context.Context) (int, error) {
 	return n, err
 }
 
-// CreateAdmin makes an admin. passwordHash is hashed by the caller.
-func (s *Store) CreateAdmin(ctx context.Context, name, passwordHash string) (Admin, error) {
-	if !nah.ValidHandle(name) {
-		return Admin{}, nah.Errorf(nah.Invalid, "invalid_name", "a name is 3 to 32 characters of a-z, 0-9, '.', '_' and '-'")
+// CreateAdminWithLink uses an admin link and makes the admin, atomically.
+// It is the only way an admin is made. passwordHash is hashed by the caller.
+func (s *Store) CreateAdminWithLink(ctx context.Context, token, name, passwordHash string) (Admin, error) {
+	if err := nah.CheckHandle(name); err != nil {
+		return Admin{}, err
 	}
 	a := Admin{ID: nah.NewPersonID(), Name: name, CreatedAt: s.now().UnixMilli()}
-	_, err := s.w.ExecContext(ctx, `INSERT INTO admins(id, name, password_hash, created_at) VALUES (?, ?, ?, ?)`,
-		a.ID, a.Name, passwordHash, a.CreatedAt)
-	if isUniqueViolation(err) {
-		return Admin{}, nah.Errorf(nah.Conflict, "name_taken", "that name is taken")
-	}
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		if _, err := useLink(ctx, tx, LinkAdmin, token, a.CreatedAt); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO admins(id, name, password_hash, created_at) VALUES (?, ?, ?, ?)`,
+			a.ID, a.Name, passwordHash, a.CreatedAt)
+		if isUniqueViolation(err) {
+			return nah.Errorf(nah.Conflict, "name_taken", "that name is taken")
+		}
+		return err
+	})
 	return a, err
 }
 
@@ -73,107 +80,5 @@ func (s *Store) AdminForSession(ctx context.Context, token string) (Admin, error
 // DeleteAdminSession signs an admin out.
 func (s *Store) DeleteAdminSession(ctx context.Context, token string) error {
 	_, err := s.w.ExecContext(ctx, `DELETE FROM admin_sessions WHERE token_hash = ?`, hashSecret(token))
-	return err
-}
-
-// Link kinds.
-const (
-	LinkAdmin = "admin" // creates an admin
-	LinkReset = "reset" // sets a person's password
-)
-
-// CreateLink makes a one-time link token of kind, for person (reset) or
-// nobody (admin), valid for ttl.
-func (s *Store) CreateLink(ctx context.Context, kind, person string, ttl time.Duration) (string, error) {
-	token := newSecret(32)
-	now := s.now()
-	var p any
-	if person != "" {
-		p = person
-	}
-	_, err := s.w.ExecContext(ctx, `INSERT INTO links(token_hash, kind, person_id, created_at, expires_at) VALUES (?, ?, ?, ?, ?)`,
-		hashSecret(token), kind, p, now.UnixMilli(), now.Add(ttl).UnixMilli())
-	return token, err
-}
-
-var errBadLink = nah.Errorf(nah.NotFound, "invalid_link", "this link is unknown, used or expired")
-
-// CheckLink returns the person of an unused, unexpired link of kind ("" for
-// admin links) without using it.
-func (s *Store) CheckLink(ctx context.Context, kind, token string) (string, error) {
-	var person sql.NullString
-	err := s.r.QueryRowContext(ctx, `SELECT person_id FROM links WHERE token_hash = ? AND kind = ? AND used_at IS NULL AND expires_at > ?`,
-		hashSecret(token), kind, s.now().UnixMilli()).Scan(&person)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", errBadLink
-	}
-	return person.String, err
-}
-
-// useLink marks a link used inside tx; it fails if it was not usable.
-func useLink(ctx context.Context, tx *sql.Tx, kind, token string, now int64) (string, error) {
-	var person sql.NullString
-	err := tx.QueryRowContext(ctx, `UPDATE links SET used_at = ? WHERE token_hash = ? AND kind = ? AND used_at IS NULL AND expires_at > ?
-		RETURNING person_id`, now, hashSecret(token), kind, now).Scan(&person)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", errBadLink
-	}
-	return person.String, err
-}
-
-// CreateAdminWithLink uses an admin link and makes the admin, atomically.
-func (s *Store) CreateAdminWithLink(ctx context.Context, token, name, passwordHash string) (Admin, error) {
-	if !nah.ValidHandle(name) {
-		return Admin{}, nah.Errorf(nah.Invalid, "invalid_name", "a name is 3 to 32 characters of a-z, 0-9, '.', '_' and '-'")
-	}
-	a := Admin{ID: nah.NewPersonID(), Name: name, CreatedAt: s.now().UnixMilli()}
-	err := s.writeTx(ctx, func(tx *sql.Tx) error {
-		if _, err := useLink(ctx, tx, LinkAdmin, token, a.CreatedAt); err != nil {
-			return err
-		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO admins(id, name, password_hash, created_at) VALUES (?, ?, ?, ?)`,
-			a.ID, a.Name, passwordHash, a.CreatedAt)
-		if isUniqueViolation(err) {
-			return nah.Errorf(nah.Conflict, "name_taken", "that name is taken")
-		}
-		return err
-	})
-	return a, err
-}
-
-// ResetPassword uses a reset link: the person's password is replaced and
-// every one of their sessions revoked.
-func (s *Store) ResetPassword(ctx context.Context, token, passwordHash string) (string, error) {
-	var person string
-	err := s.writeTx(ctx, func(tx *sql.Tx) error {
-		var err error
-		if person, err = useLink(ctx, tx, LinkReset, token, s.now().UnixMilli()); err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, `UPDATE people SET password_hash = ? WHERE id = ?`, passwordHash, person); err != nil {
-			return err
-		}
-		_, err = tx.ExecContext(ctx, `DELETE FROM sessions WHERE person_id = ?`, person)
-		return err
-	})
-	if err == nil {
-		s.sessions.removePerson(person)
-	}
-	return person, err
-}
-
-// Setting returns a persisted setting, or def when unset.
-func (s *Store) Setting(ctx context.Context, key, def string) (string, error) {
-	var v string
-	err := s.r.QueryRowContext(ctx, `SELECT value FROM settings WHERE key = ?`, key).Scan(&v)
-	if errors.Is(err, sql.ErrNoRows) {
-		return def, nil
-	}
-	return v, err
-}
-
-// SetSetting persists a setting.
-func (s *Store) SetSetting(ctx context.Context, key, value string) error {
-	_, err := s.w.ExecContext(ctx, `INSERT INTO settings(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value`, key, value)
 	return err
 }

@@ -14,8 +14,7 @@ import (
 type graph struct {
 	mu    sync.RWMutex
 	index map[string]int32
-	nodes []*node // nil where a person was deleted
-	free  []int32
+	nodes []*node
 }
 
 // node is one person. newest and checked are atomics so that posts and feeds
@@ -50,34 +49,10 @@ func (g *graph) addLocked(id string, newest, checked int64) *node {
 	n := &node{id: id}
 	n.newest.Store(newest)
 	n.checked.Store(checked)
-	var i int32
-	if k := len(g.free); k > 0 {
-		i = g.free[k-1]
-		g.free = g.free[:k-1]
-		g.nodes[i] = n
-	} else {
-		i = int32(len(g.nodes))
-		g.nodes = append(g.nodes, n)
-	}
+	i := int32(len(g.nodes))
+	g.nodes = append(g.nodes, n)
 	g.index[id] = i
 	return n
-}
-
-// remove drops id and every connection to it.
-func (g *graph) remove(id string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	i, ok := g.index[id]
-	if !ok {
-		return
-	}
-	for _, j := range g.nodes[i].conns {
-		o := g.nodes[j]
-		o.conns = deleteSorted(o.conns, i)
-	}
-	delete(g.index, id)
-	g.nodes[i] = nil
-	g.free = append(g.free, i)
 }
 
 func (g *graph) node(id string) *node {

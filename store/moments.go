@@ -109,3 +109,57 @@ func (s *Store) Moments(ctx context.Context, author string, before *nah.Cursor, 
 	}
 	return dst, rows.Err()
 }
+
+// MomentCount counts a person's moments in their file.
+func (s *Store) MomentCount(ctx context.Context, id string) (int, error) {
+	f, err := s.files.acquire(ctx, id, false)
+	if err != nil {
+		return 0, err
+	}
+	defer s.files.release(f)
+	var n int
+	err = f.db.QueryRowContext(ctx, `SELECT count(*) FROM moments`).Scan(&n)
+	return n, err
+}
+
+// ImportMoments writes moments (with their own ids and times) into author's
+// file in one transaction, for fixtures. Ids and times are the caller's; ids
+// must be valid.
+func (s *Store) ImportMoments(ctx context.Context, author string, ms []nah.Moment) error {
+	n := s.graph.node(author)
+	if n == nil {
+		return nah.Errorf(nah.NotFound, "", "no such person")
+	}
+	f, err := s.files.acquire(ctx, author, false)
+	if err != nil {
+		return err
+	}
+	defer s.files.release(f)
+	tx, err := f.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	stmt, err := tx.PrepareContext(ctx, `INSERT INTO moments(id, created_at, body) VALUES (?, ?, ?)`)
+	if err != nil {
+		return err
+	}
+	defer stmt.Close()
+	var newest int64
+	for _, m := range ms {
+		if !nah.ValidMomentID(m.ID) {
+			return nah.Errorf(nah.Invalid, "invalid_id", "%q is not a moment id", m.ID)
+		}
+		if _, err := stmt.ExecContext(ctx, m.ID, m.CreatedAt, m.Body); err != nil {
+			return err
+		}
+		newest = max(newest, m.CreatedAt)
+	}
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	n.raiseNewest(newest)
+	s.markDirty(author, n.newest.Load(), int64(len(ms)))
+	s.dropHead(n)
+	return nil
+}

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/nah-app/nah"
 )
@@ -27,8 +28,8 @@ type NewPerson struct {
 // first, so a person row never points at a missing file; if the row cannot be
 // written the file is removed again.
 func (s *Store) CreatePerson(ctx context.Context, np NewPerson) (nah.Person, error) {
-	if !nah.ValidHandle(np.Handle) {
-		return nah.Person{}, nah.Errorf(nah.Invalid, "invalid_handle", "a handle is 3 to 32 characters of a-z, 0-9, '.', '_' and '-'")
+	if err := nah.CheckHandle(np.Handle); err != nil {
+		return nah.Person{}, err
 	}
 	p := nah.Person{ID: np.ID, Handle: np.Handle, CreatedAt: np.CreatedAt}
 	if p.ID == "" {
@@ -114,14 +115,100 @@ func (s *Store) freshNewest(p *nah.Person) {
 	}
 }
 
+// ListPeople returns up to limit people whose handle starts with prefix,
+// by handle, after skipping offset; and how many match in all.
+func (s *Store) ListPeople(ctx context.Context, prefix string, offset, limit int) ([]nah.Person, int, error) {
+	like := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(prefix) + "%"
+	var total int
+	if err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM people WHERE handle LIKE ? ESCAPE '\'`, like).Scan(&total); err != nil {
+		return nil, 0, err
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT `+personCols+` FROM people WHERE handle LIKE ? ESCAPE '\' ORDER BY handle LIMIT ? OFFSET ?`, like, limit, offset)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rows.Close()
+	var ps []nah.Person
+	for rows.Next() {
+		var p nah.Person
+		if err := scanPerson(rows, &p); err != nil {
+			return nil, 0, err
+		}
+		s.freshNewest(&p)
+		ps = append(ps, p)
+	}
+	return ps, total, rows.Err()
+}
+
+// SetDisabled disables or enables a person. A disabled person's tokens stop
+// working at once: every token check joins on this flag.
+func (s *Store) SetDisabled(ctx context.Context, id string, disabled bool) error {
+	res, err := s.w.ExecContext(ctx, `UPDATE people SET disabled = ? WHERE id = ?`, disabled, id)
+	if err != nil {
+		return err
+	}
+	s.sessions.removePerson(id)
+	if n, _ := res.RowsAffected(); n == 0 {
+		return nah.Errorf(nah.NotFound, "", "no such person")
+	}
+	return nil
+}
+
+// ResetPassword uses a reset link: the person's password is replaced and
+// every one of their sessions revoked.
+func (s *Store) ResetPassword(ctx context.Context, token, passwordHash string) (string, error) {
+	var person string
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		if person, err = useLink(ctx, tx, LinkReset, token, s.now().UnixMilli()); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE people SET password_hash = ? WHERE id = ?`, passwordHash, person); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `DELETE FROM sessions WHERE person_id = ?`, person)
+		return err
+	})
+	if err == nil {
+		s.sessions.removePerson(person)
+	}
+	return person, err
+}
+
 // StorageUsed returns the bytes on disk of a person's folder.
 func (s *Store) StorageUsed(id string) (int64, error) {
 	d, err := s.files.personDir(id)
 	if err != nil {
 		return 0, err
 	}
+	return dirSize(d)
+}
+
+// Totals are the overview's counts.
+type Totals struct {
+	People       int
+	Moments      int64
+	StorageBytes int64
+}
+
+// Totals counts people and moments (from the directory, up to a second
+// behind) and the bytes of the data directory on disk.
+func (s *Store) Totals(ctx context.Context) (Totals, error) {
+	var t Totals
+	if err := s.r.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(moments), 0) FROM people`).Scan(&t.People, &t.Moments); err != nil {
+		return t, err
+	}
+	var err error
+	t.StorageBytes, err = dirSize(s.dir)
+	return t, err
+}
+
+// dirSize returns the bytes of the regular files under path, for the
+// storage figures of the console and the API. A file that vanishes during
+// the walk (a -wal file removed by a checkpoint) counts as nothing.
+func dirSize(path string) (int64, error) {
 	var total int64
-	err = filepath.WalkDir(d, func(_ string, e fs.DirEntry, err error) error {
+	err := filepath.WalkDir(path, func(_ string, e fs.DirEntry, err error) error {
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				return nil // a -wal file may vanish under us
@@ -136,24 +223,4 @@ func (s *Store) StorageUsed(id string) (int64, error) {
 		return nil
 	})
 	return total, err
-}
-
-// ConnectionCount returns how many connections person id has.
-func (s *Store) ConnectionCount(id string) int { return s.graph.count(id) }
-
-// Connected reports whether a and b are connected.
-func (s *Store) Connected(a, b string) bool { return s.graph.connected(a, b) }
-
-// SetDisabled disables or enables a person. A disabled person's tokens stop
-// working at once: every token check joins on this flag.
-func (s *Store) SetDisabled(ctx context.Context, id string, disabled bool) error {
-	res, err := s.w.ExecContext(ctx, `UPDATE people SET disabled = ? WHERE id = ?`, disabled, id)
-	if err != nil {
-		return err
-	}
-	s.sessions.removePerson(id)
-	if n, _ := res.RowsAffected(); n == 0 {
-		return nah.Errorf(nah.NotFound, "", "no such person")
-	}
-	return nil
 }

@@ -2,10 +2,9 @@ package store
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"database/sql"
-	"encoding/base64"
+	"encoding/hex"
 	"errors"
 
 	"github.com/nah-app/nah"
@@ -13,20 +12,6 @@ import (
 
 // tokenLen is the length of a session token: 256 random bits, base64url.
 const tokenLen = 43
-
-// newSecret returns n random bytes as unpadded base64url.
-func newSecret(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-// hashSecret is how tokens and codes are stored: a leaked database does not
-// hand out working credentials. Secrets are random, so no salt is needed.
-func hashSecret(s string) []byte {
-	h := sha256.Sum256([]byte(s))
-	return h[:]
-}
 
 // CreateSession returns a new token for person id. Only its hash is kept.
 func (s *Store) CreateSession(ctx context.Context, id string) (string, error) {
@@ -70,5 +55,57 @@ func (s *Store) DeleteSession(ctx context.Context, token string) error {
 	h := sha256.Sum256([]byte(token))
 	_, err := s.w.ExecContext(ctx, `DELETE FROM sessions WHERE token_hash = ?`, h[:])
 	s.sessions.remove(h)
+	return err
+}
+
+// Session is one signed-in device of a person, named by a prefix of its
+// token's hash (the token itself is never stored).
+type Session struct {
+	ID        string
+	CreatedAt int64
+}
+
+// Sessions lists a person's sessions, newest first.
+func (s *Store) Sessions(ctx context.Context, person string) ([]Session, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT token_hash, created_at FROM sessions WHERE person_id = ? ORDER BY created_at DESC`, person)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ss []Session
+	for rows.Next() {
+		var h []byte
+		var se Session
+		if err := rows.Scan(&h, &se.CreatedAt); err != nil {
+			return nil, err
+		}
+		se.ID = hex.EncodeToString(h[:8])
+		ss = append(ss, se)
+	}
+	return ss, rows.Err()
+}
+
+// RevokeSessions revokes a person's session id (from Sessions), or all of
+// them when id is empty.
+func (s *Store) RevokeSessions(ctx context.Context, person, id string) error {
+	var err error
+	if id == "" {
+		_, err = s.w.ExecContext(ctx, `DELETE FROM sessions WHERE person_id = ?`, person)
+	} else {
+		b, herr := hex.DecodeString(id)
+		if herr != nil || len(b) != 8 {
+			return nah.Errorf(nah.NotFound, "", "no such session")
+		}
+		var res sql.Result
+		res, err = s.w.ExecContext(ctx, `DELETE FROM sessions WHERE person_id = ? AND substr(token_hash, 1, 8) = ?`, person, b)
+		if err == nil {
+			if n, _ := res.RowsAffected(); n == 0 {
+				return nah.Errorf(nah.NotFound, "", "no such session")
+			}
+		}
+	}
+	if err == nil {
+		s.sessions.removePerson(person)
+	}
 	return err
 }

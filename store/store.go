@@ -4,8 +4,11 @@
 // in-memory graph of connections and newest-moment times that the feed
 // reads without touching a file.
 //
-// It is the only package that imports the SQLite driver. It knows nothing of
-// HTTP or of how passwords are hashed.
+// It is the only package that imports the SQLite driver, and it knows
+// nothing of HTTP. It owns the stored form of secrets: the SHA-256 hashes of
+// tokens and codes (secrets.go) and the bcrypt form of passwords
+// (passwords.go). Hashing a password is slow on purpose; app bounds how much
+// of that work runs at once.
 package store
 
 import (
@@ -207,9 +210,6 @@ func (s *Store) load(ctx context.Context) error {
 // CursorKey is the secret that signs feed cursors. It lives in the directory
 // database so that cursors survive restarts and work across instances.
 func (s *Store) CursorKey() []byte { return s.cursorKey }
-
-// Now returns the store's clock.
-func (s *Store) Now() time.Time { return s.now() }
 
 // Stats are the store's gauges, read from memory without touching a file:
 // what the console's overview, the metrics and health pages show. (Counts

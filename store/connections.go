@@ -2,103 +2,12 @@ package store
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/base32"
-	"encoding/hex"
 	"errors"
-	"strings"
-	"time"
+	"fmt"
 
 	"github.com/nah-app/nah"
 )
-
-// Codes are typed by people, so they use an alphabet without look-alikes:
-// 16 characters of Crockford-style base32 carry 80 random bits.
-var codeEnc = base32.NewEncoding("0123456789abcdefghjkmnpqrstvwxyz").WithPadding(base32.NoPadding)
-
-const codeLen = 16
-
-func newCode() string {
-	var b [10]byte
-	rand.Read(b[:])
-	return codeEnc.EncodeToString(b[:])
-}
-
-// normCode lowercases a typed code and drops spaces and dashes.
-func normCode(c string) string {
-	c = strings.ToLower(c)
-	return strings.Map(func(r rune) rune {
-		if r == '-' || r == ' ' {
-			return -1
-		}
-		return r
-	}, c)
-}
-
-// JoinCode is a single-use code that lets one person sign up.
-type JoinCode struct {
-	ID        string // names the code in lists without revealing it
-	Hint      string // the first characters, to tell codes apart in lists
-	CreatedAt int64
-	ExpiresAt int64
-	UsedBy    string
-	UsedAt    int64
-	RevokedAt int64
-}
-
-// CreateJoinCode makes a join code valid for ttl and returns it in clear.
-// It is stored hashed; the caller shows it once.
-func (s *Store) CreateJoinCode(ctx context.Context, ttl time.Duration) (string, JoinCode, error) {
-	code := newCode()
-	now := s.now().UnixMilli()
-	h := hashSecret(code)
-	jc := JoinCode{ID: hex.EncodeToString(h[:8]), Hint: code[:4], CreatedAt: now, ExpiresAt: now + ttl.Milliseconds()}
-	_, err := s.w.ExecContext(ctx, `INSERT INTO join_codes(code_hash, hint, created_at, expires_at) VALUES (?, ?, ?, ?)`,
-		h, jc.Hint, jc.CreatedAt, jc.ExpiresAt)
-	if err != nil {
-		return "", JoinCode{}, err
-	}
-	return code, jc, nil
-}
-
-var errBadJoinCode = nah.Errorf(nah.Invalid, "invalid_join_code", "the join code is unknown, used, revoked or expired")
-
-// useJoinCode marks a join code used by person id inside tx.
-func useJoinCode(ctx context.Context, tx *sql.Tx, code, id string, now int64) error {
-	code = normCode(code)
-	if len(code) != codeLen {
-		return errBadJoinCode
-	}
-	res, err := tx.ExecContext(ctx, `UPDATE join_codes SET used_by = ?, used_at = ?
-		WHERE code_hash = ? AND used_by IS NULL AND revoked_at IS NULL AND expires_at > ?`,
-		id, now, hashSecret(code), now)
-	if err != nil {
-		return err
-	}
-	if n, _ := res.RowsAffected(); n != 1 {
-		return errBadJoinCode
-	}
-	return nil
-}
-
-// Invite is a single-use code that connects its redeemer with its maker.
-type Invite struct {
-	Code      string
-	ExpiresAt int64
-}
-
-// CreateInvite makes a connection invite for person id.
-func (s *Store) CreateInvite(ctx context.Context, id string) (Invite, error) {
-	now := s.now()
-	inv := Invite{Code: newCode(), ExpiresAt: now.Add(nah.InviteTTL).UnixMilli()}
-	_, err := s.w.ExecContext(ctx, `INSERT INTO invites(code_hash, person_id, created_at, expires_at) VALUES (?, ?, ?, ?)`,
-		hashSecret(inv.Code), id, now.UnixMilli(), inv.ExpiresAt)
-	if err != nil {
-		return Invite{}, err
-	}
-	return inv, nil
-}
 
 // RedeemInvite connects person id with the maker of code. An unknown, used
 // or expired code is NotFound; connecting to oneself is Invalid; an existing
@@ -203,5 +112,50 @@ func (s *Store) Disconnect(ctx context.Context, a, b string) error {
 		return nah.Errorf(nah.NotFound, "", "no such connection")
 	}
 	s.graph.disconnect(a, b)
+	return nil
+}
+
+// ConnectionCount returns how many connections person id has.
+func (s *Store) ConnectionCount(id string) int { return s.graph.count(id) }
+
+// Connected reports whether a and b are connected.
+func (s *Store) Connected(a, b string) bool { return s.graph.connected(a, b) }
+
+// ImportConnections connects every pair in one transaction, at time at, for
+// fixtures: the cap is checked once, at the end, and a breach rolls
+// everything back.
+func (s *Store) ImportConnections(ctx context.Context, pairs [][2]string, at int64) error {
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		stmt, err := tx.PrepareContext(ctx, `INSERT OR IGNORE INTO connections(person_id, other_id, created_at) VALUES (?, ?, ?), (?, ?, ?)`)
+		if err != nil {
+			return err
+		}
+		defer stmt.Close()
+		for _, p := range pairs {
+			if p[0] == p[1] {
+				return nah.Errorf(nah.Invalid, "own_invite", "%s cannot connect to themselves", p[0])
+			}
+			if _, err := stmt.ExecContext(ctx, p[0], p[1], at, p[1], p[0], at); err != nil {
+				return err
+			}
+		}
+		var over string
+		err = tx.QueryRowContext(ctx, `SELECT person_id FROM connections GROUP BY person_id HAVING count(*) > ? LIMIT 1`, nah.MaxConnections).Scan(&over)
+		if err == nil {
+			return nah.Errorf(nah.Conflict, "connection_limit", "%s would have more than %d connections", over, nah.MaxConnections)
+		}
+		if err != sql.ErrNoRows {
+			return fmt.Errorf("check cap: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, p := range pairs {
+		s.graph.connect(p[0], p[1])
+	}
 	return nil
 }

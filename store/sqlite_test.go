@@ -1,0 +1,76 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+)
+
+// TestPragmasThatCarryAPromise checks, on every kind of connection the store
+// opens, the pragmas that dsn sets for a reason a test can see nowhere else:
+// synchronous=FULL (an acknowledged moment survives power loss), WAL (readers
+// never block the writer), foreign keys, and a busy timeout (a second writer
+// waits instead of failing). Weakening any of them in dsn passes every other
+// test, so it must fail this one.
+func TestPragmasThatCarryAPromise(t *testing.T) {
+	ctx := context.Background()
+	s := MustOpen(t, Config{})
+
+	checkPragmas(t, "directory writer", s.w, 1)
+	checkPragmas(t, "directory readers", s.r, directoryReaders)
+
+	for _, handle := range []string{"ann", "bob"} {
+		p := mustPerson(t, s, handle)
+		f, err := s.files.acquire(ctx, p.ID, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkPragmas(t, "person file of "+handle, f.db, 1)
+		s.files.release(f)
+	}
+}
+
+// checkPragmas holds conns connections of db at once, so that each
+// connection of a pool is checked and not the same one conns times.
+func checkPragmas(t *testing.T, what string, db *sql.DB, conns int) {
+	t.Helper()
+	ctx := context.Background()
+	held := make([]*sql.Conn, conns)
+	for i := range held {
+		c, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatalf("%s: connection %d: %v", what, i, err)
+		}
+		defer c.Close()
+		held[i] = c
+	}
+	for i, c := range held {
+		var sync, fk, busy int
+		var journal string
+		for _, q := range []struct {
+			pragma string
+			into   any
+		}{
+			{"synchronous", &sync},
+			{"journal_mode", &journal},
+			{"foreign_keys", &fk},
+			{"busy_timeout", &busy},
+		} {
+			if err := c.QueryRowContext(ctx, "PRAGMA "+q.pragma).Scan(q.into); err != nil {
+				t.Fatalf("%s: connection %d: PRAGMA %s: %v", what, i, q.pragma, err)
+			}
+		}
+		if sync != 2 {
+			t.Errorf("%s: connection %d: synchronous = %d, want 2 (FULL)", what, i, sync)
+		}
+		if journal != "wal" {
+			t.Errorf("%s: connection %d: journal_mode = %q, want wal", what, i, journal)
+		}
+		if fk != 1 {
+			t.Errorf("%s: connection %d: foreign_keys = %d, want 1", what, i, fk)
+		}
+		if busy <= 0 {
+			t.Errorf("%s: connection %d: busy_timeout = %d, want > 0", what, i, busy)
+		}
+	}
+}

@@ -177,7 +177,7 @@ func TestMeReportsConnectionsAndNewest(t *testing.T) {
 }
 
 func TestJoinCodes(t *testing.T) {
-	ts := newTestServer(t, func(c *Config) { c.OpenSignup = false })
+	ts := newTestServer(t, func(c *serverConfig) { c.OpenSignup = false })
 	body := map[string]string{"handle": "ann", "password": "password-ann"}
 	if r := ts.do(t, "POST", "/api/v1/accounts", "", body); r.status != 400 || r.errCode() != "join_code_required" {
 		t.Fatalf("no code: %d %s", r.status, r.raw)
@@ -265,7 +265,7 @@ func TestSigninRateLimitPerAddress(t *testing.T) {
 }
 
 func TestSignupRateLimit(t *testing.T) {
-	ts := newTestServer(t, func(c *Config) { c.SignupPerHour = 3 })
+	ts := newTestServer(t, func(c *serverConfig) { c.SignupPerHour = 3 })
 	for i := range 3 {
 		ts.signup(t, "user"+strconv.Itoa(i))
 	}
@@ -290,7 +290,7 @@ func TestTrustedProxyForwardedFor(t *testing.T) {
 	}
 	// Untrusted peer: the header is ignored, so every sign-up counts against
 	// 127.0.0.1 whatever it claims.
-	ts := newTestServer(t, func(c *Config) { c.SignupPerHour = 1 })
+	ts := newTestServer(t, func(c *serverConfig) { c.SignupPerHour = 1 })
 	if s := send(ts, "203.0.113.1"); s != 201 {
 		t.Fatal(s)
 	}
@@ -298,7 +298,7 @@ func TestTrustedProxyForwardedFor(t *testing.T) {
 		t.Fatalf("forged X-Forwarded-For was believed: %d", s)
 	}
 	// Trusted proxy: each forwarded client has its own limit.
-	ts = newTestServer(t, func(c *Config) {
+	ts = newTestServer(t, func(c *serverConfig) {
 		c.SignupPerHour = 1
 		c.TrustedProxies = mustPrefixes("127.0.0.1/32")
 	})

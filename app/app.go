@@ -1,8 +1,9 @@
 // Package app owns HTTP: the JSON API of the phone apps, the feed, the
-// admin console's handlers, metrics, and the wiring of configuration, store
-// and server. It is the only package that
-// imports chi. It keeps no request log: slog lines are for start, shutdown
-// and errors only, and never carry a body, a token or a password.
+// admin console's handlers, metrics, and the HTTP server. It is handed its
+// part of the configuration (Config) by cmd/nah and reads no environment.
+// It is the only package that imports chi. It keeps no request log: slog
+// lines are for start, shutdown and errors only, and never carry a body, a
+// token or a password.
 package app
 
 import (
@@ -12,6 +13,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/nah-app/nah"
 	"github.com/nah-app/nah/store"
 )
 
@@ -46,7 +48,7 @@ func New(cfg Config, s *store.Store, log *slog.Logger) *App {
 		cfg.Now = time.Now
 	}
 	if cfg.MaxMomentBytes == 0 {
-		cfg.MaxMomentBytes = 64 << 10
+		cfg.MaxMomentBytes = nah.DefaultMaxMomentBytes
 	}
 	a := &App{
 		cfg:            cfg,

@@ -60,7 +60,7 @@ const a11y = `(() => {
 
 func TestConsoleInBrowser(t *testing.T) {
 	chrome := chromiumPath(t)
-	ts := newTestServer(t, func(c *Config) { c.OpenSignup = false })
+	ts := newTestServer(t, func(c *serverConfig) { c.OpenSignup = false })
 	shots := t.TempDir()
 	artifacts := os.Getenv("UI_ARTIFACT_DIR")
 

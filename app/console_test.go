@@ -282,7 +282,7 @@ func TestConsolePeopleActions(t *testing.T) {
 }
 
 func TestConsoleJoinCodes(t *testing.T) {
-	ts := newTestServer(t, func(c *Config) { c.OpenSignup = false })
+	ts := newTestServer(t, func(c *serverConfig) { c.OpenSignup = false })
 	c := signedInAdmin(t, ts)
 	p := postForm(t, c, ts.URL+"/console/joincodes", url.Values{"ttl": {"168h"}})
 	code := regexp.MustCompile(`<output class="secret" id="secret">([0-9a-z]{16})</output>`).FindStringSubmatch(p.body)
@@ -310,7 +310,7 @@ func TestConsoleJoinCodes(t *testing.T) {
 }
 
 func TestConsoleOpenSignupSetting(t *testing.T) {
-	ts := newTestServer(t, func(c *Config) { c.OpenSignup = false })
+	ts := newTestServer(t, func(c *serverConfig) { c.OpenSignup = false })
 	c := signedInAdmin(t, ts)
 	body := map[string]string{"handle": "eve", "password": "password-eve"}
 	if r := ts.do(t, "POST", "/api/v1/accounts", "", body); r.status != 400 {

@@ -133,7 +133,7 @@ func TestFeedOracle(t *testing.T) {
 		// Heads off, heads for everyone, and a budget that fits only some:
 		// each path must equal the brute-force read.
 		heads := []int64{-1, 64 << 20, 8 << 10}[round%3]
-		ts := newTestServer(t, func(c *Config) { c.HeadCacheBytes = heads })
+		ts := newTestServer(t, func(c *serverConfig) { c.HeadCacheBytes = heads })
 		ctx := context.Background()
 		n := 2 + rng.IntN(39) // up to 40 people
 		density := rng.Float64()
@@ -327,7 +327,7 @@ func TestFeedReadsFewFiles(t *testing.T) {
 }
 
 func testFeedReadsFewFiles(t *testing.T, heads int64) {
-	ts := newTestServer(t, func(c *Config) { c.MaxOpenFiles = 1000; c.HeadCacheBytes = heads })
+	ts := newTestServer(t, func(c *serverConfig) { c.MaxOpenFiles = 1000; c.HeadCacheBytes = heads })
 	ctx := context.Background()
 	me, err := ts.store.CreatePerson(ctx, store.NewPerson{Handle: "reader", PasswordHash: "x"})
 	if err != nil {
@@ -370,7 +370,7 @@ func testFeedReadsFewFiles(t *testing.T, heads int64) {
 func TestPageEndingAtLimit(t *testing.T) {
 	for _, heads := range []int64{-1, 64 << 20} {
 		t.Run(fmt.Sprintf("heads %d", heads), func(t *testing.T) {
-			ts := newTestServer(t, func(c *Config) { c.HeadCacheBytes = heads })
+			ts := newTestServer(t, func(c *serverConfig) { c.HeadCacheBytes = heads })
 			ann, bob := ts.signup(t, "ann"), ts.signup(t, "bob")
 			ts.connect(t, ann, bob)
 			for i := range 6 {

@@ -11,11 +11,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nah-app/nah"
 	"github.com/nah-app/nah/store"
 )
 
@@ -49,20 +51,30 @@ type testServer struct {
 	dir   string
 }
 
+// serverConfig is what a test may change of its server: the app's Config,
+// and the store's knobs that tests turn.
+type serverConfig struct {
+	Config
+	// MaxOpenFiles and HeadCacheBytes go to store.Config.
+	MaxOpenFiles   int
+	HeadCacheBytes int64
+}
+
 // newTestServer runs the real router, configured as in production, on real
 // SQLite files in a temporary directory, over real HTTP.
-func newTestServer(t *testing.T, edit ...func(*Config)) *testServer {
+func newTestServer(t *testing.T, edit ...func(*serverConfig)) *testServer {
 	t.Helper()
 	clock := newFakeClock()
 	dir := t.TempDir()
-	cfg := Config{
-		DataDir:        dir,
-		OpenSignup:     true,
-		MaxOpenFiles:   64,
-		SignupPerHour:  0,
-		MaxMomentBytes: 64 << 10,
-		PasswordCost:   4, // bcrypt.MinCost: tests measure behaviour, not hashing
-		Now:            clock.Now,
+	cfg := serverConfig{
+		Config: Config{
+			OpenSignup:     true,
+			SignupPerHour:  0,
+			MaxMomentBytes: nah.DefaultMaxMomentBytes,
+			PasswordCost:   4, // bcrypt.MinCost: tests measure behaviour, not hashing
+			Now:            clock.Now,
+		},
+		MaxOpenFiles: 64,
 	}
 	for _, e := range edit {
 		e(&cfg)
@@ -75,7 +87,15 @@ func newTestServer(t *testing.T, edit ...func(*Config)) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := New(cfg, s, log)
+	// What cmd/nah would hand the console for the same server.
+	cfg.Settings = []Setting{
+		{"NAH_DATA_DIR", dir, "newTestServer"},
+		{"NAH_OPEN_SIGNUP", strconv.FormatBool(cfg.OpenSignup), "newTestServer"},
+		{"NAH_MAX_OPEN_FILES", strconv.Itoa(cfg.MaxOpenFiles), "newTestServer"},
+		{"NAH_SIGNUP_PER_HOUR", strconv.Itoa(cfg.SignupPerHour), "newTestServer"},
+		{"NAH_MAX_MOMENT_BYTES", strconv.Itoa(cfg.MaxMomentBytes), "newTestServer"},
+	}
+	a := New(cfg.Config, s, log)
 	ts := httptest.NewUnstartedServer(a)
 	ts.Config = NewServer("", a, log)
 	ts.Start()

@@ -57,7 +57,7 @@ func openBench(b *testing.B, heads int64) (*store.Store, *app.App, []fixture.Per
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { s.Close() })
-	cfg := app.Config{MaxMomentBytes: 64 << 10, PasswordCost: 4}
+	cfg := app.Config{PasswordCost: 4} // moment bytes: app's default
 	return s, app.New(cfg, s, slog.New(slog.DiscardHandler)), people
 }
 

@@ -31,6 +31,11 @@ const HeadLen = 12
 // headItemOverhead approximates the bytes of an item besides its body.
 const headItemOverhead = 80
 
+// DefaultHeadCacheBytes is Config.HeadCacheBytes when zero. A full head of
+// 400-byte moments costs 12 x (400 + 80) ~ 5.8 KB, so 64 MB holds every head
+// of 10,000 people (58 MB) and leaves the rest for longer moments.
+const DefaultHeadCacheBytes = 64 << 20
+
 // head is an immutable snapshot of a person's newest moments, newest first;
 // complete means these are all of the person's moments.
 type head struct {

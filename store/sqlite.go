@@ -38,14 +38,17 @@ import (
 //
 //	softHeapLimit + openFiles x ~75 KB (connection, lookaside, schema, -shm)
 //
-// which is 32 MB + 512 x 75 KB ~ 70 MB at the default NAH_MAX_OPEN_FILES of
-// 512, 107 MB at 1,000, and about 290 MB at 3,500, the largest bound we would
+// which is 32 MB + 512 x 75 KB ~ 70 MB at DefaultMaxOpenFiles of 512,
+// 107 MB at 1,000, and about 290 MB at 3,500, the largest bound we would
 // advise under the 400 MB limit. With the head cache (head.go) most feeds
 // open no file, so files are opened mostly for posts and 30-second re-reads:
 // on people-1k, 512 files peaked at 118 MB in all, 1,000 at 160 MB with post
 // p95 22 ms instead of 54 ms (bench/THRESHOLDS.md). mmap stays off (it maps
 // each file per connection and measured worse).
 const (
+	// DefaultMaxOpenFiles is Config.MaxOpenFiles when zero.
+	DefaultMaxOpenFiles = 512
+
 	softHeapLimit  = 32 << 20
 	lookasideSize  = 256
 	lookasideSlots = 32

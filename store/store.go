@@ -28,24 +28,28 @@ import (
 	"time"
 )
 
-// Config configures a Store. Zero values take the defaults noted.
+// Config configures a Store. Zero values take the defaults below.
 type Config struct {
 	Dir          string // data directory; required
-	MaxOpenFiles int    // bound of the open person-file cache; default 512 (sqlite.go)
+	MaxOpenFiles int    // bound of the open person-file cache; DefaultMaxOpenFiles (sqlite.go)
 	// Now is the store's clock: moment times and the staleness of newest-moment
 	// times. Tests inject a fake one; default time.Now.
 	Now func() time.Time
 	// StaleAfter is how long a newest-moment time is trusted before it is
 	// re-read from the person's file (another process may have posted);
-	// default 30 s.
+	// DefaultStaleAfter.
 	StaleAfter time.Duration
-	// HeadCacheBytes bounds the in-memory heads of newest moments (see
-	// head.go); default 64 MB, which holds every head of 10,000 people at
-	// 400-byte moments. Negative turns heads off.
+	// HeadCacheBytes bounds the in-memory heads of newest moments;
+	// DefaultHeadCacheBytes (head.go). Negative turns heads off.
 	HeadCacheBytes int64
 	Hooks          Hooks
-	Logger         *slog.Logger
+	Logger         *slog.Logger // default: discard
 }
+
+// DefaultStaleAfter is Config.StaleAfter when zero: a post by another
+// process on the same files shows in feeds within 30 s, at the cost of
+// re-reading a person's file at most twice a minute.
+const DefaultStaleAfter = 30 * time.Second
 
 // Store is the data layer. It is safe for concurrent use.
 type Store struct {
@@ -87,16 +91,16 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, errors.New("store: no data directory")
 	}
 	if cfg.MaxOpenFiles <= 0 {
-		cfg.MaxOpenFiles = 512
+		cfg.MaxOpenFiles = DefaultMaxOpenFiles
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
 	if cfg.StaleAfter <= 0 {
-		cfg.StaleAfter = 30 * time.Second
+		cfg.StaleAfter = DefaultStaleAfter
 	}
 	if cfg.HeadCacheBytes == 0 {
-		cfg.HeadCacheBytes = 64 << 20
+		cfg.HeadCacheBytes = DefaultHeadCacheBytes
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

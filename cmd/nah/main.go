@@ -60,9 +60,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintln(stdout, "nah", version)
 		return nil
 	case "joincode":
-		return joincode(ctx, args, getenv, stdout)
+		return joincode(ctx, args, getenv, stdout, stderr)
 	case "admin":
-		return adminCmd(ctx, args, getenv, stdout)
+		return adminCmd(ctx, args, getenv, stdout, stderr)
 	default:
 		return usageError{fmt.Sprintf("unknown command %q; try 'nah help'", cmd)}
 	}
@@ -81,7 +81,7 @@ Commands:
 Configuration (environment variables, with their defaults):
 `)
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
-	for _, v := range app.Vars {
+	for _, v := range variables {
 		def := v.Default
 		if def == "" {
 			def = "(empty)"
@@ -91,12 +91,17 @@ Configuration (environment variables, with their defaults):
 	tw.Flush()
 }
 
-func loadConfig(getenv func(string) string) (app.Config, error) {
-	cfg, err := app.ConfigFromEnv(getenv)
+// setup reads the configuration and makes the logger, which the store's
+// configuration gets too, so that serve and the subcommands open the store
+// alike.
+func setup(getenv func(string) string, stderr io.Writer) (config, *slog.Logger, error) {
+	cfg, err := readConfig(getenv)
 	if err != nil {
-		return cfg, usageError{err.Error()}
+		return cfg, nil, usageError{err.Error()}
 	}
-	return cfg, nil
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	cfg.Store.Logger = log
+	return cfg, log, nil
 }
 
 // serve runs the server until ctx is cancelled, then shuts down in order:
@@ -104,11 +109,10 @@ func loadConfig(getenv func(string) string) (app.Config, error) {
 // NAH_SHUTDOWN_TIMEOUT), then close the store, which checkpoints every file.
 // ready, when not nil, receives the listening address.
 func serve(ctx context.Context, getenv func(string) string, stderr io.Writer, ready chan<- string) error {
-	cfg, err := loadConfig(getenv)
+	cfg, log, err := setup(getenv, stderr)
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
 	// The head cache is a large, long-lived heap (58 MB for 10,000 people);
 	// at the default GOGC of 100 the heap may grow to twice what is live
 	// before a collection. 50 measured 287 -> 237 MB peak on people-10k at
@@ -117,7 +121,7 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer, re
 		debug.SetGCPercent(50)
 	}
 	start := time.Now()
-	s, err := store.Open(ctx, store.Config{Dir: cfg.DataDir, MaxOpenFiles: cfg.MaxOpenFiles, HeadCacheBytes: cfg.HeadCacheBytes, Logger: log})
+	s, err := store.Open(ctx, cfg.Store)
 	if err != nil {
 		return err
 	}
@@ -131,7 +135,7 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer, re
 	if err != nil {
 		return usageError{fmt.Sprintf("NAH_ADDR=%q: %v", cfg.Addr, err)}
 	}
-	a := app.New(cfg, s, log)
+	a := app.New(cfg.App, s, log)
 	srv := app.NewServer(cfg.Addr, a, log)
 	log.Info("nah started", "version", version, "config", cfg, "listen", ln.Addr().String(), "took", time.Since(start).Round(time.Millisecond))
 	if cfg.MetricsAddr != "" {
@@ -179,7 +183,7 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer, re
 	return nil
 }
 
-func joincode(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+func joincode(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "create" {
 		return usageError{"usage: nah joincode create [-ttl 168h]"}
 	}
@@ -189,7 +193,7 @@ func joincode(ctx context.Context, args []string, getenv func(string) string, st
 	if err := fs.Parse(args[1:]); err != nil || *ttl <= 0 {
 		return usageError{"usage: nah joincode create [-ttl 168h]"}
 	}
-	return withStore(ctx, getenv, func(_ app.Config, s *store.Store) error {
+	return withStore(ctx, getenv, stderr, func(_ config, s *store.Store) error {
 		code, jc, err := s.CreateJoinCode(ctx, *ttl)
 		if err != nil {
 			return err
@@ -199,15 +203,15 @@ func joincode(ctx context.Context, args []string, getenv func(string) string, st
 	})
 }
 
-// withStore runs fn on the configured data directory, for the subcommands
-// that change it while the server may be running (SQLite's locks and the
-// busy timeout make that safe).
-func withStore(ctx context.Context, getenv func(string) string, fn func(app.Config, *store.Store) error) error {
-	cfg, err := loadConfig(getenv)
+// withStore runs fn on the store opened as serve opens it, for the
+// subcommands that change it while the server may be running (SQLite's
+// locks and the busy timeout make that safe).
+func withStore(ctx context.Context, getenv func(string) string, stderr io.Writer, fn func(config, *store.Store) error) error {
+	cfg, _, err := setup(getenv, stderr)
 	if err != nil {
 		return err
 	}
-	s, err := store.Open(ctx, store.Config{Dir: cfg.DataDir, MaxOpenFiles: cfg.MaxOpenFiles})
+	s, err := store.Open(ctx, cfg.Store)
 	if err != nil {
 		return err
 	}
@@ -218,11 +222,11 @@ func withStore(ctx context.Context, getenv func(string) string, fn func(app.Conf
 	return s.Close()
 }
 
-func adminCmd(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+func adminCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) != 1 || args[0] != "create" {
 		return usageError{"usage: nah admin create"}
 	}
-	return withStore(ctx, getenv, func(cfg app.Config, s *store.Store) error {
+	return withStore(ctx, getenv, stderr, func(cfg config, s *store.Store) error {
 		link, err := app.SetupLink(ctx, s, "http://"+cfg.Addr)
 		if err != nil {
 			return err

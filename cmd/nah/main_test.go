@@ -18,8 +18,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/nah-app/nah/app"
 )
 
 // binary is the nah binary built once for the process tests.
@@ -305,7 +303,7 @@ func TestHelpListsEveryVariable(t *testing.T) {
 	if err := run(context.Background(), []string{"help"}, func(string) string { return "" }, &out, io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	for _, v := range app.Vars {
+	for _, v := range variables {
 		if !strings.Contains(out.String(), v.Name) || v.Default != "" && !strings.Contains(out.String(), v.Default) {
 			t.Errorf("help lacks %s (default %q)", v.Name, v.Default)
 		}

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nah-app/nah"
+	"github.com/nah-app/nah/app"
+	"github.com/nah-app/nah/store"
+)
+
+// config is the whole process's configuration, read from the environment
+// and validated once at start (readConfig). Each package gets its own part:
+// Store goes to store.Open, App to app.New; the rest is the process's.
+type config struct {
+	Addr            string
+	MetricsAddr     string // empty: no metrics listener
+	ShutdownTimeout time.Duration
+	LogLevel        slog.Level
+
+	Store store.Config // Dir is NAH_DATA_DIR
+	App   app.Config   // App.Settings lists every variable for the console
+}
+
+// Defaults that belong to the process itself; the packages' own defaults
+// are their constants.
+const (
+	defaultAddr            = "127.0.0.1:8090"
+	defaultDataDir         = "./data"
+	defaultShutdownTimeout = 10 * time.Second
+	defaultLogLevel        = slog.LevelInfo
+)
+
+// variable is one environment variable: its name, default and meaning as
+// `nah help` shows them, and set, which parses a value into the config or
+// says what it wants instead.
+type variable struct {
+	Name, Default, Meaning string
+	set                    func(c *config, v string) error
+}
+
+// variables lists every environment variable, in the order `nah help` and
+// the console show them.
+var variables = []variable{
+	{"NAH_ADDR", defaultAddr, "listen address (host:port)", func(c *config, v string) error {
+		if _, port, err := net.SplitHostPort(v); err != nil || port == "" {
+			return errors.New("want host:port, such as 127.0.0.1:8090")
+		}
+		c.Addr = v
+		return nil
+	}},
+	{"NAH_DATA_DIR", defaultDataDir, "directory database, person files", func(c *config, v string) error {
+		if strings.ContainsAny(v, "?#") {
+			return errors.New("the path must not contain '?' or '#'")
+		}
+		c.Store.Dir = filepath.Clean(v)
+		return nil
+	}},
+	{"NAH_OPEN_SIGNUP", "false", "accept POST /api/v1/accounts without a join code", func(c *config, v string) (err error) {
+		if c.App.OpenSignup, err = strconv.ParseBool(v); err != nil {
+			return errors.New("want true or false")
+		}
+		return nil
+	}},
+	{"NAH_MAX_OPEN_FILES", strconv.Itoa(store.DefaultMaxOpenFiles), "bound of the open person-file cache (~75 KB each plus a 32 MB page cache shared by all: 512 files ~ 70 MB of SQLite memory, 1000 ~ 107 MB)", func(c *config, v string) (err error) {
+		if c.Store.MaxOpenFiles, err = strconv.Atoi(v); err != nil || c.Store.MaxOpenFiles < 16 || c.Store.MaxOpenFiles > 100_000 {
+			return errors.New("want a whole number from 16 to 100000")
+		}
+		return nil
+	}},
+	{"NAH_HEAD_CACHE_MB", strconv.Itoa(store.DefaultHeadCacheBytes >> 20), "memory for the newest moments of each person, so most feeds read no file; 0 turns it off", func(c *config, v string) error {
+		mbs, err := strconv.Atoi(v)
+		if err != nil || mbs < 0 || mbs > 64<<10 {
+			return errors.New("want a whole number of megabytes, 0 to turn the cache off")
+		}
+		c.Store.HeadCacheBytes = int64(mbs) << 20
+		if mbs == 0 {
+			c.Store.HeadCacheBytes = -1 // the store's zero is its default
+		}
+		return nil
+	}},
+	{"NAH_SIGNUP_PER_HOUR", strconv.Itoa(app.DefaultSignupPerHour), "sign-ups per client address per hour; 0 = no limit", func(c *config, v string) (err error) {
+		if c.App.SignupPerHour, err = strconv.Atoi(v); err != nil || c.App.SignupPerHour < 0 {
+			return errors.New("want a whole number, 0 for no limit")
+		}
+		return nil
+	}},
+	{"NAH_TRUSTED_PROXIES", "", "comma-separated addresses or CIDRs of reverse proxies whose X-Forwarded-For is believed", func(c *config, v string) error {
+		if v == "" {
+			return nil
+		}
+		for s := range strings.SplitSeq(v, ",") {
+			s = strings.TrimSpace(s)
+			p, err := netip.ParsePrefix(s)
+			if err != nil {
+				a, aerr := netip.ParseAddr(s)
+				if aerr != nil {
+					return fmt.Errorf("%q is neither an address nor a CIDR", s)
+				}
+				p = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+			}
+			c.App.TrustedProxies = append(c.App.TrustedProxies, p.Masked())
+		}
+		return nil
+	}},
+	{"NAH_MAX_MOMENT_BYTES", strconv.Itoa(nah.DefaultMaxMomentBytes), "largest decoded moment body in bytes", func(c *config, v string) (err error) {
+		if c.App.MaxMomentBytes, err = strconv.Atoi(v); err != nil || c.App.MaxMomentBytes < 1 || c.App.MaxMomentBytes > 16<<20 {
+			return errors.New("want a whole number of bytes from 1 to 16777216")
+		}
+		return nil
+	}},
+	{"NAH_SHUTDOWN_TIMEOUT", defaultShutdownTimeout.String(), "how long SIGTERM waits for in-flight requests", func(c *config, v string) (err error) {
+		if c.ShutdownTimeout, err = time.ParseDuration(v); err != nil || c.ShutdownTimeout <= 0 {
+			return errors.New("want a positive duration such as 10s")
+		}
+		return nil
+	}},
+	{"NAH_LOG_LEVEL", strings.ToLower(defaultLogLevel.String()), "debug, info, warn or error", func(c *config, v string) error {
+		if err := c.LogLevel.UnmarshalText([]byte(v)); err != nil {
+			return errors.New("want debug, info, warn or error")
+		}
+		return nil
+	}},
+	{"NAH_METRICS_ADDR", "", "listen address of the Prometheus metrics (host:port); empty = off", func(c *config, v string) error {
+		if v == "" {
+			return nil
+		}
+		if _, port, err := net.SplitHostPort(v); err != nil || port == "" {
+			return errors.New("want host:port, such as 127.0.0.1:9090")
+		}
+		c.MetricsAddr = v
+		return nil
+	}},
+}
+
+// readConfig reads and validates every variable, unset ones taking their
+// defaults. An error names the variable, its value and what is wanted.
+func readConfig(getenv func(string) string) (config, error) {
+	var c config
+	for _, v := range variables {
+		val, src := strings.TrimSpace(getenv(v.Name)), "the environment"
+		if val == "" {
+			val, src = v.Default, "the default"
+		}
+		if err := v.set(&c, val); err != nil {
+			return config{}, fmt.Errorf("%s=%q: %v", v.Name, getenv(v.Name), err)
+		}
+		c.App.Settings = append(c.App.Settings, app.Setting{Name: v.Name, Value: val, Source: src})
+	}
+	return c, nil
+}
+
+// LogValue summarises the configuration for the start-up log line. It holds
+// no secrets.
+func (c config) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("addr", c.Addr),
+		slog.String("data_dir", c.Store.Dir),
+		slog.Bool("open_signup", c.App.OpenSignup),
+		slog.Int("max_open_files", c.Store.MaxOpenFiles),
+		slog.Int64("head_cache_bytes", c.Store.HeadCacheBytes),
+		slog.Int("signup_per_hour", c.App.SignupPerHour),
+		slog.Int("trusted_proxies", len(c.App.TrustedProxies)),
+		slog.Int("max_moment_bytes", c.App.MaxMomentBytes),
+	)
+}

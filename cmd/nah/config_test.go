@@ -1,0 +1,95 @@
+package main
+
+import (
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nah-app/nah"
+	"github.com/nah-app/nah/app"
+	"github.com/nah-app/nah/store"
+)
+
+func env(vars map[string]string) func(string) string {
+	return func(name string) string { return vars[name] }
+}
+
+// TestConfigDefaults: an empty environment gives the packages' own defaults,
+// and the console hears of every variable.
+func TestConfigDefaults(t *testing.T) {
+	c, err := readConfig(env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Addr != defaultAddr || c.MetricsAddr != "" || c.ShutdownTimeout != defaultShutdownTimeout || c.LogLevel != slog.LevelInfo {
+		t.Errorf("process: %+v", c)
+	}
+	if c.Store.Dir != "data" || c.Store.MaxOpenFiles != store.DefaultMaxOpenFiles || c.Store.HeadCacheBytes != store.DefaultHeadCacheBytes {
+		t.Errorf("store: %+v", c.Store)
+	}
+	if c.App.OpenSignup || c.App.SignupPerHour != app.DefaultSignupPerHour || c.App.TrustedProxies != nil ||
+		c.App.MaxMomentBytes != nah.DefaultMaxMomentBytes {
+		t.Errorf("app: %+v", c.App)
+	}
+	if len(c.App.Settings) != len(variables) {
+		t.Fatalf("%d settings for %d variables", len(c.App.Settings), len(variables))
+	}
+	for i, s := range c.App.Settings {
+		if v := variables[i]; s != (app.Setting{Name: v.Name, Value: v.Default, Source: "the default"}) {
+			t.Errorf("setting %d: %+v, want %s=%q from the default", i, s, v.Name, v.Default)
+		}
+	}
+}
+
+func TestConfigFromEnvironment(t *testing.T) {
+	c, err := readConfig(env(map[string]string{
+		"NAH_ADDR":             "0.0.0.0:80",
+		"NAH_DATA_DIR":         "/srv/nah/../data/",
+		"NAH_OPEN_SIGNUP":      "true",
+		"NAH_MAX_OPEN_FILES":   " 1000 ",
+		"NAH_HEAD_CACHE_MB":    "0",
+		"NAH_SIGNUP_PER_HOUR":  "0",
+		"NAH_TRUSTED_PROXIES":  "10.0.0.1, 192.168.0.0/16",
+		"NAH_MAX_MOMENT_BYTES": "1000",
+		"NAH_SHUTDOWN_TIMEOUT": "1m",
+		"NAH_LOG_LEVEL":        "debug",
+		"NAH_METRICS_ADDR":     "127.0.0.1:9090",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Addr != "0.0.0.0:80" || c.MetricsAddr != "127.0.0.1:9090" || c.ShutdownTimeout != time.Minute || c.LogLevel != slog.LevelDebug {
+		t.Errorf("process: %+v", c)
+	}
+	if c.Store.Dir != "/srv/data" || c.Store.MaxOpenFiles != 1000 || c.Store.HeadCacheBytes != -1 {
+		t.Errorf("store: %+v", c.Store)
+	}
+	if !c.App.OpenSignup || c.App.SignupPerHour != 0 || len(c.App.TrustedProxies) != 2 || c.App.TrustedProxies[0].String() != "10.0.0.1/32" ||
+		c.App.MaxMomentBytes != 1000 {
+		t.Errorf("app: %+v", c.App)
+	}
+	if s := c.App.Settings[3]; s != (app.Setting{Name: "NAH_MAX_OPEN_FILES", Value: "1000", Source: "the environment"}) {
+		t.Errorf("setting: %+v", s)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	for name, c := range map[string]struct{ value, want string }{
+		"NAH_ADDR":             {"nowhere", `NAH_ADDR="nowhere": want host:port, such as 127.0.0.1:8090`},
+		"NAH_DATA_DIR":         {"data?", `NAH_DATA_DIR="data?": the path must not contain '?' or '#'`},
+		"NAH_OPEN_SIGNUP":      {"perhaps", `NAH_OPEN_SIGNUP="perhaps": want true or false`},
+		"NAH_MAX_OPEN_FILES":   {"15", `NAH_MAX_OPEN_FILES="15": want a whole number from 16 to 100000`},
+		"NAH_HEAD_CACHE_MB":    {"-1", `NAH_HEAD_CACHE_MB="-1": want a whole number of megabytes, 0 to turn the cache off`},
+		"NAH_SIGNUP_PER_HOUR":  {"-1", `NAH_SIGNUP_PER_HOUR="-1": want a whole number, 0 for no limit`},
+		"NAH_TRUSTED_PROXIES":  {"10.0.0.1, proxy", `NAH_TRUSTED_PROXIES="10.0.0.1, proxy": "proxy" is neither an address nor a CIDR`},
+		"NAH_MAX_MOMENT_BYTES": {"0", `NAH_MAX_MOMENT_BYTES="0": want a whole number of bytes from 1 to 16777216`},
+		"NAH_SHUTDOWN_TIMEOUT": {"soon", `NAH_SHUTDOWN_TIMEOUT="soon": want a positive duration such as 10s`},
+		"NAH_LOG_LEVEL":        {"loud", `NAH_LOG_LEVEL="loud": want debug, info, warn or error`},
+		"NAH_METRICS_ADDR":     {"9090", `NAH_METRICS_ADDR="9090": want host:port, such as 127.0.0.1:9090`},
+	} {
+		_, err := readConfig(env(map[string]string{name: c.value}))
+		if err == nil || err.Error() != c.want {
+			t.Errorf("%s=%q: %v, want %s", name, c.value, err, c.want)
+		}
+	}
+}

@@ -73,22 +73,25 @@ func (a *App) render(w http.ResponseWriter, r *http.Request, status int, c templ
 	}
 }
 
-// consoleError renders an error as a page: the SPEC's status, a human
-// sentence, and internal errors logged but never shown.
+// consoleError answers a console request with err as a page: p, titled
+// "Something is wrong" unless it has a title, with the error's sentence.
 func (a *App) consoleError(w http.ResponseWriter, r *http.Request, p ui.Page, err error) {
-	var e *nah.Error
-	if !errors.As(err, &e) {
-		a.log.Error("console", "route", routePattern(r), "err", err)
-		e = nah.Errorf(nah.Internal, "", "something went wrong on the server")
-	}
-	if p.Title == "" {
-		p.Title = "Something is wrong"
-	}
-	p.Error = e.Message
-	if e.RetryAfter > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(int(e.RetryAfter.Seconds())+1))
-	}
-	a.render(w, r, statusOf[e.Code], ui.MessagePage(p))
+	a.respondError(w, r, err, func(e *nah.Error) templ.Component {
+		if p.Title == "" {
+			p.Title = "Something is wrong"
+		}
+		p.Error = e.Message
+		return ui.MessagePage(p)
+	})
+}
+
+// formError answers a form's submission with err: the form again, with the
+// error's sentence above it.
+func (a *App) formError(w http.ResponseWriter, r *http.Request, f ui.Form, err error) {
+	a.respondError(w, r, err, func(e *nah.Error) templ.Component {
+		f.Error = e.Message
+		return ui.FormPage(f)
+	})
 }
 
 func (a *App) requireAdmin(next http.Handler) http.Handler {
@@ -144,11 +147,9 @@ func (a *App) handleConsoleLogin(w http.ResponseWriter, r *http.Request) {
 	name, password := r.PostFormValue("name"), r.PostFormValue("password")
 	form := ui.Form{Page: ui.Page{Title: "Sign in"}, Action: "/console/login", Kind: "signin", Handle: name}
 	addr := "admin " + a.clientAddr(r)
-	for _, check := range []error{a.signinByAddr.check(addr), a.signinByHandle.check("admin " + name)} {
-		if check != nil {
-			form.Error = "Too many failed sign-ins; try again later."
-			w.Header().Set("Retry-After", strconv.Itoa(int(signinWindow.Seconds())))
-			a.render(w, r, http.StatusTooManyRequests, ui.FormPage(form))
+	for _, err := range []error{a.signinByAddr.check(addr), a.signinByHandle.check("admin " + name)} {
+		if err != nil {
+			a.formError(w, r, form, err) // 429, Retry-After from the limiter
 			return
 		}
 	}
@@ -165,8 +166,7 @@ func (a *App) handleConsoleLogin(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		a.signinByAddr.hit(addr)
 		a.signinByHandle.hit("admin " + name)
-		form.Error = "The name or password is wrong."
-		a.render(w, r, http.StatusUnauthorized, ui.FormPage(form))
+		a.formError(w, r, form, nah.Errorf(nah.Unauthorized, "invalid_credentials", "the name or password is wrong"))
 		return
 	}
 	a.startAdminSession(w, r, ad)
@@ -198,8 +198,7 @@ func (a *App) handleSetup(w http.ResponseWriter, r *http.Request) {
 	name, password := r.PostFormValue("name"), r.PostFormValue("password")
 	form := ui.Form{Page: ui.Page{Title: "Create an admin"}, Action: "/console/setup/" + token, Kind: "setup", Handle: name}
 	if err := nah.CheckSignup(name, password); err != nil {
-		form.Error = err.(*nah.Error).Message
-		a.render(w, r, http.StatusBadRequest, ui.FormPage(form))
+		a.formError(w, r, form, err)
 		return
 	}
 	hash, err := a.hasher.hash(r.Context(), password)

@@ -233,9 +233,8 @@ func (a *App) handleReset(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, smallBody)
 	password := r.PostFormValue("password")
 	p := ui.Page{Title: "Reset a password"}
-	if len(password) < nah.PasswordMinBytes || len(password) > nah.PasswordMaxBytes {
-		p.Error = "A password is 8 to 256 bytes."
-		a.render(w, r, http.StatusBadRequest, ui.FormPage(ui.Form{Page: p, Action: "/reset/" + token, Kind: "reset"}))
+	if err := nah.CheckPassword(password); err != nil {
+		a.formError(w, r, ui.Form{Page: p, Action: "/reset/" + token, Kind: "reset"}, err)
 		return
 	}
 	hash, err := a.hasher.hash(r.Context(), password)

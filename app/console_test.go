@@ -2,7 +2,9 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"html"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -12,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nah-app/nah"
 	"github.com/nah-app/nah/store"
 )
 
@@ -398,5 +401,49 @@ func TestConsolePeoplePages(t *testing.T) {
 	res.Body.Close()
 	if s := string(b); strings.Contains(s, "<html") || !strings.HasPrefix(strings.TrimSpace(s), `<section id="people-list"`) || rows(s) != 10 {
 		t.Fatalf("fragment: %.200s", s)
+	}
+}
+
+// TestConsoleShowsTheRulesMessage: every console form that takes a handle
+// or a password refuses a bad one with the sentence of the rule in nah, so
+// the rule is written in one place.
+func TestConsoleShowsTheRulesMessage(t *testing.T) {
+	ts := newTestServer(t)
+	ann := ts.signup(t, "ann")
+	message := func(err error) string {
+		var e *nah.Error
+		if !errors.As(err, &e) {
+			t.Fatalf("%v is not an *nah.Error", err)
+		}
+		return html.EscapeString(e.Message)
+	}
+	badHandle, badPassword := message(nah.CheckHandle("A!")), message(nah.CheckPassword("short"))
+	setup, err := SetupLink(context.Background(), ts.store, ts.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reset, err := ts.store.CreateLink(context.Background(), store.LinkReset, ann.id, resetLinkTTL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := signedInAdmin(t, ts)
+	for _, c := range []struct {
+		name   string
+		client *http.Client
+		path   string
+		form   url.Values
+		want   string
+	}{
+		{"setup handle", consoleClient(t), strings.TrimPrefix(setup, ts.URL), url.Values{"name": {"A!"}, "password": {"admin-password"}}, badHandle},
+		{"setup password", consoleClient(t), strings.TrimPrefix(setup, ts.URL), url.Values{"name": {"root2"}, "password": {"short"}}, badPassword},
+		{"create handle", admin, "/console/people", url.Values{"handle": {"A!"}, "password": {"password-x"}}, badHandle},
+		{"create password", admin, "/console/people", url.Values{"handle": {"dan"}, "password": {"short"}}, badPassword},
+		{"reset password", consoleClient(t), "/reset/" + reset, url.Values{"password": {"short"}}, badPassword},
+		{"reset long password", consoleClient(t), "/reset/" + reset, url.Values{"password": {strings.Repeat("p", nah.PasswordMaxBytes+1)}}, badPassword},
+	} {
+		p := postForm(t, c.client, ts.URL+c.path, c.form)
+		if p.status != 400 || !strings.Contains(p.body, c.want) {
+			t.Errorf("%s: %d, want 400 with %q: %.300s", c.name, p.status, c.want, p.body)
+		}
 	}
 }

@@ -28,10 +28,13 @@ build-all:
 generate:
 	go tool templ generate
 
-## lint: gofmt and go vet must be clean
+## lint: gofmt, go mod tidy, go vet and staticcheck must be clean
+## (staticcheck is a go tool pinned in go.mod: nothing to install)
 lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	go mod tidy -diff
 	go vet ./...
+	go tool staticcheck ./...
 
 ## fuzz: a short run of each fuzz target (the seed corpus runs in make test)
 fuzz:

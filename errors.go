@@ -21,6 +21,11 @@ const (
 	RateLimited  Code = "rate_limited" // 429: slow down, see RetryAfter
 	Unavailable  Code = "unavailable"  // 503: overloaded or shutting down
 	Internal     Code = "internal"     // 500: a bug or a broken disk
+
+	// MethodNotAllowed is the router's answer, never a handler's: the path
+	// is a route, but not with this method. It is a kind of its own because
+	// HTTP has one status for it, 405 (with an Allow header).
+	MethodNotAllowed Code = "method_not_allowed" // 405
 )
 
 // Error is the one error type that crosses package lines. Reason is the

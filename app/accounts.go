@@ -172,7 +172,7 @@ func (a *App) handleMe(w http.ResponseWriter, r *http.Request) {
 func (a *App) handleHealth(w http.ResponseWriter, r *http.Request) {
 	if err := a.store.Ping(r.Context()); err != nil {
 		a.log.Error("health check", "err", err)
-		writeErrorBody(w, http.StatusServiceUnavailable, "unavailable", "the directory database cannot be read")
+		a.writeError(w, r, nah.Errorf(nah.Unavailable, "", "the directory database cannot be read"))
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "open_files": a.store.Stats().OpenFiles})

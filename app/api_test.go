@@ -2,8 +2,13 @@ package app
 
 import (
 	"encoding/base64"
+	"errors"
+	"io/fs"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -76,12 +81,15 @@ func TestAPIScenarios(t *testing.T) {
 		// feed and one person's moments
 		{"feed", "GET", "/api/v1/feed", ann.token, nil, 200, "", want{"moments": "*", "next": nil}},
 		{"feed limit 0", "GET", "/api/v1/feed?limit=0", ann.token, nil, 400, "invalid_limit", nil},
+		{"feed limit 100", "GET", "/api/v1/feed?limit=100", ann.token, nil, 200, "", want{"moments": "*", "next": nil}},
 		{"feed limit 101", "GET", "/api/v1/feed?limit=101", ann.token, nil, 400, "invalid_limit", nil},
 		{"feed limit text", "GET", "/api/v1/feed?limit=ten", ann.token, nil, 400, "invalid_limit", nil},
 		{"feed bad cursor", "GET", "/api/v1/feed?before=abc", ann.token, nil, 400, "invalid_cursor", nil},
 		{"feed no token", "GET", "/api/v1/feed", "", nil, 401, "missing_token", nil},
 		{"connection's moments", "GET", "/api/v1/people/" + bob.id + "/moments", ann.token, nil, 200, "", want{"moments": "*", "next": nil}},
 		{"own moments", "GET", "/api/v1/people/" + ann.id + "/moments", ann.token, nil, 200, "", want{"moments": "*"}},
+		{"moments limit 100", "GET", "/api/v1/people/" + bob.id + "/moments?limit=100", ann.token, nil, 200, "", want{"moments": "*", "next": nil}},
+		{"moments limit 101", "GET", "/api/v1/people/" + bob.id + "/moments?limit=101", ann.token, nil, 400, "invalid_limit", nil},
 		{"stranger's moments", "GET", "/api/v1/people/" + cat.id + "/moments", ann.token, nil, 404, "not_found", nil},
 		{"unknown person's moments", "GET", "/api/v1/people/" + nah.NewPersonID() + "/moments", ann.token, nil, 404, "not_found", nil},
 		{"path trick person", "GET", "/api/v1/people/..%2F..%2Fdirectory.db/moments", ann.token, nil, 404, "not_found", nil},
@@ -208,6 +216,53 @@ func TestJoinCodes(t *testing.T) {
 	// A failed sign-up leaves no person folder behind.
 	if r := ts.do(t, "POST", "/api/v1/sessions", "", map[string]string{"handle": "bob", "password": "password-ann"}); r.status != 401 {
 		t.Fatalf("bob exists: %d", r.status)
+	}
+}
+
+// TestFailedSignupLeavesNoFolder: a sign-up refused after its person file
+// was made (handle taken, bad join code) leaves nothing under people/.
+func TestFailedSignupLeavesNoFolder(t *testing.T) {
+	ts := newTestServer(t, func(c *serverConfig) { c.OpenSignup = false })
+	folders := func() []string {
+		t.Helper()
+		entries, err := os.ReadDir(filepath.Join(ts.dir, "people"))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		return names
+	}
+	joinCode := func() string {
+		t.Helper()
+		code, _, err := ts.store.CreateJoinCode(t.Context(), time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return code
+	}
+	r := ts.do(t, "POST", "/api/v1/accounts", "", map[string]string{"handle": "ann", "password": "password-ann", "join_code": joinCode()})
+	if r.status != 201 {
+		t.Fatalf("ann signs up: %d %s", r.status, r.raw)
+	}
+	ann := r.json["person"].(map[string]any)["id"].(string)
+	for _, c := range []struct {
+		name, handle, code string
+		wantStatus         int
+		wantCode           string
+	}{
+		{"handle taken", "ann", joinCode(), 409, "handle_taken"},
+		{"bad join code", "bob", "0000000000000000", 400, "invalid_join_code"},
+	} {
+		r := ts.do(t, "POST", "/api/v1/accounts", "", map[string]string{"handle": c.handle, "password": "password-x", "join_code": c.code})
+		if r.status != c.wantStatus || r.errCode() != c.wantCode {
+			t.Fatalf("%s: %d %s, want %d %s", c.name, r.status, r.raw, c.wantStatus, c.wantCode)
+		}
+		if got := folders(); !slices.Equal(got, []string{ann}) {
+			t.Errorf("%s: people/ holds %v, want only ann's folder %s", c.name, got, ann)
+		}
 	}
 }
 

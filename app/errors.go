@@ -1,53 +1,78 @@
 package app
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"strconv"
+	"time"
+
+	"github.com/a-h/templ"
 
 	"github.com/nah-app/nah"
 )
 
 // statusOf maps each error kind to its one status.
 var statusOf = map[nah.Code]int{
-	nah.Invalid:      http.StatusBadRequest,
-	nah.Unauthorized: http.StatusUnauthorized,
-	nah.Forbidden:    http.StatusForbidden,
-	nah.NotFound:     http.StatusNotFound,
-	nah.Conflict:     http.StatusConflict,
-	nah.TooLarge:     http.StatusRequestEntityTooLarge,
-	nah.RateLimited:  http.StatusTooManyRequests,
-	nah.Unavailable:  http.StatusServiceUnavailable,
-	nah.Internal:     http.StatusInternalServerError,
+	nah.Invalid:          http.StatusBadRequest,
+	nah.Unauthorized:     http.StatusUnauthorized,
+	nah.Forbidden:        http.StatusForbidden,
+	nah.NotFound:         http.StatusNotFound,
+	nah.MethodNotAllowed: http.StatusMethodNotAllowed,
+	nah.Conflict:         http.StatusConflict,
+	nah.TooLarge:         http.StatusRequestEntityTooLarge,
+	nah.RateLimited:      http.StatusTooManyRequests,
+	nah.Unavailable:      http.StatusServiceUnavailable,
+	nah.Internal:         http.StatusInternalServerError,
 }
 
-// writeError is the one error path of the API: an *nah.Error becomes its
-// status and SPEC body; anything else is a 500 whose text is logged, never
-// sent.
-func (a *App) writeError(w http.ResponseWriter, r *http.Request, err error) {
+// errInternal is what a client sees of any error that is not an *nah.Error,
+// or is one of kind Internal: the code and a fixed sentence, never the text.
+var errInternal = nah.Errorf(nah.Internal, "", "something went wrong on the server")
+
+// respondError is the one error path, of the API and the console alike:
+// err becomes its status, its Retry-After, and then either the SPEC's JSON
+// body (view is nil) or the HTML page that view makes of it. Anything that
+// is not an *nah.Error, or is of kind Internal, is logged with slog and
+// answered with errInternal, so its text never reaches the client.
+func (a *App) respondError(w http.ResponseWriter, r *http.Request, err error, view func(*nah.Error) templ.Component) {
 	var e *nah.Error
-	if !errors.As(err, &e) {
+	if !errors.As(err, &e) || e.Code == nah.Internal {
 		a.log.Error("internal error", "method", r.Method, "route", routePattern(r), "err", err)
-		e = nah.Errorf(nah.Internal, "", "something went wrong on the server")
+		e = errInternal
 	}
-	if e.RetryAfter > 0 {
-		secs := int((e.RetryAfter + 999_999_999) / 1_000_000_000)
-		w.Header().Set("Retry-After", strconv.Itoa(secs))
+	if e.RetryAfter > 0 || e.Code == nah.RateLimited {
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(e.RetryAfter)))
 	}
-	writeErrorBody(w, statusOf[e.Code], e.Reason, e.Message)
-}
-
-func writeErrorBody(w http.ResponseWriter, status int, code, message string) {
+	status := statusOf[e.Code]
+	if status == 0 {
+		status = http.StatusInternalServerError // a kind added without its status
+	}
+	if view != nil {
+		a.render(w, r, status, view(e))
+		return
+	}
 	var body struct {
 		Error struct {
 			Code    string `json:"code"`
 			Message string `json:"message"`
 		} `json:"error"`
 	}
-	body.Error.Code, body.Error.Message = code, message
+	body.Error.Code, body.Error.Message = cmp.Or(e.Reason, string(e.Code)), e.Message
 	writeJSON(w, status, body)
+}
+
+// retryAfterSeconds is the one Retry-After rule: whole seconds, rounded up
+// so that a client that waits as told is never early, and at least 1.
+func retryAfterSeconds(d time.Duration) int {
+	return max(1, int((d+time.Second-1)/time.Second))
+}
+
+// writeError answers an API request with err as the SPEC's JSON error.
+func (a *App) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	a.respondError(w, r, err, nil)
 }
 
 // writeJSON writes v with status. Small bodies only: the feed writes its own

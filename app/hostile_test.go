@@ -3,12 +3,15 @@ package app
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -201,5 +204,107 @@ func TestExpiredInviteIs404(t *testing.T) {
 	ts.clock.Advance(nah.InviteTTL + time.Second)
 	if r := ts.do(t, "POST", "/api/v1/connections", ann.token, map[string]string{"code": inv}); r.status != 404 {
 		t.Fatalf("%d %s", r.status, r.raw)
+	}
+}
+
+// TestIDPathTricks: on every route that takes an id, a real id followed by
+// "/.." or an encoded "/.." (sent raw, as Go's client would never send it)
+// is refused with 404 or 400 and an error answer, never 2xx, 3xx or 5xx. The
+// ids are ones the caller could act on, so a router or handler that cleaned
+// or trimmed the path would answer 2xx or 3xx, and afterwards nothing has
+// changed: no moment deleted, no one disconnected, disabled or signed out,
+// no join code revoked.
+func TestIDPathTricks(t *testing.T) {
+	ts := newTestServer(t)
+	ann, bob := ts.signup(t, "ann"), ts.signup(t, "bob")
+	ts.connect(t, ann, bob)
+	moment := ts.post(t, ann, []byte("keep me"))
+	admin := signedInAdmin(t, ts)
+	if p := postForm(t, admin, ts.URL+"/console/joincodes", url.Values{"ttl": {"24h"}}); p.status != 201 {
+		t.Fatalf("join code: %d", p.status)
+	}
+	codes, err := ts.store.JoinCodes(t.Context(), 10)
+	if err != nil || len(codes) != 1 {
+		t.Fatalf("join codes: %v %v", codes, err)
+	}
+	session := regexp.MustCompile(`name="session" value="([0-9a-f]{16})"`).FindStringSubmatch(get(t, admin, ts.URL+"/console/people/"+bob.id).body)
+	if session == nil {
+		t.Fatal("bob's session is not listed")
+	}
+	u, _ := url.Parse(ts.URL)
+	var cookies []string
+	for _, c := range admin.Jar.Cookies(u) {
+		cookies = append(cookies, c.String())
+	}
+
+	routes := []struct {
+		method, path, id string // path has {id}
+		console          bool
+		form             string
+	}{
+		{"DELETE", "/api/v1/moments/{id}", moment, false, ""},
+		{"GET", "/api/v1/people/{id}/moments", bob.id, false, ""},
+		{"DELETE", "/api/v1/connections/{id}", bob.id, false, ""},
+		{"GET", "/console/people/{id}", bob.id, true, ""},
+		{"POST", "/console/people/{id}/disable", bob.id, true, ""},
+		{"POST", "/console/people/{id}/enable", bob.id, true, ""},
+		{"POST", "/console/people/{id}/reset", bob.id, true, ""},
+		{"POST", "/console/people/{id}/sessions/revoke", bob.id, true, "session=" + session[1]},
+		{"POST", "/console/joincodes/{id}/revoke", codes[0].ID, true, ""},
+	}
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, rt := range routes {
+		for _, trick := range []string{"/..", "%2F..", "%2f..", "/%2e%2e", "%2F..%2F" + ann.id, "/../" + ann.id} {
+			raw := strings.Replace(rt.path, "{id}", rt.id+trick, 1)
+			req, err := http.NewRequest(rt.method, ts.URL, strings.NewReader(rt.form))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.URL.Opaque = raw // sent as is: the client neither cleans nor escapes it
+			req.Header.Set("Authorization", "Bearer "+ann.token)
+			if rt.console {
+				req.Header.Set("Cookie", strings.Join(cookies, "; "))
+			}
+			if rt.form != "" {
+				req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			}
+			res, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != 404 && res.StatusCode != 400 {
+				t.Errorf("%s %s: %d, want 404 or 400: %.200s", rt.method, raw, res.StatusCode, body)
+				continue
+			}
+			var e struct {
+				Error struct{ Code, Message string }
+			}
+			switch {
+			case res.Header.Get("Content-Type") == "application/json":
+				if err := json.Unmarshal(body, &e); err != nil || e.Error.Code == "" || e.Error.Message == "" {
+					t.Errorf("%s %s: not the SPEC's error body: %.200s", rt.method, raw, body)
+				}
+			case rt.console && strings.HasPrefix(res.Header.Get("Content-Type"), "text/html"):
+				if !strings.Contains(string(body), `role="alert"`) {
+					t.Errorf("%s %s: an HTML answer that is not the console's error page: %.200s", rt.method, raw, body)
+				}
+			default:
+				t.Errorf("%s %s: Content-Type %q", rt.method, raw, res.Header.Get("Content-Type"))
+			}
+		}
+	}
+
+	// Nothing was reached: ann's moment, the connection, bob's session and
+	// the join code are all as they were.
+	if items := ts.readAll(t, ann.token, "/api/v1/feed", 30); len(items) != 1 || items[0].ID != moment {
+		t.Errorf("ann's feed after the tricks: %v", items)
+	}
+	if r := ts.do(t, "GET", "/api/v1/me", bob.token, nil); r.status != 200 || r.json["connections"] != float64(1) {
+		t.Errorf("bob after the tricks: %d %s", r.status, r.raw)
+	}
+	if codes, err := ts.store.JoinCodes(t.Context(), 10); err != nil || codes[0].RevokedAt != 0 {
+		t.Errorf("the join code after the tricks: %+v %v", codes, err)
 	}
 }

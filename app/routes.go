@@ -1,11 +1,14 @@
 package app
 
 import (
+	"fmt"
 	"net/http"
 	"runtime/debug"
 	"strings"
 
 	"github.com/go-chi/chi/v5"
+
+	"github.com/nah-app/nah"
 )
 
 // routes lists every route of the API on one screen (the console's are in
@@ -14,8 +17,8 @@ import (
 func (a *App) routes() http.Handler {
 	r := chi.NewRouter()
 	r.Use(a.recoverer, a.metrics.measure)
-	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		writeErrorBody(w, http.StatusNotFound, "not_found", "no such route")
+	r.NotFound(func(w http.ResponseWriter, req *http.Request) {
+		a.writeError(w, req, nah.Errorf(nah.NotFound, "", "no such route"))
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
 		var allow []string
@@ -25,7 +28,7 @@ func (a *App) routes() http.Handler {
 			}
 		}
 		w.Header().Set("Allow", strings.Join(allow, ", "))
-		writeErrorBody(w, http.StatusMethodNotAllowed, "method_not_allowed", "this route does not take "+req.Method)
+		a.writeError(w, req, nah.Errorf(nah.MethodNotAllowed, "", "this route does not take %s", req.Method))
 	})
 
 	r.Get("/healthz", a.handleHealth)
@@ -52,7 +55,8 @@ func (a *App) routes() http.Handler {
 	return r
 }
 
-// recoverer turns a panic into a logged 500 with the SPEC's error body.
+// recoverer turns a panic into an internal error: logged with its stack,
+// answered as a 500 with the SPEC's error body.
 func (a *App) recoverer(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer func() {
@@ -60,8 +64,7 @@ func (a *App) recoverer(next http.Handler) http.Handler {
 				if v == http.ErrAbortHandler {
 					panic(v)
 				}
-				a.log.Error("panic", "method", r.Method, "route", routePattern(r), "panic", v, "stack", string(debug.Stack()))
-				writeErrorBody(w, http.StatusInternalServerError, "internal", "something went wrong on the server")
+				a.writeError(w, r, fmt.Errorf("panic: %v\n%s", v, debug.Stack()))
 			}
 		}()
 		next.ServeHTTP(w, r)

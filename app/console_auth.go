@@ -1,0 +1,153 @@
+package app
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/nah-app/nah"
+	"github.com/nah-app/nah/store"
+	"github.com/nah-app/nah/ui"
+)
+
+// Sign-in, sign-out, and the one-time links: setup (creates an admin) and
+// reset (sets a person's password).
+
+const (
+	adminSessionTTL = 12 * time.Hour
+	setupLinkTTL    = time.Hour
+)
+
+func (a *App) startAdminSession(w http.ResponseWriter, r *http.Request, ad store.Admin) {
+	token, err := a.store.CreateAdminSession(r.Context(), ad.ID, adminSessionTTL)
+	if err != nil {
+		a.consoleError(w, r, ui.Page{}, err)
+		return
+	}
+	a.setAdminCookie(w, r, token, int(adminSessionTTL.Seconds()))
+	http.Redirect(w, r, "/console", http.StatusSeeOther)
+}
+
+func (a *App) handleConsoleLoginForm(w http.ResponseWriter, r *http.Request) {
+	a.render(w, r, http.StatusOK, ui.FormPage(ui.Form{Page: ui.Page{Title: "Sign in"}, Action: "/console/login", Kind: "signin"}))
+}
+
+func (a *App) handleConsoleLogin(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, smallBody)
+	name, password := r.PostFormValue("name"), r.PostFormValue("password")
+	form := ui.Form{Page: ui.Page{Title: "Sign in"}, Action: "/console/login", Kind: "signin", Handle: name}
+	addr := "admin " + a.clientAddr(r)
+	for _, err := range []error{a.signinByAddr.check(addr), a.signinByHandle.check("admin " + name)} {
+		if err != nil {
+			a.formError(w, r, form, err) // 429, Retry-After from the limiter
+			return
+		}
+	}
+	ad, hash, err := a.store.FindAdminByName(r.Context(), name)
+	if err != nil && nah.ErrorCode(err) != nah.NotFound {
+		a.consoleError(w, r, form.Page, err)
+		return
+	}
+	ok, err := a.hasher.check(r.Context(), hash, password)
+	if err != nil {
+		a.consoleError(w, r, form.Page, err)
+		return
+	}
+	if !ok {
+		a.signinByAddr.hit(addr)
+		a.signinByHandle.hit("admin " + name)
+		a.formError(w, r, form, nah.Errorf(nah.Unauthorized, "invalid_credentials", "the name or password is wrong"))
+		return
+	}
+	a.startAdminSession(w, r, ad)
+}
+
+func (a *App) handleConsoleLogout(w http.ResponseWriter, r *http.Request) {
+	if c, err := r.Cookie(adminCookie); err == nil {
+		if err := a.store.DeleteAdminSession(r.Context(), c.Value); err != nil {
+			a.consoleError(w, r, page(r, "", ""), err)
+			return
+		}
+	}
+	a.setAdminCookie(w, r, "", -1)
+	http.Redirect(w, r, "/console/login", http.StatusSeeOther)
+}
+
+func (a *App) handleSetupForm(w http.ResponseWriter, r *http.Request) {
+	token := chi.URLParam(r, "token")
+	if _, err := a.store.CheckLink(r.Context(), store.LinkAdmin, token); err != nil {
+		a.consoleError(w, r, ui.Page{Title: "Create an admin"}, err)
+		return
+	}
+	a.render(w, r, http.StatusOK, ui.FormPage(ui.Form{Page: ui.Page{Title: "Create an admin"}, Action: "/console/setup/" + token, Kind: "setup"}))
+}
+
+func (a *App) handleSetup(w http.ResponseWriter, r *http.Request) {
+	token := chi.URLParam(r, "token")
+	r.Body = http.MaxBytesReader(w, r.Body, smallBody)
+	name, password := r.PostFormValue("name"), r.PostFormValue("password")
+	form := ui.Form{Page: ui.Page{Title: "Create an admin"}, Action: "/console/setup/" + token, Kind: "setup", Handle: name}
+	if err := nah.CheckSignup(name, password); err != nil {
+		a.formError(w, r, form, err)
+		return
+	}
+	hash, err := a.hasher.hash(r.Context(), password)
+	if err != nil {
+		a.consoleError(w, r, form.Page, err)
+		return
+	}
+	ad, err := a.store.CreateAdminWithLink(r.Context(), token, name, hash)
+	if err != nil {
+		a.consoleError(w, r, form.Page, err)
+		return
+	}
+	a.startAdminSession(w, r, ad)
+}
+
+func (a *App) handleResetForm(w http.ResponseWriter, r *http.Request) {
+	token := chi.URLParam(r, "token")
+	id, err := a.store.CheckLink(r.Context(), store.LinkReset, token)
+	var p nah.Person
+	if err == nil {
+		p, err = a.store.FindPersonByID(r.Context(), id)
+	}
+	if err != nil {
+		a.consoleError(w, r, ui.Page{Title: "Reset a password"}, err)
+		return
+	}
+	a.render(w, r, http.StatusOK, ui.FormPage(ui.Form{Page: ui.Page{Title: "Reset a password"}, Action: "/reset/" + token, Kind: "reset", Handle: p.Handle}))
+}
+
+func (a *App) handleReset(w http.ResponseWriter, r *http.Request) {
+	token := chi.URLParam(r, "token")
+	r.Body = http.MaxBytesReader(w, r.Body, smallBody)
+	password := r.PostFormValue("password")
+	p := ui.Page{Title: "Reset a password"}
+	if err := nah.CheckPassword(password); err != nil {
+		a.formError(w, r, ui.Form{Page: p, Action: "/reset/" + token, Kind: "reset"}, err)
+		return
+	}
+	hash, err := a.hasher.hash(r.Context(), password)
+	if err == nil {
+		_, err = a.store.ResetPassword(r.Context(), token, hash)
+	}
+	if err != nil {
+		a.consoleError(w, r, p, err)
+		return
+	}
+	p.Flash = "The password is set. Sign in on your phone with it."
+	a.render(w, r, http.StatusOK, ui.MessagePage(p))
+}
+
+// SetupLink makes a one-time link (valid an hour) that creates an admin;
+// base is the server's address as the operator reaches it.
+func SetupLink(ctx context.Context, s *store.Store, base string) (string, error) {
+	token, err := s.CreateLink(ctx, store.LinkAdmin, "", setupLinkTTL)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSuffix(base, "/") + "/console/setup/" + token, nil
+}

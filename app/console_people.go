@@ -1,0 +1,155 @@
+package app
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/nah-app/nah"
+	"github.com/nah-app/nah/store"
+	"github.com/nah-app/nah/ui"
+)
+
+// People: the list with search as you type, one person's page, and what an
+// operator does to a person (create, disable, enable, reset link, revoke
+// sessions).
+
+const (
+	resetLinkTTL  = 24 * time.Hour
+	peoplePerPage = 50
+)
+
+func toRow(p nah.Person) ui.PersonRow {
+	return ui.PersonRow{ID: p.ID, Handle: p.Handle, CreatedAt: p.CreatedAt, NewestAt: p.NewestAt, Disabled: p.Disabled}
+}
+
+func (a *App) handlePeople(w http.ResponseWriter, r *http.Request) {
+	q := strings.ToLower(strings.TrimSpace(r.URL.Query().Get("q")))
+	if len(q) > nah.HandleMaxLen {
+		q = q[:nah.HandleMaxLen]
+	}
+	pageNum, _ := strconv.Atoi(r.URL.Query().Get("page"))
+	pageNum = max(pageNum, 1)
+	ps, total, err := a.store.ListPeople(r.Context(), q, (pageNum-1)*peoplePerPage, peoplePerPage)
+	if err != nil {
+		a.consoleError(w, r, page(r, "People", "people"), err)
+		return
+	}
+	v := ui.People{Page: page(r, "People", "people"), Query: q, Total: total, PageNum: pageNum, PageCount: (total + peoplePerPage - 1) / peoplePerPage}
+	for _, p := range ps {
+		v.Rows = append(v.Rows, toRow(p))
+	}
+	// htmx's search-as-you-type asks for the list alone; boosted navigation
+	// and browsers without JavaScript get the page.
+	if r.Header.Get("HX-Request") == "true" && r.Header.Get("HX-Boosted") != "true" {
+		a.render(w, r, http.StatusOK, ui.PeopleList(v))
+		return
+	}
+	a.render(w, r, http.StatusOK, ui.PeoplePage(v))
+}
+
+func (a *App) handlePersonCreate(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, smallBody)
+	handle, password := strings.TrimSpace(r.PostFormValue("handle")), r.PostFormValue("password")
+	p := page(r, "People", "people")
+	if err := nah.CheckSignup(handle, password); err != nil {
+		a.consoleError(w, r, p, err)
+		return
+	}
+	hash, err := a.hasher.hash(r.Context(), password)
+	if err != nil {
+		a.consoleError(w, r, p, err)
+		return
+	}
+	person, err := a.store.CreatePerson(r.Context(), store.NewPerson{Handle: handle, PasswordHash: hash})
+	if err != nil {
+		a.consoleError(w, r, p, err)
+		return
+	}
+	http.Redirect(w, r, "/console/people/"+person.ID+"?m=created", http.StatusSeeOther)
+}
+
+func (a *App) personPage(w http.ResponseWriter, r *http.Request, status int, secret string) {
+	id := chi.URLParam(r, "id")
+	pg := page(r, "Person", "people")
+	p, err := a.store.FindPersonByID(r.Context(), id)
+	if err != nil {
+		a.consoleError(w, r, pg, err)
+		return
+	}
+	v := ui.Person{Page: pg, PersonRow: toRow(p)}
+	v.Title = p.Handle
+	v.Flash = flashes[r.URL.Query().Get("m")]
+	v.Secret = secret
+	ss, err1 := a.store.Sessions(r.Context(), id)
+	cs, err2 := a.store.Connections(r.Context(), id)
+	var err3, err4 error
+	v.Moments, err3 = a.store.MomentCount(r.Context(), id)
+	v.StorageBytes, err4 = a.store.StorageUsed(id)
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
+		a.consoleError(w, r, pg, err)
+		return
+	}
+	for _, s := range ss {
+		v.Sessions = append(v.Sessions, ui.SessionRow{ID: s.ID, CreatedAt: s.CreatedAt})
+	}
+	for _, c := range cs {
+		v.Connections = append(v.Connections, ui.PersonRow{ID: c.ID, Handle: c.Handle, NewestAt: c.NewestAt})
+	}
+	a.render(w, r, status, ui.PersonPage(v))
+}
+
+func (a *App) handlePerson(w http.ResponseWriter, r *http.Request) {
+	a.personPage(w, r, http.StatusOK, "")
+}
+
+func (a *App) setDisabled(w http.ResponseWriter, r *http.Request, disabled bool, m string) {
+	id := chi.URLParam(r, "id")
+	if err := a.store.SetDisabled(r.Context(), id, disabled); err != nil {
+		a.consoleError(w, r, page(r, "Person", "people"), err)
+		return
+	}
+	http.Redirect(w, r, "/console/people/"+id+"?m="+m, http.StatusSeeOther)
+}
+
+func (a *App) handlePersonDisable(w http.ResponseWriter, r *http.Request) {
+	a.setDisabled(w, r, true, "disabled")
+}
+
+func (a *App) handlePersonEnable(w http.ResponseWriter, r *http.Request) {
+	a.setDisabled(w, r, false, "enabled")
+}
+
+// handlePersonReset makes a one-time link and shows it once: the operator
+// hands it to the person, who sets a new password there.
+func (a *App) handlePersonReset(w http.ResponseWriter, r *http.Request) {
+	id := chi.URLParam(r, "id")
+	if _, err := a.store.FindPersonByID(r.Context(), id); err != nil {
+		a.consoleError(w, r, page(r, "Person", "people"), err)
+		return
+	}
+	token, err := a.store.CreateLink(r.Context(), store.LinkReset, id, resetLinkTTL)
+	if err != nil {
+		a.consoleError(w, r, page(r, "Person", "people"), err)
+		return
+	}
+	scheme := "http"
+	if a.secure(r) {
+		scheme = "https"
+	}
+	a.personPage(w, r, http.StatusCreated, scheme+"://"+r.Host+"/reset/"+token)
+}
+
+func (a *App) handleSessionsRevoke(w http.ResponseWriter, r *http.Request) {
+	id := chi.URLParam(r, "id")
+	r.Body = http.MaxBytesReader(w, r.Body, smallBody)
+	if err := a.store.RevokeSessions(r.Context(), id, r.PostFormValue("session")); err != nil {
+		a.consoleError(w, r, page(r, "Person", "people"), err)
+		return
+	}
+	http.Redirect(w, r, "/console/people/"+id+"?m=revoked", http.StatusSeeOther)
+}

@@ -1,0 +1,108 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/nah-app/nah/store"
+)
+
+func TestConsolePeopleActions(t *testing.T) {
+	ts := newTestServer(t)
+	c := signedInAdmin(t, ts)
+	// Create a person; they can sign in.
+	p := postForm(t, c, ts.URL+"/console/people", url.Values{"handle": {"dan"}, "password": {"password-dan"}})
+	if p.status != 303 {
+		t.Fatalf("create: %d %s", p.status, p.body)
+	}
+	id := strings.TrimPrefix(strings.Split(p.header.Get("Location"), "?")[0], "/console/people/")
+	r := ts.do(t, "POST", "/api/v1/sessions", "", map[string]string{"handle": "dan", "password": "password-dan"})
+	if r.status != 201 {
+		t.Fatalf("dan signs in: %d", r.status)
+	}
+	token := r.str("token")
+	if p := postForm(t, c, ts.URL+"/console/people", url.Values{"handle": {"dan"}, "password": {"password-dan"}}); p.status != 409 {
+		t.Fatalf("duplicate handle: %d", p.status)
+	}
+	// Disable: the token stops at once; enable: it works again.
+	postForm(t, c, ts.URL+"/console/people/"+id+"/disable", nil)
+	if r := ts.do(t, "GET", "/api/v1/me", token, nil); r.status != 401 {
+		t.Fatalf("disabled: %d", r.status)
+	}
+	postForm(t, c, ts.URL+"/console/people/"+id+"/enable", nil)
+	if r := ts.do(t, "GET", "/api/v1/me", token, nil); r.status != 200 {
+		t.Fatalf("enabled: %d", r.status)
+	}
+	// Sessions: listed, revoked one by one.
+	pg := get(t, c, ts.URL+"/console/people/"+id)
+	m := regexp.MustCompile(`name="session" value="([0-9a-f]{16})"`).FindStringSubmatch(pg.body)
+	if m == nil {
+		t.Fatal("no session listed")
+	}
+	if p := postForm(t, c, ts.URL+"/console/people/"+id+"/sessions/revoke", url.Values{"session": {m[1]}}); p.status != 303 {
+		t.Fatalf("revoke: %d", p.status)
+	}
+	if r := ts.do(t, "GET", "/api/v1/me", token, nil); r.status != 401 {
+		t.Fatalf("revoked session: %d", r.status)
+	}
+	// Password reset link: shown once, works once, revokes sessions.
+	r = ts.do(t, "POST", "/api/v1/sessions", "", map[string]string{"handle": "dan", "password": "password-dan"})
+	token = r.str("token")
+	p = postForm(t, c, ts.URL+"/console/people/"+id+"/reset", nil)
+	link := regexp.MustCompile(`http://[^<"]+/reset/[A-Za-z0-9_-]+`).FindString(p.body)
+	if p.status != 201 || link == "" {
+		t.Fatalf("reset link: %d", p.status)
+	}
+	if p := get(t, consoleClient(t), link); p.status != 200 || !strings.Contains(p.body, "dan") {
+		t.Fatalf("reset page: %d", p.status)
+	}
+	if p := postForm(t, consoleClient(t), link, url.Values{"password": {"short"}}); p.status != 400 {
+		t.Fatalf("short password: %d", p.status)
+	}
+	if p := postForm(t, consoleClient(t), link, url.Values{"password": {"a-new-password"}}); p.status != 200 {
+		t.Fatalf("reset: %d %s", p.status, p.body)
+	}
+	if r := ts.do(t, "GET", "/api/v1/me", token, nil); r.status != 401 {
+		t.Fatalf("session survived a reset: %d", r.status)
+	}
+	if r := ts.do(t, "POST", "/api/v1/sessions", "", map[string]string{"handle": "dan", "password": "a-new-password"}); r.status != 201 {
+		t.Fatalf("new password: %d", r.status)
+	}
+	if p := postForm(t, consoleClient(t), link, url.Values{"password": {"third-password"}}); p.status != 404 {
+		t.Fatalf("reset link used twice: %d", p.status)
+	}
+}
+
+func TestConsolePeoplePages(t *testing.T) {
+	ts := newTestServer(t)
+	for i := range peoplePerPage + 5 {
+		if _, err := ts.store.CreatePerson(context.Background(), store.NewPerson{Handle: fmt.Sprintf("p%03d", i), PasswordHash: "x"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := signedInAdmin(t, ts)
+	p1 := get(t, c, ts.URL+"/console/people")
+	p2 := get(t, c, ts.URL+"/console/people?page=2")
+	rows := func(s string) int { return strings.Count(s, `<td><a href="/console/people/`) }
+	if rows(p1.body) != peoplePerPage || rows(p2.body) != 5 || !strings.Contains(p1.body, "page 1 of 2") || !strings.Contains(p1.body, ">Next<") {
+		t.Fatalf("pages hold %d and %d rows", rows(p1.body), rows(p2.body))
+	}
+	// htmx's search asks for the list alone.
+	req, _ := http.NewRequest("GET", ts.URL+"/console/people?q=p00", nil)
+	req.Header.Set("HX-Request", "true")
+	res, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if s := string(b); strings.Contains(s, "<html") || !strings.HasPrefix(strings.TrimSpace(s), `<section id="people-list"`) || rows(s) != 10 {
+		t.Fatalf("fragment: %.200s", s)
+	}
+}

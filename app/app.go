@@ -25,6 +25,7 @@ type App struct {
 	hasher  *hasher
 	now     func() time.Time
 	metrics *metrics
+	mem     *budget // memory that requests may hold at once
 
 	signinByHandle *limiter
 	signinByAddr   *limiter
@@ -50,6 +51,9 @@ func New(cfg Config, s *store.Store, log *slog.Logger) *App {
 	if cfg.MaxMomentBytes == 0 {
 		cfg.MaxMomentBytes = nah.DefaultMaxMomentBytes
 	}
+	if cfg.MemoryBudget == 0 {
+		cfg.MemoryBudget = DefaultMemoryBudget
+	}
 	a := &App{
 		cfg:            cfg,
 		store:          s,
@@ -57,6 +61,7 @@ func New(cfg Config, s *store.Store, log *slog.Logger) *App {
 		hasher:         newHasher(cfg.PasswordCost),
 		now:            cfg.Now,
 		metrics:        newMetrics(cfg.Now),
+		mem:            &budget{limit: cfg.MemoryBudget},
 		signinByHandle: newLimiter(signinFailuresPerHandle, signinWindow, cfg.Now),
 		signinByAddr:   newLimiter(signinFailuresPerAddr, signinWindow, cfg.Now),
 		signupByAddr:   newLimiter(cfg.SignupPerHour, time.Hour, cfg.Now),

@@ -22,6 +22,12 @@ type Config struct {
 	// nah.DefaultMaxMomentBytes.
 	MaxMomentBytes int
 
+	// MemoryBudget is the memory that requests may hold at once: their
+	// base cost, their bodies, the pages they write. Past it a request is
+	// answered 503 with Retry-After at once (budget.go). cmd/nah derives it
+	// from NAH_MEMORY_LIMIT; default DefaultMemoryBudget.
+	MemoryBudget int64
+
 	// PasswordCost is the bcrypt cost; default bcrypt.DefaultCost. Not an
 	// environment variable: tests lower it, production keeps the default.
 	PasswordCost int

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"bufio"
 	"encoding/base64"
 	"net/http"
 	"strconv"
@@ -58,58 +59,116 @@ func (a *App) servePage(w http.ResponseWriter, r *http.Request, id string, circl
 		a.writeError(w, r, err)
 		return
 	}
+	// The page's bodies read from files are taken from the memory budget as
+	// they are read, and held until the page is written: a slow client holds
+	// them, and only them, for as long as it reads. (Streaming them from
+	// SQLite instead would hold the author's only connection, and so their
+	// posts, for as long as the slowest reader.)
+	if err := a.takeOrOverloaded(pageWriterSize); err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	defer a.mem.give(pageWriterSize)
 	p := store.NewPage()
 	defer p.Release()
+	p.Take = a.takeBulkOrOverloaded
+	defer func() { a.mem.give(int64(p.Taken())) }()
 	if err := a.store.Feed(r.Context(), id, circle, before, limit, p); err != nil {
 		a.writeError(w, r, err)
 		return
 	}
-	out := outPool.Get().(*[]byte)
-	defer putOut(out)
-	*out = appendPage((*out)[:0], p, a.store.CursorKey())
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(*out)))
-	w.WriteHeader(http.StatusOK)
-	w.Write(*out)
-}
-
-// outPool recycles the buffers pages are written into; maxPooledOut keeps
-// one unusually large page from pinning memory.
-var outPool = sync.Pool{New: func() any { return new([]byte) }}
-
-const maxPooledOut = 1 << 20
-
-func putOut(b *[]byte) {
-	if cap(*b) <= maxPooledOut {
-		outPool.Put(b)
+	var cursor []byte
+	if p.Next != nil {
+		cursor = []byte(nah.EncodeCursor(a.store.CursorKey(), *p.Next))
 	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(pageLen(p, cursor)))
+	w.WriteHeader(http.StatusOK)
+	pw := pageWriters.Get().(*pageWriter)
+	defer pageWriters.Put(pw)
+	pw.Reset(w)
+	writePage(pw, p, cursor)
+	pw.Flush()
+	pw.Reset(nil)
 }
 
-// appendPage writes the page JSON by hand: ids are base32 and times fixed
-// format, so nothing needs escaping, and bodies are base64 appended in place.
-func appendPage(b []byte, p *store.Page, key []byte) []byte {
-	b = append(b, `{"moments":[`...)
+// A page is written through a small pooled buffer, never built whole: a
+// page of 100 moments of 64 KiB is 8.7 MB of JSON.
+type pageWriter struct {
+	*bufio.Writer
+	scratch []byte // base64 of one chunk of a body
+}
+
+var pageWriters = sync.Pool{New: func() any {
+	return &pageWriter{Writer: bufio.NewWriterSize(nil, pageWriterSize), scratch: make([]byte, 0, base64.StdEncoding.EncodedLen(bodyChunk))}
+}}
+
+// bodyChunk is how much of a body is encoded at a time: a multiple of 3,
+// so that no chunk but the last has padding.
+const bodyChunk = 3 << 10
+
+// The fixed parts of a page. Ids are base32 and times fixed format, so
+// nothing needs escaping, and bodies are base64.
+const (
+	pageStart    = `{"moments":[`
+	itemID       = `{"id":"`
+	itemAuthor   = `","author":"`
+	itemTime     = `","created_at":"`
+	itemBody     = `","body":"`
+	itemEnd      = `"}`
+	pageNext     = `],"next":`
+	pageNoNext   = `null`
+	pageEnd      = "}\n"
+	timeLen      = len(nah.TimeFormat)
+	itemFixedLen = len(itemID) + len(itemAuthor) + len(itemTime) + timeLen + len(itemBody) + len(itemEnd)
+)
+
+// pageLen is the exact length of the JSON writePage writes, so that the
+// page has a Content-Length although it is streamed.
+func pageLen(p *store.Page, cursor []byte) int {
+	n := len(pageStart) + len(pageNext) + len(pageEnd)
 	for i, m := range p.Moments {
 		if i > 0 {
-			b = append(b, ',')
+			n++
 		}
-		b = append(b, `{"id":"`...)
-		b = append(b, m.ID...)
-		b = append(b, `","author":"`...)
-		b = append(b, m.Author...)
-		b = append(b, `","created_at":"`...)
-		b = nah.AppendTime(b, m.CreatedAt)
-		b = append(b, `","body":"`...)
-		b = base64.StdEncoding.AppendEncode(b, m.Body)
-		b = append(b, `"}`...)
+		n += itemFixedLen + len(m.ID) + len(m.Author) + base64.StdEncoding.EncodedLen(len(m.Body))
 	}
-	b = append(b, `],"next":`...)
-	if p.Next != nil {
-		b = append(b, '"')
-		b = append(b, nah.EncodeCursor(key, *p.Next)...)
-		b = append(b, '"')
+	if cursor != nil {
+		return n + len(cursor) + 2
+	}
+	return n + len(pageNoNext)
+}
+
+// writePage writes the page JSON by hand.
+func writePage(w *pageWriter, p *store.Page, cursor []byte) {
+	w.WriteString(pageStart)
+	var t [len(nah.TimeFormat)]byte
+	for i, m := range p.Moments {
+		if i > 0 {
+			w.WriteByte(',')
+		}
+		w.WriteString(itemID)
+		w.WriteString(m.ID)
+		w.WriteString(itemAuthor)
+		w.WriteString(m.Author)
+		w.WriteString(itemTime)
+		w.Write(nah.AppendTime(t[:0], m.CreatedAt))
+		w.WriteString(itemBody)
+		for b := m.Body; len(b) > 0; {
+			k := min(len(b), bodyChunk)
+			w.scratch = base64.StdEncoding.AppendEncode(w.scratch[:0], b[:k])
+			w.Write(w.scratch)
+			b = b[k:]
+		}
+		w.WriteString(itemEnd)
+	}
+	w.WriteString(pageNext)
+	if cursor != nil {
+		w.WriteByte('"')
+		w.Write(cursor)
+		w.WriteByte('"')
 	} else {
-		b = append(b, "null"...)
+		w.WriteString(pageNoNext)
 	}
-	return append(b, "}\n"...)
+	w.WriteString(pageEnd)
 }

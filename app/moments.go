@@ -18,7 +18,15 @@ func (a *App) handleMomentCreate(w http.ResponseWriter, r *http.Request) {
 	var in struct {
 		Body *string `json:"body"`
 	}
-	if err := decodeJSON(w, r, int64(base64.StdEncoding.EncodedLen(max))+1024, &in); err != nil {
+	limit := base64.StdEncoding.EncodedLen(max) + 1024
+	// The body is held three times at most while it is decoded: the JSON
+	// decoder's buffer, the base64 string and the decoded bytes.
+	if err := a.takeBulkOrOverloaded(3 * limit); err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	defer a.mem.give(int64(3 * limit))
+	if err := decodeJSON(w, r, int64(limit), &in); err != nil {
 		a.writeError(w, r, err)
 		return
 	}

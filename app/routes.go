@@ -16,7 +16,7 @@ import (
 // equal.
 func (a *App) routes() http.Handler {
 	r := chi.NewRouter()
-	r.Use(a.recoverer, a.metrics.measure)
+	r.Use(a.recoverer, a.metrics.measure, a.admit)
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) {
 		a.writeError(w, req, nah.Errorf(nah.NotFound, "", "no such route"))
 	})

@@ -37,7 +37,14 @@ type Page struct {
 	// Next is the position after the page's last moment, or nil when nothing
 	// older is left.
 	Next *nah.Cursor
+	// Take, when set, is asked for the bytes of every body before the page
+	// copies it from a file (bodies from heads are already in memory and
+	// cost nothing more): an error stops the read and Feed returns it. It
+	// is how a caller keeps pages inside a memory budget; Taken says how
+	// much to give back once the page is written.
+	Take func(n int) error
 
+	taken  int
 	next   nah.Cursor
 	circle []candidate
 	keys   []momentKey // one file's keys
@@ -71,9 +78,12 @@ func (p *Page) Release() {
 	clear(p.circle[:cap(p.circle)])
 	clear(p.Moments[:cap(p.Moments)])
 	clear(p.args[:cap(p.args)])
-	p.Next = nil
+	p.Next, p.Take, p.taken = nil, nil, 0
 	pagePool.Put(p)
 }
+
+// Taken is the sum of the bytes Take granted for this page.
+func (p *Page) Taken() int { return p.taken }
 
 // candidate is a person whose moments may be on a page, with the time of
 // their newest moment when the circle was read.
@@ -335,16 +345,28 @@ func (s *Store) readBodies(ctx context.Context, p *Page, n int) error {
 				p.ids = append(p.ids, it.ID)
 			}
 		}
-		err := s.momentBodies(ctx, p, k.Author, p.ids, func(id string, body []byte) {
+		var over error
+		err := s.momentBodies(ctx, p, k.Author, p.ids, func(id string, body []byte) bool {
+			if p.Take != nil {
+				// Twice the body: the buffer it is appended to may double.
+				if over = p.Take(2 * len(body)); over != nil {
+					return false
+				}
+				p.taken += 2 * len(body)
+			}
 			for j := i; j < n; j++ {
 				if page[j].file && page[j].ID == id && page[j].Author == k.Author {
 					start := len(p.bodies)
 					p.bodies = append(p.bodies, body...)
 					p.spans[j] = [2]int{start, len(p.bodies)}
-					return
+					return true
 				}
 			}
+			return true
 		})
+		if over != nil {
+			return over
+		}
 		if err != nil {
 			return err
 		}
@@ -389,9 +411,9 @@ func (s *Store) momentKeys(ctx context.Context, author string, before *nah.Curso
 }
 
 // momentBodies reads the bodies of moments ids of author and calls fn for
-// each one found (a moment deleted since its key was read is skipped). The
-// body passed to fn is only valid during the call.
-func (s *Store) momentBodies(ctx context.Context, p *Page, author string, ids []string, fn func(id string, body []byte)) error {
+// each one found (a moment deleted since its key was read is skipped) until
+// fn returns false. The body passed to fn is only valid during the call.
+func (s *Store) momentBodies(ctx context.Context, p *Page, author string, ids []string, fn func(id string, body []byte) bool) error {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -411,7 +433,9 @@ func (s *Store) momentBodies(ctx context.Context, p *Page, author string, ids []
 			if err := rows.Scan(&id, &body); err != nil {
 				return err
 			}
-			fn(id, body)
+			if !fn(id, body) {
+				return nil
+			}
 		}
 		return rows.Err()
 	})

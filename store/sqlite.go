@@ -57,6 +57,22 @@ const (
 	busyTimeout = 10000 // ms
 )
 
+// perFileBytes is the SQLite memory of one open person file beside the
+// shared page cache (connection, lookaside, schema, -shm), from the
+// arithmetic above.
+const perFileBytes = 75 << 10
+
+// SQLiteMemoryBound is the most memory SQLite should hold with maxOpenFiles
+// person files open (0: DefaultMaxOpenFiles): the shared page cache plus
+// the cost of each open file. It is outside the Go heap, so the process's
+// memory plan (cmd/nah) sets it apart before it sizes the Go heap.
+func SQLiteMemoryBound(maxOpenFiles int) int64 {
+	if maxOpenFiles <= 0 {
+		maxOpenFiles = DefaultMaxOpenFiles
+	}
+	return softHeapLimit + int64(maxOpenFiles+1+directoryReaders)*perFileBytes
+}
+
 var (
 	configureOnce sync.Once
 	configureErr  error

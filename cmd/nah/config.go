@@ -27,6 +27,68 @@ type config struct {
 
 	Store store.Config // Dir is NAH_DATA_DIR
 	App   app.Config   // App.Settings lists every variable for the console
+
+	// MemoryLimit is NAH_MEMORY_LIMIT, and GoMemoryLimit the Go runtime's
+	// share of it (GOMEMLIMIT), from the memory plan (plan).
+	MemoryLimit   int64
+	GoMemoryLimit int64
+}
+
+// The memory plan. NAH_MEMORY_LIMIT is what the whole process may use; it
+// is split, in this order, into
+//
+//   - SQLite, outside the Go heap: the shared page cache plus every open
+//     file (store.SQLiteMemoryBound: 32 MB + 517 x 75 KB ~ 70 MB at 512
+//     files); the rest is the Go runtime's, and GOMEMLIMIT is set to it;
+//   - the head cache, a long-lived heap that the collector lets grow by
+//     half again at GOGC 50 (64 MB of heads ~ 96 MB);
+//   - a base of 40 MB: the runtime, the graph of people and connections
+//     (6 MB for 10,000 people), token and rate-limit caches, metrics;
+//   - what is left is the budget that requests take from before they
+//     allocate (app/budget.go), and past which they are answered 503.
+//
+// The default, 320 MiB, leaves 114 MiB for requests with the default caches
+// and keeps 65 MB of the 400 MB limit for the kernel's view of the process
+// (stacks, socket buffers, the allocator's slack).
+const (
+	defaultMemoryLimit = 320 << 20
+	memoryBase         = 40 << 20
+	minRequestBudget   = 16 << 20
+)
+
+// plan splits MemoryLimit as above.
+func (c *config) plan() error {
+	sqlite := store.SQLiteMemoryBound(c.Store.MaxOpenFiles)
+	heads := max(c.Store.HeadCacheBytes, 0)
+	c.GoMemoryLimit = c.MemoryLimit - sqlite
+	c.App.MemoryBudget = c.GoMemoryLimit - heads*3/2 - memoryBase
+	if c.App.MemoryBudget < minRequestBudget {
+		need := sqlite + heads*3/2 + memoryBase + minRequestBudget
+		return fmt.Errorf("too small for NAH_MAX_OPEN_FILES=%d and NAH_HEAD_CACHE_MB=%d: want at least %dMiB, or fewer files or a smaller head cache",
+			c.Store.MaxOpenFiles, heads>>20, (need+1<<20-1)>>20)
+	}
+	return nil
+}
+
+// parseBytes reads a size: a whole number with an optional unit, B, KiB,
+// MiB, GiB (as GOMEMLIMIT) or KB, MB, GB (decimal).
+func parseBytes(v string) (int64, error) {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1}}
+	mult := int64(1)
+	for _, u := range units {
+		if n, ok := strings.CutSuffix(v, u.suffix); ok {
+			v, mult = strings.TrimSpace(n), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n <= 0 || n > (1<<50)/mult {
+		return 0, errors.New("want a size such as 320MiB or 1GiB")
+	}
+	return n * mult, nil
 }
 
 // Defaults that belong to the process itself; the packages' own defaults
@@ -116,6 +178,10 @@ var variables = []variable{
 		}
 		return nil
 	}},
+	{"NAH_MEMORY_LIMIT", strconv.Itoa(defaultMemoryLimit>>20) + "MiB", "memory the whole process may use: SQLite, the head cache and a base are set apart, the rest is what requests may hold at once (past it they get 503 with Retry-After); GOMEMLIMIT is set from it", func(c *config, v string) (err error) {
+		c.MemoryLimit, err = parseBytes(v)
+		return err
+	}},
 	{"NAH_SHUTDOWN_TIMEOUT", defaultShutdownTimeout.String(), "how long SIGTERM waits for in-flight requests", func(c *config, v string) (err error) {
 		if c.ShutdownTimeout, err = time.ParseDuration(v); err != nil || c.ShutdownTimeout <= 0 {
 			return errors.New("want a positive duration such as 10s")
@@ -154,6 +220,9 @@ func readConfig(getenv func(string) string) (config, error) {
 		}
 		c.App.Settings = append(c.App.Settings, app.Setting{Name: v.Name, Value: val, Source: src})
 	}
+	if err := c.plan(); err != nil {
+		return config{}, fmt.Errorf("NAH_MEMORY_LIMIT=%q: %v", getenv("NAH_MEMORY_LIMIT"), err)
+	}
 	return c, nil
 }
 
@@ -169,5 +238,7 @@ func (c config) LogValue() slog.Value {
 		slog.Int("signup_per_hour", c.App.SignupPerHour),
 		slog.Int("trusted_proxies", len(c.App.TrustedProxies)),
 		slog.Int("max_moment_bytes", c.App.MaxMomentBytes),
+		slog.Int64("memory_limit", c.MemoryLimit),
+		slog.Int64("request_budget", c.App.MemoryBudget),
 	)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,10 +87,41 @@ func TestConfigErrors(t *testing.T) {
 		"NAH_SHUTDOWN_TIMEOUT": {"soon", `NAH_SHUTDOWN_TIMEOUT="soon": want a positive duration such as 10s`},
 		"NAH_LOG_LEVEL":        {"loud", `NAH_LOG_LEVEL="loud": want debug, info, warn or error`},
 		"NAH_METRICS_ADDR":     {"9090", `NAH_METRICS_ADDR="9090": want host:port, such as 127.0.0.1:9090`},
+		"NAH_MEMORY_LIMIT":     {"lots", `NAH_MEMORY_LIMIT="lots": want a size such as 320MiB or 1GiB`},
 	} {
 		_, err := readConfig(env(map[string]string{name: c.value}))
 		if err == nil || err.Error() != c.want {
 			t.Errorf("%s=%q: %v, want %s", name, c.value, err, c.want)
 		}
+	}
+}
+
+// TestMemoryPlan: NAH_MEMORY_LIMIT is split into SQLite's bound, the Go
+// runtime's share, the head cache, a base and the requests' budget, and a
+// limit too small for the caches is refused, naming what it needs.
+func TestMemoryPlan(t *testing.T) {
+	c, err := readConfig(env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sqlite := store.SQLiteMemoryBound(store.DefaultMaxOpenFiles)
+	if c.MemoryLimit != 320<<20 || c.GoMemoryLimit != c.MemoryLimit-sqlite {
+		t.Fatalf("limit %d, Go's share %d, SQLite's %d", c.MemoryLimit, c.GoMemoryLimit, sqlite)
+	}
+	if want := c.GoMemoryLimit - store.DefaultHeadCacheBytes*3/2 - memoryBase; c.App.MemoryBudget != want || want < 100<<20 {
+		t.Fatalf("request budget %d, want %d (and at least 100 MiB by default)", c.App.MemoryBudget, want)
+	}
+	for v, want := range map[string]int64{"1GiB": 1 << 30, "400MB": 400e6, "300 MiB": 300 << 20, "400000000": 400e6} {
+		c, err := readConfig(env(map[string]string{"NAH_MEMORY_LIMIT": v}))
+		if err != nil || c.MemoryLimit != want {
+			t.Errorf("NAH_MEMORY_LIMIT=%q: %d, %v; want %d", v, c.MemoryLimit, err, want)
+		}
+	}
+	_, err = readConfig(env(map[string]string{"NAH_MEMORY_LIMIT": "200MiB"}))
+	if err == nil || !strings.Contains(err.Error(), "want at least 222MiB") {
+		t.Fatalf("200MiB with the default caches: %v", err)
+	}
+	if _, err := readConfig(env(map[string]string{"NAH_MEMORY_LIMIT": "200MiB", "NAH_HEAD_CACHE_MB": "0"})); err != nil {
+		t.Fatalf("200MiB without heads: %v", err)
 	}
 }

@@ -120,6 +120,12 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer, re
 	if getenv("GOGC") == "" {
 		debug.SetGCPercent(50)
 	}
+	// The Go runtime's share of NAH_MEMORY_LIMIT (config.go's memory
+	// plan): the collector works harder near it instead of letting the heap
+	// outgrow the plan. GOMEMLIMIT in the environment still wins.
+	if getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(cfg.GoMemoryLimit)
+	}
 	start := time.Now()
 	s, err := store.Open(ctx, cfg.Store)
 	if err != nil {

@@ -54,7 +54,13 @@ var listenRE = regexp.MustCompile(`listen=(\S+)`)
 // start runs the binary on dataDir and waits until it listens.
 func start(t *testing.T, dataDir string, env ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(binary, "serve")
+	return startCmd(t, exec.Command(binary, "serve"), dataDir, env...)
+}
+
+// startCmd is start with the command that runs the server (a wrapper may
+// exec the binary), and waits until it listens.
+func startCmd(t *testing.T, cmd *exec.Cmd, dataDir string, env ...string) *proc {
+	t.Helper()
 	cmd.Env = append([]string{
 		"NAH_ADDR=127.0.0.1:0",
 		"NAH_DATA_DIR=" + dataDir,

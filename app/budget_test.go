@@ -1,0 +1,140 @@
+package app
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// slowReader sends one request over a connection whose receive buffer is
+// tiny, and does not read the answer until told: the server's writes block
+// as a slow phone's would.
+type slowReader struct {
+	conn net.Conn
+}
+
+func startSlowReader(t *testing.T, addr, path, token string) *slowReader {
+	t.Helper()
+	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		var err error
+		c.Control(func(fd uintptr) { err = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+		return err
+	}}
+	conn, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", path, token)
+	t.Cleanup(func() { conn.Close() })
+	return &slowReader{conn}
+}
+
+// finish reads the whole answer and returns its status.
+func (s *slowReader) finish(t *testing.T) int {
+	t.Helper()
+	s.conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	res, err := http.ReadResponse(bufio.NewReader(s.conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if err != nil || res.ContentLength >= 0 && n != res.ContentLength {
+		t.Fatalf("read %d of %d bytes: %v", n, res.ContentLength, err)
+	}
+	return res.StatusCode
+}
+
+// TestSlowReadersAreShed: the largest pages (100 moments of 64 KiB, 8.7 MB
+// of JSON) to clients that do not read take their bodies from the memory
+// budget; once the bulk share is spent, more such requests are answered
+// 503 with Retry-After at once, while ordinary feeds and posts go on, and
+// everything is given back when the slow clients finish.
+func TestSlowReadersAreShed(t *testing.T) {
+	ts := newTestServer(t, func(c *serverConfig) { c.MemoryBudget = 40 << 20 })
+	big, small := ts.signup(t, "big"), ts.signup(t, "small")
+	body := make([]byte, 64<<10)
+	for i := range 100 {
+		body[0] = byte(i)
+		ts.post(t, big, body)
+		ts.clock.Advance(time.Millisecond)
+	}
+	ts.post(t, small, []byte("an ordinary moment"))
+	if used := ts.app.mem.used.Load(); used != 0 {
+		t.Fatalf("%d bytes of the budget still taken while idle", used)
+	}
+	addr := strings.TrimPrefix(ts.URL, "http://")
+	path := "/api/v1/feed?limit=100"
+	// Each holds its page's bodies read from files: 88 of 64 KiB, charged
+	// twice (the buffer they are copied into may double): 11.5 MB. The bulk
+	// share is 30 MB, so two fit and the third does not.
+	var slow []*slowReader
+	for range 2 {
+		slow = append(slow, startSlowReader(t, addr, path, big.token))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for ts.app.mem.used.Load() < 20<<20 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the slow readers hold only %d bytes of the budget", ts.app.mem.used.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r := ts.do(t, "GET", path, big.token, nil)
+	if r.status != 503 || r.errCode() != "overloaded" || r.header.Get("Retry-After") != "1" {
+		t.Fatalf("a third big page while two are held: %d %s, Retry-After %q", r.status, r.raw, r.header.Get("Retry-After"))
+	}
+	if r := ts.do(t, "GET", "/api/v1/feed", small.token, nil); r.status != 200 {
+		t.Fatalf("an ordinary feed while the big pages are held: %d", r.status)
+	}
+	ts.post(t, small, []byte("still posting"))
+	for _, s := range slow {
+		if st := s.finish(t); st != 200 {
+			t.Fatalf("slow reader: %d", st)
+		}
+	}
+	deadline = time.Now().Add(5 * time.Second)
+	for ts.app.mem.used.Load() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d bytes of the budget never given back", ts.app.mem.used.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := ts.readAll(t, big.token, "/api/v1/feed", 100); len(got) != 100 {
+		t.Fatalf("after the slow readers: %d moments", len(got))
+	}
+}
+
+// TestBudgetSpentIs503: with the whole budget taken, every request, API and
+// console alike, is answered 503 with Retry-After through the one error
+// path, and nothing is queued.
+func TestBudgetSpentIs503(t *testing.T) {
+	ts := newTestServer(t, func(c *serverConfig) { c.MemoryBudget = 1 << 20 })
+	ann := ts.signup(t, "ann")
+	if !ts.app.mem.take(1<<20 - requestCost/2) {
+		t.Fatal("could not take the budget")
+	}
+	for _, path := range []string{"/api/v1/feed", "/api/v1/me"} {
+		r := ts.do(t, "GET", path, ann.token, nil)
+		if r.status != 503 || r.errCode() != "overloaded" || r.header.Get("Retry-After") == "" {
+			t.Fatalf("%s: %d %s", path, r.status, r.raw)
+		}
+	}
+	res, err := http.Get(ts.URL + "/console/login")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != 503 || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/html") || res.Header.Get("Retry-After") == "" {
+		t.Fatalf("console: %d %q", res.StatusCode, res.Header.Get("Content-Type"))
+	}
+	ts.app.mem.give(1<<20 - requestCost/2)
+	if r := ts.do(t, "GET", "/api/v1/feed", ann.token, nil); r.status != 200 {
+		t.Fatalf("after the budget is back: %d", r.status)
+	}
+}

@@ -283,6 +283,9 @@ func (a *App) writePrometheus(w io.Writer) {
 		{"nah_resident_memory_bytes", "Resident memory of the process (VmRSS).", float64(rss)},
 		{"nah_resident_memory_peak_bytes", "Peak resident memory of the process (VmHWM).", float64(peak)},
 		{"nah_goroutines", "Goroutines now.", float64(runtime.NumGoroutine())},
+		{"nah_request_budget_bytes", "Memory requests may hold at once (from NAH_MEMORY_LIMIT).", float64(a.mem.limit)},
+		{"nah_request_budget_used_bytes", "Memory requests hold now.", float64(a.mem.used.Load())},
+		{"nah_requests_shed", "Requests answered 503 because the budget was spent, since start.", float64(a.mem.shed.Load())},
 		{"nah_uptime_seconds", "Seconds since start.", m.now().Sub(m.start).Seconds()},
 	}
 	for _, g := range gauges {

@@ -18,6 +18,7 @@ func TestPrometheusMetrics(t *testing.T) {
 		`nah_http_request_duration_seconds_count{route="/api/v1/moments",method="POST"} 1`,
 		`nah_http_request_duration_seconds_bucket{route="/api/v1/feed",method="GET",le="+Inf"} 1`,
 		"nah_open_person_files ", "nah_sqlite_memory_bytes ", "nah_goroutines ", "nah_resident_memory_bytes ", "nah_sqlite_connections ",
+		"nah_request_budget_bytes ", "nah_request_budget_used_bytes ", "nah_requests_shed ",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("metrics lack %q", want)

@@ -74,6 +74,10 @@ type Store struct {
 	dirtyMu sync.Mutex
 	dirty   map[string]dirtyPerson // what the directory has not heard yet
 
+	// afterTokenRead, when set (by tests only), runs in PersonForToken
+	// between the directory read and the cache put.
+	afterTokenRead func()
+
 	stop     chan struct{}
 	stopped  chan struct{}
 	closeErr error

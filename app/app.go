@@ -79,11 +79,16 @@ const (
 )
 
 // NewServer returns an http.Server for h with every timeout set, so a slow
-// client cannot hold a connection open forever.
+// client cannot hold a connection open forever, and the security headers
+// (headers.go) on every response. A nil h is http.DefaultServeMux, as for
+// http.Server.
 func NewServer(addr string, h http.Handler, log *slog.Logger) *http.Server {
+	if h == nil {
+		h = http.DefaultServeMux
+	}
 	return &http.Server{
 		Addr:              addr,
-		Handler:           h,
+		Handler:           secureHeaders(h),
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       readTimeout,
 		WriteTimeout:      writeTimeout,

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"net/url"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -110,6 +111,18 @@ var variables = []variable{
 		}
 		return nil
 	}},
+	{"NAH_PUBLIC_URL", "", "the server's address as people reach it, for the links it makes (reset, setup); empty = http:// and the listen address", func(c *config, v string) error {
+		if v == "" {
+			return nil
+		}
+		u, err := url.Parse(v)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+			u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.Contains(v, "#") {
+			return errors.New("want an http or https URL such as https://nah.example.com, without query or fragment")
+		}
+		c.App.PublicURL = strings.TrimRight(u.String(), "/")
+		return nil
+	}},
 	{"NAH_MAX_MOMENT_BYTES", strconv.Itoa(nah.DefaultMaxMomentBytes), "largest decoded moment body in bytes", func(c *config, v string) (err error) {
 		if c.App.MaxMomentBytes, err = strconv.Atoi(v); err != nil || c.App.MaxMomentBytes < 1 || c.App.MaxMomentBytes > 16<<20 {
 			return errors.New("want a whole number of bytes from 1 to 16777216")
@@ -157,6 +170,16 @@ func readConfig(getenv func(string) string) (config, error) {
 	return c, nil
 }
 
+// publicURL is where people reach the server, for the links it makes:
+// NAH_PUBLIC_URL, or else http:// and listen, the address the server
+// listens on. Never the Host of a request, which the client chooses.
+func (c config) publicURL(listen string) string {
+	if c.App.PublicURL != "" {
+		return c.App.PublicURL
+	}
+	return "http://" + listen
+}
+
 // LogValue summarises the configuration for the start-up log line. It holds
 // no secrets.
 func (c config) LogValue() slog.Value {
@@ -168,6 +191,7 @@ func (c config) LogValue() slog.Value {
 		slog.Int64("head_cache_bytes", c.Store.HeadCacheBytes),
 		slog.Int("signup_per_hour", c.App.SignupPerHour),
 		slog.Int("trusted_proxies", len(c.App.TrustedProxies)),
+		slog.String("public_url", c.App.PublicURL),
 		slog.Int("max_moment_bytes", c.App.MaxMomentBytes),
 	)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,10 +87,34 @@ func TestConfigErrors(t *testing.T) {
 		"NAH_SHUTDOWN_TIMEOUT": {"soon", `NAH_SHUTDOWN_TIMEOUT="soon": want a positive duration such as 10s`},
 		"NAH_LOG_LEVEL":        {"loud", `NAH_LOG_LEVEL="loud": want debug, info, warn or error`},
 		"NAH_METRICS_ADDR":     {"9090", `NAH_METRICS_ADDR="9090": want host:port, such as 127.0.0.1:9090`},
+		"NAH_PUBLIC_URL":       {"nah.example.com", `NAH_PUBLIC_URL="nah.example.com": want an http or https URL such as https://nah.example.com, without query or fragment`},
 	} {
 		_, err := readConfig(env(map[string]string{name: c.value}))
 		if err == nil || err.Error() != c.want {
 			t.Errorf("%s=%q: %v, want %s", name, c.value, err, c.want)
+		}
+	}
+}
+
+// TestConfigPublicURL: an absolute http(s) URL, its trailing slash trimmed;
+// anything a link could not start with is refused.
+func TestConfigPublicURL(t *testing.T) {
+	for v, want := range map[string]string{
+		"":                                "",
+		"https://nah.example.com":         "https://nah.example.com",
+		"https://nah.example.com/":        "https://nah.example.com",
+		" http://10.0.0.5:8090/family// ": "http://10.0.0.5:8090/family",
+		"HTTPS://Nah.Example.com":         "https://Nah.Example.com",
+	} {
+		c, err := readConfig(env(map[string]string{"NAH_PUBLIC_URL": v}))
+		if err != nil || c.App.PublicURL != want {
+			t.Errorf("%q: %q %v, want %q", v, c.App.PublicURL, err, want)
+		}
+	}
+	for _, v := range []string{"nah.example.com", "/console", "ftp://nah.example.com", "https://", "https://nah.example.com/?a=1",
+		"https://nah.example.com/?", "https://nah.example.com/#top", "https://nah.example.com#", "https://user:pw@nah.example.com", "https:nah.example.com", "http://[::1"} {
+		if _, err := readConfig(env(map[string]string{"NAH_PUBLIC_URL": v})); err == nil || !strings.HasPrefix(err.Error(), "NAH_PUBLIC_URL=") {
+			t.Errorf("%q accepted: %v", v, err)
 		}
 	}
 }

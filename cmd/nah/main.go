@@ -135,6 +135,7 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer, re
 	if err != nil {
 		return usageError{fmt.Sprintf("NAH_ADDR=%q: %v", cfg.Addr, err)}
 	}
+	cfg.App.PublicURL = cfg.publicURL(ln.Addr().String())
 	a := app.New(cfg.App, s, log)
 	srv := app.NewServer(cfg.Addr, a, log)
 	log.Info("nah started", "version", version, "config", cfg, "listen", ln.Addr().String(), "took", time.Since(start).Round(time.Millisecond))
@@ -158,7 +159,7 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer, re
 	if n, err := s.AdminCount(ctx); err != nil {
 		log.Error("count admins", "err", err)
 	} else if n == 0 {
-		if link, err := app.SetupLink(ctx, s, "http://"+ln.Addr().String()); err != nil {
+		if link, err := app.SetupLink(ctx, s, cfg.App.PublicURL); err != nil {
 			log.Error("make the first-admin link", "err", err)
 		} else {
 			// A one-time secret on the operator's terminal, valid an hour.
@@ -227,7 +228,7 @@ func adminCmd(ctx context.Context, args []string, getenv func(string) string, st
 		return usageError{"usage: nah admin create"}
 	}
 	return withStore(ctx, getenv, stderr, func(cfg config, s *store.Store) error {
-		link, err := app.SetupLink(ctx, s, "http://"+cfg.Addr)
+		link, err := app.SetupLink(ctx, s, cfg.publicURL(cfg.Addr))
 		if err != nil {
 			return err
 		}

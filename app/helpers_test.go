@@ -103,6 +103,7 @@ func newTestServer(t *testing.T, edit ...func(*serverConfig)) *testServer {
 	}
 	a := New(cfg.Config, s, log)
 	ts.Config = NewServer("", a, log)
+	ts.Listener = a.LimitConnections(ts.Config, ts.Listener, DefaultMaxConnections)
 	ts.Start()
 	t.Cleanup(func() {
 		ts.Close()

@@ -25,6 +25,7 @@ type config struct {
 	MetricsAddr     string // empty: no metrics listener
 	ShutdownTimeout time.Duration
 	LogLevel        slog.Level
+	MaxConnections  int // of the Addr listener
 
 	Store store.Config // Dir is NAH_DATA_DIR
 	App   app.Config   // App.Settings lists every variable for the console
@@ -129,6 +130,12 @@ var variables = []variable{
 		}
 		return nil
 	}},
+	{"NAH_MAX_CONNECTIONS", strconv.Itoa(app.DefaultMaxConnections), "bound of open client connections (~25 KB each idle, ~45 KB under churn: 512 ~ 23 MB); past it the one idle longest is closed, else 503", func(c *config, v string) (err error) {
+		if c.MaxConnections, err = strconv.Atoi(v); err != nil || c.MaxConnections < 16 || c.MaxConnections > 100_000 {
+			return errors.New("want a whole number from 16 to 100000")
+		}
+		return nil
+	}},
 	{"NAH_SHUTDOWN_TIMEOUT", defaultShutdownTimeout.String(), "how long SIGTERM waits for in-flight requests", func(c *config, v string) (err error) {
 		if c.ShutdownTimeout, err = time.ParseDuration(v); err != nil || c.ShutdownTimeout <= 0 {
 			return errors.New("want a positive duration such as 10s")
@@ -185,6 +192,7 @@ func (c config) publicURL(listen string) string {
 func (c config) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.String("addr", c.Addr),
+		slog.Int("max_connections", c.MaxConnections),
 		slog.String("data_dir", c.Store.Dir),
 		slog.Bool("open_signup", c.App.OpenSignup),
 		slog.Int("max_open_files", c.Store.MaxOpenFiles),

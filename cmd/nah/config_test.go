@@ -87,6 +87,7 @@ func TestConfigErrors(t *testing.T) {
 		"NAH_SHUTDOWN_TIMEOUT": {"soon", `NAH_SHUTDOWN_TIMEOUT="soon": want a positive duration such as 10s`},
 		"NAH_LOG_LEVEL":        {"loud", `NAH_LOG_LEVEL="loud": want debug, info, warn or error`},
 		"NAH_METRICS_ADDR":     {"9090", `NAH_METRICS_ADDR="9090": want host:port, such as 127.0.0.1:9090`},
+		"NAH_MAX_CONNECTIONS":  {"lots", `NAH_MAX_CONNECTIONS="lots": want a whole number from 16 to 100000`},
 		"NAH_PUBLIC_URL":       {"nah.example.com", `NAH_PUBLIC_URL="nah.example.com": want an http or https URL such as https://nah.example.com, without query or fragment`},
 	} {
 		_, err := readConfig(env(map[string]string{name: c.value}))
@@ -115,6 +116,20 @@ func TestConfigPublicURL(t *testing.T) {
 		"https://nah.example.com/?", "https://nah.example.com/#top", "https://nah.example.com#", "https://user:pw@nah.example.com", "https:nah.example.com", "http://[::1"} {
 		if _, err := readConfig(env(map[string]string{"NAH_PUBLIC_URL": v})); err == nil || !strings.HasPrefix(err.Error(), "NAH_PUBLIC_URL=") {
 			t.Errorf("%q accepted: %v", v, err)
+		}
+	}
+}
+
+func TestConfigMaxConnections(t *testing.T) {
+	for v, want := range map[string]int{"": app.DefaultMaxConnections, "16": 16, "5000": 5000} {
+		c, err := readConfig(env(map[string]string{"NAH_MAX_CONNECTIONS": v}))
+		if err != nil || c.MaxConnections != want {
+			t.Errorf("%q: %d %v, want %d", v, c.MaxConnections, err, want)
+		}
+	}
+	for _, v := range []string{"15", "0", "-1", "100001", "1e3"} {
+		if _, err := readConfig(env(map[string]string{"NAH_MAX_CONNECTIONS": v})); err == nil {
+			t.Errorf("%q accepted", v)
 		}
 	}
 }

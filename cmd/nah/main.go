@@ -145,15 +145,17 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer, re
 			return usageError{fmt.Sprintf("NAH_METRICS_ADDR=%q: %v", cfg.MetricsAddr, err)}
 		}
 		msrv := app.NewServer(cfg.MetricsAddr, a.MetricsHandler(), log)
-		go msrv.Serve(mln)
+		mlimited := a.LimitConnections(msrv, mln, app.MetricsMaxConnections)
+		go msrv.Serve(mlimited)
 		defer msrv.Close()
 		log.Info("metrics", "listen", mln.Addr().String())
 	}
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}
+	limited := a.LimitConnections(srv, ln, cfg.MaxConnections)
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(limited) }()
 	// After serving starts: the link costs a directory write, and phones
 	// need not wait for it.
 	if n, err := s.AdminCount(ctx); err != nil {

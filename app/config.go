@@ -21,6 +21,13 @@ type Config struct {
 	// MaxMomentBytes is the largest decoded moment body; default
 	// nah.DefaultMaxMomentBytes.
 	MaxMomentBytes int
+	// PublicURL is the server's address as people reach it (scheme, host,
+	// perhaps a path; no trailing slash), which the links the console
+	// makes start with. It is never taken from a request's Host, which the
+	// client chooses: a forged Host would send a reset link's token to
+	// another site. cmd/nah sets NAH_PUBLIC_URL, else http:// and the
+	// listen address. Empty: links are shown as paths.
+	PublicURL string
 
 	// MemoryBudget is the memory that requests may hold at once: their
 	// base cost, their bodies, the pages they write. Past it a request is

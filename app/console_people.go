@@ -137,11 +137,7 @@ func (a *App) handlePersonReset(w http.ResponseWriter, r *http.Request) {
 		a.consoleError(w, r, page(r, "Person", "people"), err)
 		return
 	}
-	scheme := "http"
-	if a.secure(r) {
-		scheme = "https"
-	}
-	a.personPage(w, r, http.StatusCreated, scheme+"://"+r.Host+"/reset/"+token)
+	a.personPage(w, r, http.StatusCreated, a.cfg.PublicURL+"/reset/"+token)
 }
 
 func (a *App) handleSessionsRevoke(w http.ResponseWriter, r *http.Request) {

@@ -106,3 +106,47 @@ func TestConsolePeoplePages(t *testing.T) {
 		t.Fatalf("fragment: %.200s", s)
 	}
 }
+
+// TestResetLinkIgnoresHost: the reset link the console shows starts with
+// the configured public URL, whatever Host the request named: a forged Host
+// (a proxy that passes it on, a DNS rebinding) must not send a reset token
+// to another site.
+func TestResetLinkIgnoresHost(t *testing.T) {
+	for _, c := range []struct {
+		name, publicURL, want string
+	}{
+		{"NAH_PUBLIC_URL", "https://nah.example.com/family", "https://nah.example.com/family/reset/"},
+		{"listen address", "", "http://127.0.0.1:"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ts := newTestServer(t, func(sc *serverConfig) { sc.PublicURL = c.publicURL })
+			ann := ts.signup(t, "ann")
+			admin := signedInAdmin(t, ts)
+			req, _ := http.NewRequest("POST", ts.URL+"/console/people/"+ann.id+"/reset", nil)
+			req.Host = "evil.example"
+			req.Header.Set("X-Forwarded-Host", "evil.example")
+			req.Header.Set("X-Forwarded-Proto", "https")
+			for _, ck := range admin.Jar.Cookies(req.URL) { // the jar would look them up by Host
+				req.AddCookie(ck)
+			}
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			link := regexp.MustCompile(`[a-z]+://[^<"\s]+/reset/[A-Za-z0-9_-]{43}`).FindString(string(b))
+			if res.StatusCode != 201 || link == "" {
+				t.Fatalf("reset: %d, link %q", res.StatusCode, link)
+			}
+			if !strings.HasPrefix(link, c.want) || strings.Contains(string(b), "evil.example") {
+				t.Fatalf("link %q, want it to start with %s and the page not to name the forged Host", link, c.want)
+			}
+			if c.publicURL == "" {
+				if p := get(t, consoleClient(t), link); p.status != 200 {
+					t.Fatalf("the link from the listen address: %d", p.status)
+				}
+			}
+		})
+	}
+}

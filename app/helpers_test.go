@@ -95,9 +95,15 @@ func newTestServer(t *testing.T, edit ...func(*serverConfig)) *testServer {
 		{"NAH_SIGNUP_PER_HOUR", strconv.Itoa(cfg.SignupPerHour), "newTestServer"},
 		{"NAH_MAX_MOMENT_BYTES", strconv.Itoa(cfg.MaxMomentBytes), "newTestServer"},
 	}
+	// As cmd/nah does without NAH_PUBLIC_URL: links start with the listen
+	// address.
+	ts := httptest.NewUnstartedServer(nil)
+	if cfg.PublicURL == "" {
+		cfg.PublicURL = "http://" + ts.Listener.Addr().String()
+	}
 	a := New(cfg.Config, s, log)
-	ts := httptest.NewUnstartedServer(a)
 	ts.Config = NewServer("", a, log)
+	ts.Listener = a.LimitConnections(ts.Config, ts.Listener, DefaultMaxConnections)
 	ts.Start()
 	t.Cleanup(func() {
 		ts.Close()

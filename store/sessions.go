@@ -37,6 +37,7 @@ func (s *Store) PersonForToken(ctx context.Context, token string) (nah.Person, e
 	if p, ok := s.sessions.get(h, now, s.staleAfter.Milliseconds()); ok {
 		return p, nil
 	}
+	gen := s.sessions.generation()
 	var p nah.Person
 	err := scanPerson(s.r.QueryRowContext(ctx, `SELECT p.id, p.handle, p.created_at, p.disabled, p.newest_at
 		FROM sessions s JOIN people p ON p.id = s.person_id
@@ -45,7 +46,10 @@ func (s *Store) PersonForToken(ctx context.Context, token string) (nah.Person, e
 		return nah.Person{}, errBadToken
 	}
 	if err == nil {
-		s.sessions.put(h, p, now)
+		if s.afterTokenRead != nil {
+			s.afterTokenRead()
+		}
+		s.sessions.put(h, p, now, gen)
 	}
 	return p, err
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
 	"sort"
 	"strconv"
@@ -144,6 +145,11 @@ func openDB(file string, readOnly bool, conns, cacheKiB int) (*sql.DB, error) {
 	if strings.ContainsAny(file, "?#") {
 		return nil, fmt.Errorf("sqlite: path %q must not contain '?' or '#'", file)
 	}
+	if !readOnly {
+		if err := createPrivate(file); err != nil {
+			return nil, err
+		}
+	}
 	db, err := sql.Open("sqlite", dsn(file, readOnly, cacheKiB))
 	if err != nil {
 		return nil, err
@@ -153,6 +159,27 @@ func openDB(file string, readOnly bool, conns, cacheKiB int) (*sql.DB, error) {
 	db.SetConnMaxIdleTime(0)
 	db.SetConnMaxLifetime(0)
 	return db, nil
+}
+
+// createPrivate makes file, empty (which SQLite takes for a new database),
+// with mode privateFile if it does not exist, and takes group and other
+// permissions off it if it does. SQLite would create it 0644 less the
+// umask, and its -wal and -shm copy that mode. Chmod after the create makes
+// the mode the same under any umask.
+func createPrivate(file string) error {
+	f, err := os.OpenFile(file, os.O_RDWR|os.O_CREATE, privateFile)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if info.Mode().Perm() != privateFile {
+		return f.Chmod(privateFile)
+	}
+	return nil
 }
 
 // migration is one numbered SQL file.

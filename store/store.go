@@ -18,6 +18,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	mrand "math/rand/v2"
 	"os"
@@ -74,6 +75,10 @@ type Store struct {
 	dirtyMu sync.Mutex
 	dirty   map[string]dirtyPerson // what the directory has not heard yet
 
+	// afterTokenRead, when set (by tests only), runs in PersonForToken
+	// between the directory read and the cache put.
+	afterTokenRead func()
+
 	stop     chan struct{}
 	stopped  chan struct{}
 	closeErr error
@@ -105,10 +110,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if err := os.MkdirAll(filepath.Join(cfg.Dir, "people"), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Join(cfg.Dir, "people"), privateDir); err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
 	path := filepath.Join(cfg.Dir, "directory.db")
+	tightenDataDir(cfg.Dir, cfg.Logger)
 	s := &Store{
 		dir:        cfg.Dir,
 		now:        cfg.Now,
@@ -141,6 +147,57 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	s.files = newFileCache(cfg.Dir, cfg.MaxOpenFiles, cfg.Hooks, cfg.Logger)
 	go s.flushLoop()
 	return s, nil
+}
+
+// Nothing under the data directory is for other users of the machine:
+// directory.db holds password hashes, the cursor key and token hashes, a
+// person file holds someone's moments. Folders are created privateDir and
+// every SQLite file privateFile before SQLite first opens it (openDB), so
+// that its -wal and -shm, which SQLite creates with the mode of their
+// database file, are private too. An older data directory made with looser
+// modes is tightened at Open (tightenDataDir).
+const (
+	privateDir  fs.FileMode = 0o700
+	privateFile fs.FileMode = 0o600
+)
+
+// tightenDataDir takes group and other permissions off the data directory,
+// people/ and the directory database's files. When there was data to
+// expose (directory.db existed), it warns once with what it changed; a new
+// data directory in a folder made beforehand (by an operator, a container
+// volume) is made private without a word. Person folders and files inside
+// need no walk (which would cost start-up time for every person): people/
+// at 0700 already shuts others out of them, and each person file is
+// tightened when it next opens. A failure (a folder owned by another user)
+// is logged, not fatal: what matters most, people/ and directory.db, are
+// made by this process.
+func tightenDataDir(dir string, log *slog.Logger) {
+	_, err := os.Stat(filepath.Join(dir, "directory.db"))
+	existing := err == nil
+	var changed []string
+	for _, p := range []struct {
+		path string
+		mode fs.FileMode
+	}{
+		{dir, privateDir},
+		{filepath.Join(dir, "people"), privateDir},
+		{filepath.Join(dir, "directory.db"), privateFile},
+		{filepath.Join(dir, "directory.db-wal"), privateFile},
+		{filepath.Join(dir, "directory.db-shm"), privateFile},
+	} {
+		info, err := os.Stat(p.path)
+		if err != nil || info.Mode().Perm()&^p.mode == 0 {
+			continue // missing (not made yet), or private already
+		}
+		if err := os.Chmod(p.path, p.mode); err != nil {
+			log.Warn("the data directory is readable by others and could not be made private", "path", p.path, "mode", info.Mode().Perm().String(), "err", err)
+			continue
+		}
+		changed = append(changed, fmt.Sprintf("%s %s->%s", p.path, info.Mode().Perm(), p.mode))
+	}
+	if len(changed) > 0 && existing {
+		log.Warn("made the data directory private: it was readable by other users", "changed", changed)
+	}
 }
 
 // load reads the cursor key, people and connections into memory.

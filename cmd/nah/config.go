@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"net/url"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -24,6 +25,7 @@ type config struct {
 	MetricsAddr     string // empty: no metrics listener
 	ShutdownTimeout time.Duration
 	LogLevel        slog.Level
+	MaxConnections  int // of the Addr listener
 
 	Store store.Config // Dir is NAH_DATA_DIR
 	App   app.Config   // App.Settings lists every variable for the console
@@ -44,15 +46,18 @@ type config struct {
 //     half again at GOGC 50 (64 MB of heads ~ 96 MB);
 //   - a base of 40 MB: the runtime, the graph of people and connections
 //     (6 MB for 10,000 people), token and rate-limit caches, metrics;
+//   - the open connections, idle or not: 45 KB each under churn
+//     (app/listener.go), 22.5 MB at the default 512;
 //   - what is left is the budget that requests take from before they
 //     allocate (app/budget.go), and past which they are answered 503.
 //
-// The default, 320 MiB, leaves 114 MiB for requests with the default caches
+// The default, 320 MiB, leaves 92 MiB for requests with the default caches
 // and keeps 65 MB of the 400 MB limit for the kernel's view of the process
 // (stacks, socket buffers, the allocator's slack).
 const (
 	defaultMemoryLimit = 320 << 20
 	memoryBase         = 40 << 20
+	connectionBytes    = 45 << 10
 	minRequestBudget   = 16 << 20
 )
 
@@ -60,12 +65,13 @@ const (
 func (c *config) plan() error {
 	sqlite := store.SQLiteMemoryBound(c.Store.MaxOpenFiles)
 	heads := max(c.Store.HeadCacheBytes, 0)
+	conns := int64(c.MaxConnections) * connectionBytes
 	c.GoMemoryLimit = c.MemoryLimit - sqlite
-	c.App.MemoryBudget = c.GoMemoryLimit - heads*3/2 - memoryBase
+	c.App.MemoryBudget = c.GoMemoryLimit - heads*3/2 - memoryBase - conns
 	if c.App.MemoryBudget < minRequestBudget {
-		need := sqlite + heads*3/2 + memoryBase + minRequestBudget
-		return fmt.Errorf("too small for NAH_MAX_OPEN_FILES=%d and NAH_HEAD_CACHE_MB=%d: want at least %dMiB, or fewer files or a smaller head cache",
-			c.Store.MaxOpenFiles, heads>>20, (need+1<<20-1)>>20)
+		need := sqlite + heads*3/2 + memoryBase + conns + minRequestBudget
+		return fmt.Errorf("too small for NAH_MAX_OPEN_FILES=%d, NAH_HEAD_CACHE_MB=%d and NAH_MAX_CONNECTIONS=%d: want at least %dMiB, or fewer files, connections or a smaller head cache",
+			c.Store.MaxOpenFiles, heads>>20, c.MaxConnections, (need+1<<20-1)>>20)
 	}
 	return nil
 }
@@ -172,6 +178,18 @@ var variables = []variable{
 		}
 		return nil
 	}},
+	{"NAH_PUBLIC_URL", "", "the server's address as people reach it, for the links it makes (reset, setup); empty = http:// and the listen address", func(c *config, v string) error {
+		if v == "" {
+			return nil
+		}
+		u, err := url.Parse(v)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+			u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.Contains(v, "#") {
+			return errors.New("want an http or https URL such as https://nah.example.com, without query or fragment")
+		}
+		c.App.PublicURL = strings.TrimRight(u.String(), "/")
+		return nil
+	}},
 	{"NAH_MAX_MOMENT_BYTES", strconv.Itoa(nah.DefaultMaxMomentBytes), "largest decoded moment body in bytes", func(c *config, v string) (err error) {
 		if c.App.MaxMomentBytes, err = strconv.Atoi(v); err != nil || c.App.MaxMomentBytes < 1 || c.App.MaxMomentBytes > 16<<20 {
 			return errors.New("want a whole number of bytes from 1 to 16777216")
@@ -181,6 +199,12 @@ var variables = []variable{
 	{"NAH_MEMORY_LIMIT", strconv.Itoa(defaultMemoryLimit>>20) + "MiB", "memory the whole process may use: SQLite, the head cache and a base are set apart, the rest is what requests may hold at once (past it they get 503 with Retry-After); GOMEMLIMIT is set from it", func(c *config, v string) (err error) {
 		c.MemoryLimit, err = parseBytes(v)
 		return err
+	}},
+	{"NAH_MAX_CONNECTIONS", strconv.Itoa(app.DefaultMaxConnections), "bound of open client connections (~25 KB each idle, ~45 KB under churn: 512 ~ 23 MB); past it the one idle longest is closed, else 503", func(c *config, v string) (err error) {
+		if c.MaxConnections, err = strconv.Atoi(v); err != nil || c.MaxConnections < 16 || c.MaxConnections > 100_000 {
+			return errors.New("want a whole number from 16 to 100000")
+		}
+		return nil
 	}},
 	{"NAH_SHUTDOWN_TIMEOUT", defaultShutdownTimeout.String(), "how long SIGTERM waits for in-flight requests", func(c *config, v string) (err error) {
 		if c.ShutdownTimeout, err = time.ParseDuration(v); err != nil || c.ShutdownTimeout <= 0 {
@@ -226,17 +250,29 @@ func readConfig(getenv func(string) string) (config, error) {
 	return c, nil
 }
 
+// publicURL is where people reach the server, for the links it makes:
+// NAH_PUBLIC_URL, or else http:// and listen, the address the server
+// listens on. Never the Host of a request, which the client chooses.
+func (c config) publicURL(listen string) string {
+	if c.App.PublicURL != "" {
+		return c.App.PublicURL
+	}
+	return "http://" + listen
+}
+
 // LogValue summarises the configuration for the start-up log line. It holds
 // no secrets.
 func (c config) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.String("addr", c.Addr),
+		slog.Int("max_connections", c.MaxConnections),
 		slog.String("data_dir", c.Store.Dir),
 		slog.Bool("open_signup", c.App.OpenSignup),
 		slog.Int("max_open_files", c.Store.MaxOpenFiles),
 		slog.Int64("head_cache_bytes", c.Store.HeadCacheBytes),
 		slog.Int("signup_per_hour", c.App.SignupPerHour),
 		slog.Int("trusted_proxies", len(c.App.TrustedProxies)),
+		slog.String("public_url", c.App.PublicURL),
 		slog.Int("max_moment_bytes", c.App.MaxMomentBytes),
 		slog.Int64("memory_limit", c.MemoryLimit),
 		slog.Int64("request_budget", c.App.MemoryBudget),

@@ -88,6 +88,8 @@ func TestConfigErrors(t *testing.T) {
 		"NAH_LOG_LEVEL":        {"loud", `NAH_LOG_LEVEL="loud": want debug, info, warn or error`},
 		"NAH_METRICS_ADDR":     {"9090", `NAH_METRICS_ADDR="9090": want host:port, such as 127.0.0.1:9090`},
 		"NAH_MEMORY_LIMIT":     {"lots", `NAH_MEMORY_LIMIT="lots": want a size such as 320MiB or 1GiB`},
+		"NAH_MAX_CONNECTIONS":  {"lots", `NAH_MAX_CONNECTIONS="lots": want a whole number from 16 to 100000`},
+		"NAH_PUBLIC_URL":       {"nah.example.com", `NAH_PUBLIC_URL="nah.example.com": want an http or https URL such as https://nah.example.com, without query or fragment`},
 	} {
 		_, err := readConfig(env(map[string]string{name: c.value}))
 		if err == nil || err.Error() != c.want {
@@ -108,8 +110,8 @@ func TestMemoryPlan(t *testing.T) {
 	if c.MemoryLimit != 320<<20 || c.GoMemoryLimit != c.MemoryLimit-sqlite {
 		t.Fatalf("limit %d, Go's share %d, SQLite's %d", c.MemoryLimit, c.GoMemoryLimit, sqlite)
 	}
-	if want := c.GoMemoryLimit - store.DefaultHeadCacheBytes*3/2 - memoryBase; c.App.MemoryBudget != want || want < 100<<20 {
-		t.Fatalf("request budget %d, want %d (and at least 100 MiB by default)", c.App.MemoryBudget, want)
+	if want := c.GoMemoryLimit - store.DefaultHeadCacheBytes*3/2 - memoryBase - app.DefaultMaxConnections*connectionBytes; c.App.MemoryBudget != want || want < 90<<20 {
+		t.Fatalf("request budget %d, want %d (and at least 90 MiB by default)", c.App.MemoryBudget, want)
 	}
 	for v, want := range map[string]int64{"1GiB": 1 << 30, "400MB": 400e6, "300 MiB": 300 << 20, "400000000": 400e6} {
 		c, err := readConfig(env(map[string]string{"NAH_MEMORY_LIMIT": v}))
@@ -118,10 +120,48 @@ func TestMemoryPlan(t *testing.T) {
 		}
 	}
 	_, err = readConfig(env(map[string]string{"NAH_MEMORY_LIMIT": "200MiB"}))
-	if err == nil || !strings.Contains(err.Error(), "want at least 222MiB") {
+	if err == nil || !strings.Contains(err.Error(), "want at least 245MiB") {
 		t.Fatalf("200MiB with the default caches: %v", err)
 	}
 	if _, err := readConfig(env(map[string]string{"NAH_MEMORY_LIMIT": "200MiB", "NAH_HEAD_CACHE_MB": "0"})); err != nil {
 		t.Fatalf("200MiB without heads: %v", err)
+	}
+}
+
+// TestConfigPublicURL: an absolute http(s) URL, its trailing slash trimmed;
+// anything a link could not start with is refused.
+func TestConfigPublicURL(t *testing.T) {
+	for v, want := range map[string]string{
+		"":                                "",
+		"https://nah.example.com":         "https://nah.example.com",
+		"https://nah.example.com/":        "https://nah.example.com",
+		" http://10.0.0.5:8090/family// ": "http://10.0.0.5:8090/family",
+		"HTTPS://Nah.Example.com":         "https://Nah.Example.com",
+	} {
+		c, err := readConfig(env(map[string]string{"NAH_PUBLIC_URL": v}))
+		if err != nil || c.App.PublicURL != want {
+			t.Errorf("%q: %q %v, want %q", v, c.App.PublicURL, err, want)
+		}
+	}
+	for _, v := range []string{"nah.example.com", "/console", "ftp://nah.example.com", "https://", "https://nah.example.com/?a=1",
+		"https://nah.example.com/?", "https://nah.example.com/#top", "https://nah.example.com#", "https://user:pw@nah.example.com", "https:nah.example.com", "http://[::1"} {
+		if _, err := readConfig(env(map[string]string{"NAH_PUBLIC_URL": v})); err == nil || !strings.HasPrefix(err.Error(), "NAH_PUBLIC_URL=") {
+			t.Errorf("%q accepted: %v", v, err)
+		}
+	}
+}
+
+func TestConfigMaxConnections(t *testing.T) {
+	for v, want := range map[string]int{"": app.DefaultMaxConnections, "16": 16, "5000": 5000} {
+		// Connections are part of the memory plan: 5,000 need more than the default.
+		c, err := readConfig(env(map[string]string{"NAH_MAX_CONNECTIONS": v, "NAH_MEMORY_LIMIT": "1GiB"}))
+		if err != nil || c.MaxConnections != want {
+			t.Errorf("%q: %d %v, want %d", v, c.MaxConnections, err, want)
+		}
+	}
+	for _, v := range []string{"15", "0", "-1", "100001", "1e3"} {
+		if _, err := readConfig(env(map[string]string{"NAH_MAX_CONNECTIONS": v})); err == nil {
+			t.Errorf("%q accepted", v)
+		}
 	}
 }

@@ -141,6 +141,7 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer, re
 	if err != nil {
 		return usageError{fmt.Sprintf("NAH_ADDR=%q: %v", cfg.Addr, err)}
 	}
+	cfg.App.PublicURL = cfg.publicURL(ln.Addr().String())
 	a := app.New(cfg.App, s, log)
 	srv := app.NewServer(cfg.Addr, a, log)
 	log.Info("nah started", "version", version, "config", cfg, "listen", ln.Addr().String(), "took", time.Since(start).Round(time.Millisecond))
@@ -150,21 +151,23 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer, re
 			return usageError{fmt.Sprintf("NAH_METRICS_ADDR=%q: %v", cfg.MetricsAddr, err)}
 		}
 		msrv := app.NewServer(cfg.MetricsAddr, a.MetricsHandler(), log)
-		go msrv.Serve(mln)
+		mlimited := a.LimitConnections(msrv, mln, app.MetricsMaxConnections)
+		go msrv.Serve(mlimited)
 		defer msrv.Close()
 		log.Info("metrics", "listen", mln.Addr().String())
 	}
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}
+	limited := a.LimitConnections(srv, ln, cfg.MaxConnections)
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(limited) }()
 	// After serving starts: the link costs a directory write, and phones
 	// need not wait for it.
 	if n, err := s.AdminCount(ctx); err != nil {
 		log.Error("count admins", "err", err)
 	} else if n == 0 {
-		if link, err := app.SetupLink(ctx, s, "http://"+ln.Addr().String()); err != nil {
+		if link, err := app.SetupLink(ctx, s, cfg.App.PublicURL); err != nil {
 			log.Error("make the first-admin link", "err", err)
 		} else {
 			// A one-time secret on the operator's terminal, valid an hour.
@@ -233,7 +236,7 @@ func adminCmd(ctx context.Context, args []string, getenv func(string) string, st
 		return usageError{"usage: nah admin create"}
 	}
 	return withStore(ctx, getenv, stderr, func(cfg config, s *store.Store) error {
-		link, err := app.SetupLink(ctx, s, "http://"+cfg.Addr)
+		link, err := app.SetupLink(ctx, s, cfg.publicURL(cfg.Addr))
 		if err != nil {
 			return err
 		}

@@ -290,7 +290,7 @@ func TestLogHoldsNoSecrets(t *testing.T) {
 }
 
 func TestBadConfigExits2(t *testing.T) {
-	for _, env := range []string{"NAH_MAX_OPEN_FILES=lots", "NAH_OPEN_SIGNUP=perhaps", "NAH_ADDR=nowhere", "NAH_SIGNUP_PER_HOUR=-1", "NAH_TRUSTED_PROXIES=10.0.0.0/99", "NAH_SHUTDOWN_TIMEOUT=soon"} {
+	for _, env := range []string{"NAH_MAX_OPEN_FILES=lots", "NAH_OPEN_SIGNUP=perhaps", "NAH_ADDR=nowhere", "NAH_SIGNUP_PER_HOUR=-1", "NAH_TRUSTED_PROXIES=10.0.0.0/99", "NAH_SHUTDOWN_TIMEOUT=soon", "NAH_PUBLIC_URL=nah.example.com", "NAH_MAX_CONNECTIONS=1"} {
 		cmd := exec.Command(binary, "serve")
 		cmd.Env = []string{env, "NAH_DATA_DIR=" + t.TempDir()}
 		out, err := cmd.CombinedOutput()
@@ -388,6 +388,27 @@ func TestFirstStartPrintsSetupLink(t *testing.T) {
 
 	out, err := exec.Command("env", "-i", "NAH_DATA_DIR="+dir, binary, "admin", "create").CombinedOutput()
 	if err != nil || !regexp.MustCompile(`http://127\.0\.0\.1:8090/console/setup/[A-Za-z0-9_-]{43}`).Match(out) {
+		t.Fatalf("nah admin create: %v\n%s", err, out)
+	}
+}
+
+// TestSetupLinkFromPublicURL: with NAH_PUBLIC_URL set, the first-start link
+// and `nah admin create`'s start with it, not with the listen address.
+func TestSetupLinkFromPublicURL(t *testing.T) {
+	dir := t.TempDir()
+	p := start(t, dir, "NAH_PUBLIC_URL=https://nah.example.com/family/")
+	linkRE := regexp.MustCompile(`https://nah\.example\.com/family/console/setup/[A-Za-z0-9_-]{43}\s`)
+	deadline := time.Now().Add(5 * time.Second)
+	for !linkRE.MatchString(p.log()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no setup link from NAH_PUBLIC_URL in the log:\n%s", p.log())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	<-p.done
+	out, err := exec.Command("env", "-i", "NAH_DATA_DIR="+dir, "NAH_PUBLIC_URL=https://nah.example.com/family", binary, "admin", "create").CombinedOutput()
+	if err != nil || !linkRE.Match(out) {
 		t.Fatalf("nah admin create: %v\n%s", err, out)
 	}
 }

@@ -1,0 +1,258 @@
+package app
+
+import (
+	"container/list"
+	"context"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nah-app/nah"
+)
+
+// Open connections are bounded, because each one costs memory whether or
+// not it does anything. Measured with cmd/nah (connections each idle after
+// one GET /healthz, the server's VmRSS before and after): 22-26 KB resident
+// per idle keep-alive connection (net/http's 4 KB bufio reader and 4 KB
+// writer, the connection's goroutine and its stack, the conn and response
+// state, and the heap headroom GOGC=50 leaves): 2,000 held 45-50 MB, 4,000
+// 86 MB, each for IdleTimeout. Under churn at the bound (4,000 connections
+// made one after another, each making room by closing one idle) the
+// garbage of the closed ones adds about as much again until collected:
+// 23 MB resident at a bound of 512, 38-41 MB at 1,024.
+//
+// DefaultMaxConnections is 512: at most ~25 MB, a sixteenth of the 400 MB
+// the process must stay under, and far more connections than a family
+// server's phones hold at once (one each while the app is in use; idle
+// ones make room anyway, so the bound counts busy connections, and a
+// 2-core server has long been overloaded before 512 requests are in
+// progress at once).
+//
+// At the bound, a new connection gets room in this order:
+//
+//  1. The connection idle longest (a keep-alive connection between
+//     requests) is closed. That is what IdleTimeout would do later anyway,
+//     and HTTP clients retry a request on a reused connection that the
+//     server closed; so idle connections, an attacker's thousands as much
+//     as a phone's one, never keep a new client out.
+//  2. With none idle (each is in a request, or has yet to send its first,
+//     which ReadHeaderTimeout bounds at 5 s), the new connection enters a
+//     small overflow (a sixteenth of the bound) where its request is
+//     answered 503 with Retry-After and the connection closed: a clear
+//     answer at once, given by net/http, so that the request is read
+//     first (a close with the request unread resets the connection and
+//     the answer is lost).
+//  3. Past the overflow too, it is closed at once.
+//
+// netutil.LimitListener instead leaves new connections in the kernel's
+// accept queue while the bound is reached: no answer, and a wait as long as
+// the slots stay taken, which with nothing closing idle connections first
+// is forever for a client that sends a request every IdleTimeout. As for
+// memory, the rule is to shed at once rather than queue.
+const (
+	// DefaultMaxConnections bounds the connections of the API and console
+	// listener when cmd/nah's NAH_MAX_CONNECTIONS is unset.
+	DefaultMaxConnections = 512
+	// MetricsMaxConnections bounds the metrics listener: a scraper or two
+	// and an operator's curl.
+	MetricsMaxConnections = 8
+	// connRetryAfter is the Retry-After of an answer from the overflow:
+	// requests last milliseconds, and idle connections make room at once.
+	connRetryAfter = time.Second
+	// connWarnEvery spaces the warnings that the bound sheds connections.
+	connWarnEvery = time.Minute
+)
+
+// connLimiter bounds one server's open connections (see above).
+type connLimiter struct {
+	max, overflow int
+	log           *slog.Logger
+
+	mu     sync.Mutex
+	served int       // open connections counted against max
+	shed   int       // open connections in the overflow
+	idle   list.List // of *limitedConn, idle longest first
+
+	evicted, shedTotal, refused atomic.Int64
+	lastWarn                    atomic.Int64 // unix ns
+}
+
+// limitedConn is a connection the limiter admitted.
+type limitedConn struct {
+	net.Conn
+	l    *connLimiter
+	shed bool // answered 503 and closed
+
+	// Guarded by l.mu.
+	released bool          // no longer counted: closed, or its slot given away
+	idleAt   *list.Element // in l.idle while idle
+}
+
+// shedKey marks the context of a connection from the overflow.
+type shedKey struct{}
+
+// LimitConnections makes srv serve at most max connections at once from ln
+// (idle ones make room; see above), and returns the listener to pass to
+// srv.Serve. It takes srv's ConnState and ConnContext hooks and wraps its
+// handler; call it once, after NewServer and before Serve.
+func (a *App) LimitConnections(srv *http.Server, ln net.Listener, max int) net.Listener {
+	l := &connLimiter{max: max, overflow: (max + 15) / 16, log: a.log}
+	state, connCtx, next := srv.ConnState, srv.ConnContext, srv.Handler
+	srv.ConnState = func(c net.Conn, s http.ConnState) {
+		l.connState(c, s)
+		if state != nil {
+			state(c, s)
+		}
+	}
+	srv.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
+		if connCtx != nil {
+			ctx = connCtx(ctx, c)
+		}
+		if lc, ok := c.(*limitedConn); ok && lc.shed {
+			ctx = context.WithValue(ctx, shedKey{}, true)
+		}
+		return ctx
+	}
+	busy := secureHeaders(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Connection", "close")
+		e := nah.Errorf(nah.Unavailable, "", "the server has as many connections as it takes; try again in a moment")
+		e.RetryAfter = connRetryAfter
+		a.writeError(w, r, e)
+	}))
+	srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Context().Value(shedKey{}) != nil {
+			busy.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+	return &limitListener{Listener: ln, l: l}
+}
+
+type limitListener struct {
+	net.Listener
+	l *connLimiter
+}
+
+// Accept returns the next connection that the limiter admits, closing at
+// once those it cannot.
+func (ln *limitListener) Accept() (net.Conn, error) {
+	for {
+		c, err := ln.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if lc := ln.l.admit(c); lc != nil {
+			return lc, nil
+		}
+		c.Close()
+	}
+}
+
+// admit counts c in, closing the connection idle longest to make room if
+// it must; it returns nil when c is to be closed at once.
+func (l *connLimiter) admit(c net.Conn) *limitedConn {
+	lc := &limitedConn{Conn: c, l: l}
+	var victim *limitedConn
+	l.mu.Lock()
+	switch {
+	case l.served < l.max:
+		l.served++
+	case l.idle.Len() > 0:
+		// The victim's slot passes to c: it stops counting now, before
+		// its goroutine has noticed the close.
+		victim = l.idle.Remove(l.idle.Front()).(*limitedConn)
+		victim.idleAt = nil
+		victim.released = true
+	case l.shed < l.overflow:
+		l.shed++
+		lc.shed = true
+	default:
+		lc = nil
+	}
+	l.mu.Unlock()
+	switch {
+	case victim != nil:
+		l.evicted.Add(1)
+		victim.Conn.Close()
+	case lc == nil:
+		l.refused.Add(1)
+		l.warn()
+	case lc.shed:
+		l.shedTotal.Add(1)
+		l.warn()
+	}
+	return lc
+}
+
+// warn logs, at most once per connWarnEvery, that connections are shed.
+func (l *connLimiter) warn() {
+	now := time.Now().UnixNano()
+	last := l.lastWarn.Load()
+	if now-last < int64(connWarnEvery) || !l.lastWarn.CompareAndSwap(last, now) {
+		return
+	}
+	l.log.Warn("open connections at their bound, none idle: new ones are answered 503 or closed",
+		"max", l.max, "answered_503", l.shedTotal.Load(), "closed", l.refused.Load())
+}
+
+// connState keeps the list of idle connections.
+func (l *connLimiter) connState(c net.Conn, s http.ConnState) {
+	lc, ok := c.(*limitedConn)
+	if !ok {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch s {
+	case http.StateIdle:
+		if !lc.released && !lc.shed && lc.idleAt == nil {
+			lc.idleAt = l.idle.PushBack(lc)
+		}
+	default: // active, closed or hijacked: not idle
+		if lc.idleAt != nil {
+			l.idle.Remove(lc.idleAt)
+			lc.idleAt = nil
+		}
+	}
+}
+
+// Close closes the connection and gives its slot back.
+func (c *limitedConn) Close() error {
+	l := c.l
+	l.mu.Lock()
+	if !c.released {
+		c.released = true
+		if c.idleAt != nil {
+			l.idle.Remove(c.idleAt)
+			c.idleAt = nil
+		}
+		if c.shed {
+			l.shed--
+		} else {
+			l.served--
+		}
+	}
+	l.mu.Unlock()
+	return c.Conn.Close()
+}
+
+// CloseWrite passes through to the TCP connection: net/http half-closes
+// before it closes a connection whose request it did not read to the end
+// (after a 413), so that the client reads the answer instead of a reset.
+func (c *limitedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// open returns the connections counted now: served and in the overflow.
+func (l *connLimiter) open() (served, shed int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.served, l.shed
+}

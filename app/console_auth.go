@@ -39,29 +39,30 @@ func (a *App) handleConsoleLogin(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, smallBody)
 	name, password := r.PostFormValue("name"), r.PostFormValue("password")
 	form := ui.Form{Page: ui.Page{Title: "Sign in"}, Action: "/console/login", Kind: "signin", Handle: name}
-	addr := "admin " + a.clientAddr(r)
-	for _, err := range []error{a.signinByAddr.check(addr), a.signinByHandle.check("admin " + name)} {
-		if err != nil {
-			a.formError(w, r, form, err) // 429, Retry-After from the limiter
-			return
-		}
+	// The console's keys are apart from the API's: an admin's name may
+	// also be a person's handle.
+	giveBack, err := a.takeSignin("admin "+a.clientAddr(r), "admin "+name)
+	if err != nil {
+		a.formError(w, r, form, err) // 429, Retry-After from the limiter
+		return
 	}
 	ad, hash, err := a.store.FindAdminByName(r.Context(), name)
 	if err != nil && nah.ErrorCode(err) != nah.NotFound {
+		giveBack() // nothing was checked
 		a.consoleError(w, r, form.Page, err)
 		return
 	}
 	ok, err := a.hasher.check(r.Context(), hash, password)
 	if err != nil {
+		giveBack() // nothing was checked
 		a.consoleError(w, r, form.Page, err)
 		return
 	}
 	if !ok {
-		a.signinByAddr.hit(addr)
-		a.signinByHandle.hit("admin " + name)
 		a.formError(w, r, form, nah.Errorf(nah.Unauthorized, "invalid_credentials", "the name or password is wrong"))
 		return
 	}
+	giveBack()
 	a.startAdminSession(w, r, ad)
 }
 

@@ -31,27 +31,22 @@ func newLimiter(max int, window time.Duration, now func() time.Time) *limiter {
 	return &limiter{max: max, window: window, now: now, windows: make(map[string]*fixedWindow)}
 }
 
-// check returns a RateLimited error when key has used its events.
-func (l *limiter) check(key string) error {
-	if l == nil || l.max <= 0 {
-		return nil
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	w := l.windows[key]
-	now := l.now()
-	if w == nil || now.Sub(w.start) >= l.window || w.n < l.max {
-		return nil
-	}
-	e := nah.Errorf(nah.RateLimited, "rate_limited", "too many attempts; try again later")
-	e.RetryAfter = w.start.Add(l.window).Sub(now)
-	return e
+// attempt is one event taken from a limiter. Its zero value (from a nil
+// or unlimited limiter) gives nothing back.
+type attempt struct {
+	l      *limiter
+	key    string
+	window time.Time // start of the window that counted it
 }
 
-// hit counts one event for key.
-func (l *limiter) hit(key string) {
+// take counts one event for key before the work it guards, or refuses with
+// a RateLimited error when key has used its events. Checking and counting
+// in one step under one lock is what makes the limit hold under
+// concurrency: with a check before a password hash and a count after it,
+// 50 wrong passwords sent at once were all let through (issue 8).
+func (l *limiter) take(key string) (attempt, error) {
 	if l == nil || l.max <= 0 {
-		return
+		return attempt{}, nil
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -64,7 +59,27 @@ func (l *limiter) hit(key string) {
 		w = &fixedWindow{start: now}
 		l.windows[key] = w
 	}
+	if w.n >= l.max {
+		e := nah.Errorf(nah.RateLimited, "rate_limited", "too many attempts; try again later")
+		e.RetryAfter = w.start.Add(l.window).Sub(now)
+		return attempt{}, e
+	}
 	w.n++
+	return attempt{l: l, key: key, window: w.start}, nil
+}
+
+// giveBack returns an event that turned out not to count (a right
+// password: signing in successfully must not lock anyone out). It is
+// returned only to the window that counted it.
+func (at attempt) giveBack() {
+	if at.l == nil {
+		return
+	}
+	at.l.mu.Lock()
+	defer at.l.mu.Unlock()
+	if w := at.l.windows[at.key]; w != nil && w.start.Equal(at.window) && w.n > 0 {
+		w.n--
+	}
 }
 
 func (l *limiter) sweepLocked(now time.Time) {

@@ -1,0 +1,144 @@
+package app
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// holdHasher takes every hashing slot, so that a request that reaches the
+// hasher waits there; the returned func gives them back (once).
+func holdHasher(t *testing.T, h *hasher) (release func()) {
+	t.Helper()
+	n := cap(h.slots)
+	for range n {
+		h.slots <- struct{}{}
+	}
+	done := false
+	release = func() {
+		if !done {
+			done = true
+			for range n {
+				<-h.slots
+			}
+		}
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// sendAll sends every request concurrently and returns the statuses as they
+// arrive (-1 for a transport error).
+func sendAll(c *http.Client, reqs []func() *http.Request) <-chan int {
+	out := make(chan int, len(reqs))
+	for _, mk := range reqs {
+		go func() {
+			res, err := c.Do(mk())
+			if err != nil {
+				out <- -1
+				return
+			}
+			res.Body.Close()
+			out <- res.StatusCode
+		}()
+	}
+	return out
+}
+
+// collect reads up to n statuses from ch, waiting at most d in all.
+func collect(ch <-chan int, n int, d time.Duration) map[int]int {
+	got := map[int]int{}
+	timeout := time.After(d)
+	for range n {
+		select {
+		case s := <-ch:
+			got[s]++
+		case <-timeout:
+			return got
+		}
+	}
+	return got
+}
+
+func apiSignin(ts *testServer, handle, password string) func() *http.Request {
+	return func() *http.Request {
+		b, _ := json.Marshal(map[string]string{"handle": handle, "password": password})
+		req, _ := http.NewRequest("POST", ts.URL+"/api/v1/sessions", strings.NewReader(string(b)))
+		return req
+	}
+}
+
+func consoleSignin(ts *testServer, name, password string) func() *http.Request {
+	return func() *http.Request {
+		req, _ := http.NewRequest("POST", ts.URL+"/console/login", strings.NewReader(url.Values{"name": {name}, "password": {password}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		return req
+	}
+}
+
+// TestSigninLimitIsAtomic: a burst of wrong passwords cannot all be checked
+// against the limit before any of them is counted. The hasher is held, so
+// every attempt that is let through waits there: at most the limit may be
+// let through, the rest are 429 at once, and the right password sent
+// during the burst is 429 too. Per handle and per address, API and console.
+func TestSigninLimitIsAtomic(t *testing.T) {
+	ts := newTestServer(t)
+	ts.signup(t, "ann")
+	mustAdmin(t, ts.store, "root", "admin-password")
+	c := ts.Client()
+	wrong := func(mk func(i int) func() *http.Request, n int) []func() *http.Request {
+		var rs []func() *http.Request
+		for i := range n {
+			rs = append(rs, mk(i))
+		}
+		return rs
+	}
+	cases := []struct {
+		name   string
+		burst  []func() *http.Request
+		limit  int
+		right  func() *http.Request
+		denied int // status of a wrong password
+	}{
+		{"api per handle", wrong(func(int) func() *http.Request { return apiSignin(ts, "ann", "wrong-password") }, 50),
+			signinFailuresPerHandle, apiSignin(ts, "ann", "password-ann"), 401},
+		{"console per name", wrong(func(int) func() *http.Request { return consoleSignin(ts, "root", "wrong-password") }, 50),
+			signinFailuresPerHandle, consoleSignin(ts, "root", "admin-password"), 401},
+		{"api per address", wrong(func(i int) func() *http.Request { return apiSignin(ts, "guess"+strconv.Itoa(i), "wrong-password") }, 2*signinFailuresPerAddr),
+			signinFailuresPerAddr, apiSignin(ts, "ann", "password-ann"), 401},
+		{"console per address", wrong(func(i int) func() *http.Request { return consoleSignin(ts, "guess"+strconv.Itoa(i), "wrong-password") }, 2*signinFailuresPerAddr),
+			signinFailuresPerAddr, consoleSignin(ts, "root", "admin-password"), 401},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			release := holdHasher(t, ts.app.hasher)
+			ch := sendAll(c, tc.burst)
+			// Those over the limit need no hash: they are answered now.
+			early := collect(ch, len(tc.burst)-tc.limit, 2*time.Second)
+			right := sendAll(c, []func() *http.Request{tc.right})
+			rightEarly := collect(right, 1, time.Second)
+			release()
+			late := collect(ch, len(tc.burst)-sumOf(early), 10*time.Second)
+			rightLate := collect(right, 1-sumOf(rightEarly), 10*time.Second)
+			if early[429]+late[429] < len(tc.burst)-tc.limit || early[tc.denied]+late[tc.denied] > tc.limit {
+				t.Errorf("%d wrong passwords at once (limit %d): answered at once %v, after hashing %v", len(tc.burst), tc.limit, early, late)
+			}
+			if rightEarly[429] != 1 {
+				t.Errorf("right password during the burst: %v at once, %v after hashing; want 429 at once", rightEarly, rightLate)
+			}
+			ts.clock.Advance(signinWindow) // a fresh window for the next case
+		})
+	}
+}
+
+func sumOf(m map[int]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}

@@ -117,12 +117,10 @@ func (a *App) handleSessionCreate(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	if !ok {
+	// A disabled account's right password is answered, and counted, as a
+	// wrong one: the answer must not tell a guesser they found it.
+	if !ok || p.Disabled {
 		a.writeError(w, r, bad)
-		return
-	}
-	if p.Disabled {
-		a.writeError(w, r, nah.Errorf(nah.Unauthorized, "account_disabled", "this account is disabled"))
 		return
 	}
 	giveBack()

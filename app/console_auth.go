@@ -40,10 +40,21 @@ func (a *App) handleConsoleLogin(w http.ResponseWriter, r *http.Request) {
 	name, password := r.PostFormValue("name"), r.PostFormValue("password")
 	form := ui.Form{Page: ui.Page{Title: "Sign in"}, Action: "/console/login", Kind: "signin", Handle: name}
 	// The console's keys are apart from the API's: an admin's name may
-	// also be a person's handle.
-	giveBack, err := a.takeSignin("admin "+a.clientAddr(r), "admin "+name)
+	// also be a person's handle. Admins' names are handles, so a name
+	// that is not one is not a key: it counts against the address only,
+	// and the raw text (up to the 4 KB body) is never kept.
+	key := ""
+	if nah.ValidHandle(name) {
+		key = "admin " + name
+	}
+	giveBack, err := a.takeSignin("admin "+a.clientAddr(r), key)
 	if err != nil {
 		a.formError(w, r, form, err) // 429, Retry-After from the limiter
+		return
+	}
+	bad := nah.Errorf(nah.Unauthorized, "invalid_credentials", "the name or password is wrong")
+	if key == "" || len(password) > nah.PasswordMaxBytes {
+		a.formError(w, r, form, bad) // no such admin can exist: nothing to hash
 		return
 	}
 	ad, hash, err := a.store.FindAdminByName(r.Context(), name)
@@ -59,7 +70,7 @@ func (a *App) handleConsoleLogin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !ok {
-		a.formError(w, r, form, nah.Errorf(nah.Unauthorized, "invalid_credentials", "the name or password is wrong"))
+		a.formError(w, r, form, bad)
 		return
 	}
 	giveBack()

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -141,4 +142,41 @@ func sumOf(m map[int]int) int {
 		n += v
 	}
 	return n
+}
+
+// TestSigninKeysAreValidated: a limiter is never keyed by raw client input.
+// A name or handle that is not a valid handle counts only against the
+// address; a valid one is keyed (the console's apart from the API's).
+func TestSigninKeysAreValidated(t *testing.T) {
+	ts := newTestServer(t)
+	mustAdmin(t, ts.store, "root", "admin-password")
+	c := consoleClient(t)
+	huge := strings.Repeat("x", 4000)
+	for _, name := range []string{huge, "Root", "root\x00", "ro"} {
+		if p := postForm(t, c, ts.URL+"/console/login", url.Values{"name": {name}, "password": {"wrong-password"}}); p.status != 401 {
+			t.Fatalf("console sign-in as %.20q: %d", name, p.status)
+		}
+		if r := ts.do(t, "POST", "/api/v1/sessions", "", map[string]string{"handle": name, "password": "wrong-password"}); r.status != 401 {
+			t.Fatalf("API sign-in as %.20q: %d", name, r.status)
+		}
+	}
+	postForm(t, c, ts.URL+"/console/login", url.Values{"name": {"root"}, "password": {"wrong-password"}})
+	ts.do(t, "POST", "/api/v1/sessions", "", map[string]string{"handle": "ann", "password": "wrong-password"})
+
+	keys := func(l *limiter) []string {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		var ks []string
+		for k := range l.windows {
+			ks = append(ks, k)
+		}
+		slices.Sort(ks)
+		return ks
+	}
+	if got, want := keys(ts.app.signinByHandle), []string{"admin root", "ann"}; !slices.Equal(got, want) {
+		t.Errorf("handle limiter keys %.120q, want %q", got, want)
+	}
+	if got, want := keys(ts.app.signinByAddr), []string{"127.0.0.1", "admin 127.0.0.1"}; !slices.Equal(got, want) {
+		t.Errorf("address limiter keys %.120q, want %q", got, want)
+	}
 }

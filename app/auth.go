@@ -120,9 +120,12 @@ func bearer(r *http.Request) (string, bool) {
 	return strings.TrimSpace(h[len(prefix):]), true
 }
 
-// clientAddr is the address rate limits key on: the connection's peer, or,
-// when that peer is a trusted proxy, the rightmost address in
-// X-Forwarded-For that is not itself a trusted proxy.
+// clientAddr is the key rate limits count a client by: the connection's
+// peer, or, when that peer is a trusted proxy, the rightmost address in
+// X-Forwarded-For that is not itself a trusted proxy. An IPv4 client (also
+// one written as IPv4-mapped IPv6) is its address; an IPv6 client is its
+// /64, the smallest block a subscriber is given, since one host can use
+// every address of it and would otherwise have 2^64 limits.
 func (a *App) clientAddr(r *http.Request) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
@@ -130,11 +133,11 @@ func (a *App) clientAddr(r *http.Request) string {
 	}
 	peer, err := netip.ParseAddr(host)
 	if err != nil {
-		return host
+		return host // not an IP listener: the server's text, not the client's
 	}
 	peer = peer.Unmap()
 	if !a.trusted(peer) {
-		return peer.String()
+		return addrKey(peer)
 	}
 	hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
 	for i := len(hops) - 1; i >= 0; i-- {
@@ -144,10 +147,20 @@ func (a *App) clientAddr(r *http.Request) string {
 		}
 		addr = addr.Unmap()
 		if !a.trusted(addr) {
-			return addr.String()
+			return addrKey(addr)
 		}
 	}
-	return peer.String()
+	return addrKey(peer)
+}
+
+// addrKey is the rate-limit key of an unmapped address: IPv4 as is, IPv6
+// as its /64 (without a zone).
+func addrKey(addr netip.Addr) string {
+	if addr.Is4() {
+		return addr.String()
+	}
+	p, _ := addr.WithZone("").Prefix(64) // fails only for a bit count out of range
+	return p.String()
 }
 
 // fromTrustedProxy reports whether the connection's peer is a trusted proxy.

@@ -2,7 +2,9 @@ package app
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strconv"
@@ -178,5 +180,68 @@ func TestSigninKeysAreValidated(t *testing.T) {
 	}
 	if got, want := keys(ts.app.signinByAddr), []string{"127.0.0.1", "admin 127.0.0.1"}; !slices.Equal(got, want) {
 		t.Errorf("address limiter keys %.120q, want %q", got, want)
+	}
+}
+
+// TestClientAddr: IPv4 clients are keyed by their address, IPv6 clients by
+// their /64 (one subscriber's allocation: counting each of its 2^64
+// addresses apart would make the limit per address meaningless), and an
+// IPv4-mapped IPv6 address is IPv4. The same holds for an address a
+// trusted proxy forwards.
+func TestClientAddr(t *testing.T) {
+	a := &App{cfg: Config{TrustedProxies: mustPrefixes("10.0.0.0/8", "fd00::/8")}}
+	cases := []struct{ remote, xff, want string }{
+		{"192.0.2.1:1234", "", "192.0.2.1"},
+		{"[::ffff:192.0.2.1]:1234", "", "192.0.2.1"},
+		{"[2001:db8:1:2:aaaa:bbbb:cccc:dddd]:1234", "", "2001:db8:1:2::/64"},
+		{"[2001:db8:1:2::1]:1234", "", "2001:db8:1:2::/64"},
+		{"[2001:db8:1:3::1]:1234", "", "2001:db8:1:3::/64"},
+		{"[fe80::1%eth0]:1234", "", "fe80::/64"},
+		{"192.0.2.1:1234", "198.51.100.1", "192.0.2.1"}, // untrusted peer: header ignored
+		{"10.0.0.1:1234", "198.51.100.1", "198.51.100.1"},
+		{"10.0.0.1:1234", "2001:db8:9:9:1::1", "2001:db8:9:9::/64"},
+		{"10.0.0.1:1234", "::ffff:198.51.100.1", "198.51.100.1"},
+		{"[fd00::1]:1234", "2001:db8:9:9:1::1, fd00::2", "2001:db8:9:9::/64"},
+		{"10.0.0.1:1234", "10.0.0.2", "10.0.0.1"}, // all trusted: the peer
+		{"[fd00::1]:1234", "", "fd00::/64"},
+	}
+	for _, c := range cases {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = c.remote
+		if c.xff != "" {
+			r.Header.Set("X-Forwarded-For", c.xff)
+		}
+		if got := a.clientAddr(r); got != c.want {
+			t.Errorf("clientAddr(%s, X-Forwarded-For %q) = %q, want %q", c.remote, c.xff, got, c.want)
+		}
+	}
+}
+
+// TestSigninLimitPerIPv6Subnet: wrong passwords from many addresses of one
+// /64 add up to one address's limit; another /64 is not touched.
+func TestSigninLimitPerIPv6Subnet(t *testing.T) {
+	ts := newTestServer(t, func(c *serverConfig) { c.TrustedProxies = mustPrefixes("127.0.0.1/32") })
+	ts.signup(t, "ann")
+	send := func(from, handle, password string) int {
+		b, _ := json.Marshal(map[string]string{"handle": handle, "password": password})
+		req, _ := http.NewRequest("POST", ts.URL+"/api/v1/sessions", strings.NewReader(string(b)))
+		req.Header.Set("X-Forwarded-For", from)
+		res, err := ts.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	for i := range signinFailuresPerAddr {
+		if s := send(fmt.Sprintf("2001:db8:1:2:%x::1", i+1), "guess"+strconv.Itoa(i), "wrong-password"); s != 401 {
+			t.Fatalf("failure %d: %d", i, s)
+		}
+	}
+	if s := send("2001:db8:1:2:ffff::1", "ann", "password-ann"); s != 429 {
+		t.Fatalf("a new address in the same /64 after %d failures: %d, want 429", signinFailuresPerAddr, s)
+	}
+	if s := send("2001:db8:1:3::1", "ann", "password-ann"); s != 201 {
+		t.Fatalf("another /64: %d, want 201", s)
 	}
 }

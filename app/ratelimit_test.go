@@ -2,15 +2,19 @@ package app
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nah-app/nah"
 )
 
 // holdHasher takes every hashing slot, so that a request that reaches the
@@ -244,4 +248,79 @@ func TestSigninLimitPerIPv6Subnet(t *testing.T) {
 	if s := send("2001:db8:1:3::1", "ann", "password-ann"); s != 201 {
 		t.Fatalf("another /64: %d, want 201", s)
 	}
+}
+
+// TestLimiterFullKeepsLockouts: an attacker with many addresses fills the
+// limiter's map; a locked-out key is still locked out until its window
+// ends, and the map stays bounded. When every key is locked out, a new key
+// is refused (until the earliest window ends) rather than anyone forgotten.
+func TestLimiterFullKeepsLockouts(t *testing.T) {
+	clock := newFakeClock()
+	l := newLimiter(3, time.Minute, clock.Now)
+	take := func(key string) error { _, err := l.take(key); return err }
+	for range 3 {
+		take("victim")
+	}
+	take("partial")
+	take("partial")
+	if take("victim") == nil {
+		t.Fatal("victim not locked out")
+	}
+	clock.Advance(time.Second)
+	for i := range 2 * maxLimiterKeys {
+		take(strconv.Itoa(i))
+	}
+	if err := take("victim"); nah.ErrorCode(err) != nah.RateLimited {
+		t.Fatalf("after %d other keys the victim's lockout is forgotten: %v", 2*maxLimiterKeys, err)
+	}
+	if take("partial") != nil || take("partial") == nil {
+		t.Error("after the flood, a key with two attempts counted lost them")
+	}
+	if n := len(l.windows); n > maxLimiterKeys {
+		t.Errorf("%d keys, bound %d", n, maxLimiterKeys)
+	}
+
+	// Every key locked out: a new key is refused, nobody is forgotten.
+	for i := 0; len(l.windows) < maxLimiterKeys; i++ {
+		take("x" + strconv.Itoa(i))
+	}
+	for k := range l.windows {
+		for take(k) == nil {
+		}
+	}
+	err := take("newcomer")
+	var e *nah.Error
+	if !errors.As(err, &e) || e.Code != nah.RateLimited || e.RetryAfter <= 0 || e.RetryAfter > time.Minute {
+		t.Fatalf("a new key while every key is locked out: %v", err)
+	}
+	if take("victim") == nil {
+		t.Fatal("victim forgotten")
+	}
+	// When the windows end, the locked-out keys go and new keys come in.
+	clock.Advance(time.Minute)
+	if err := take("newcomer"); err != nil {
+		t.Fatalf("a new key after the windows ended: %v", err)
+	}
+	if n := len(l.windows); n > maxLimiterKeys {
+		t.Errorf("%d keys, bound %d", n, maxLimiterKeys)
+	}
+}
+
+// TestLimiterMemory measures a full limiter, for the bound's comment.
+func TestLimiterMemory(t *testing.T) {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	l := newLimiter(10, time.Minute, time.Now)
+	for i := range maxLimiterKeys {
+		l.take(fmt.Sprintf("2001:db8:%x:%x::/64", i>>16, i&0xffff))
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	used := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("%d keys: %.1f MB", len(l.windows), float64(used)/(1<<20))
+	if used > 12<<20 {
+		t.Errorf("a full limiter holds %.1f MB, more than its comment says", float64(used)/(1<<20))
+	}
+	runtime.KeepAlive(l)
 }

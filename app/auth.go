@@ -14,10 +14,12 @@ import (
 	"github.com/nah-app/nah/store"
 )
 
-// hasher bounds concurrent bcrypt work to the number of cores: bcrypt is
-// CPU-bound (~50-80 ms at cost 10 here) and uses only 4 KB each, so the bound
-// protects latency of everything else, and 50 simultaneous sign-ins queue
-// instead of piling up goroutines and buffers.
+// hasher bounds concurrent bcrypt work to one less than the number of cores
+// (at least one): bcrypt is CPU-bound (~50-80 ms at cost 10 here) and uses
+// only 4 KB each, so the bound keeps one core's worth of capacity free of
+// password hashing for everything else (a flood of sign-ins slows
+// sign-ins, not feeds), and 50 simultaneous sign-ins queue instead of
+// piling up goroutines and buffers.
 type hasher struct {
 	cost  int
 	slots chan struct{}
@@ -31,7 +33,7 @@ type hasher struct {
 func newHasher(cost int) *hasher {
 	return &hasher{
 		cost:  cost,
-		slots: make(chan struct{}, runtime.GOMAXPROCS(0)),
+		slots: make(chan struct{}, max(1, runtime.GOMAXPROCS(0)-1)),
 		dummy: sync.OnceValue(func() []byte {
 			h, _ := store.HashPassword("not a password", cost)
 			return []byte(h)

@@ -324,3 +324,14 @@ func TestLimiterMemory(t *testing.T) {
 	}
 	runtime.KeepAlive(l)
 }
+
+// TestHasherLeavesACore: password hashing never takes every core.
+func TestHasherLeavesACore(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	for procs, want := range map[int]int{1: 1, 2: 1, 4: 3, 8: 7} {
+		runtime.GOMAXPROCS(procs)
+		if got := cap(newHasher(4).slots); got != want {
+			t.Errorf("GOMAXPROCS %d: %d hashing slots, want %d", procs, got, want)
+		}
+	}
+}

@@ -36,8 +36,10 @@ type authJSON struct {
 }
 
 // handleAccountCreate signs a person up, with a join code unless open sign-up
-// is configured. Every attempt counts against the address's hourly limit, so
-// join codes cannot be guessed at speed either.
+// is configured. Every attempt counts against the address's hourly limit,
+// and a bogus join code also against the limit of bogus secrets, which
+// holds when the hourly limit is off (NAH_SIGNUP_PER_HOUR=0): join codes
+// cannot be guessed at speed.
 func (a *App) handleAccountCreate(w http.ResponseWriter, r *http.Request) {
 	var in struct {
 		Handle   string `json:"handle"`
@@ -64,6 +66,14 @@ func (a *App) handleAccountCreate(w http.ResponseWriter, r *http.Request) {
 	if in.JoinCode == "" && !open {
 		a.writeError(w, r, nah.Errorf(nah.Invalid, "join_code_required", "sign-up needs a join code from the server's operator"))
 		return
+	}
+	// A bogus code is refused before the hash and before CreatePerson
+	// makes the person's file; CreatePerson redeems the code atomically.
+	if in.JoinCode != "" {
+		if err := a.checkSecret(r, func() error { return a.store.CheckJoinCode(r.Context(), in.JoinCode) }); err != nil {
+			a.writeError(w, r, err)
+			return
+		}
 	}
 	hash, err := a.hasher.hash(r.Context(), in.Password)
 	if err != nil {

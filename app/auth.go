@@ -81,6 +81,24 @@ func (h *hasher) check(ctx context.Context, hash, password string) (bool, error)
 	return store.CheckPassword(hb, password) && hash != "", nil
 }
 
+// checkSecret runs check, the look-up of a one-time link or join code that
+// the client presented, under the per-address limit of bogus ones: past it
+// the answer is 429 before the look-up. An unknown, used or expired secret
+// (a not-found or invalid answer) counts; a good one, or a failure of the
+// store, does not. Handlers call it before they read a password, let alone
+// hash one.
+func (a *App) checkSecret(r *http.Request, check func() error) error {
+	at, err := a.secretsByAddr.take(a.clientAddr(r))
+	if err != nil {
+		return err
+	}
+	err = check()
+	if c := nah.ErrorCode(err); err == nil || c != nah.NotFound && c != nah.Invalid {
+		at.giveBack()
+	}
+	return err
+}
+
 type ctxKey int
 
 const personKey ctxKey = 0

@@ -88,17 +88,35 @@ func (a *App) handleConsoleLogout(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/console/login", http.StatusSeeOther)
 }
 
+// checkLink checks a one-time link of kind under the limit of bogus ones
+// and returns its person (none for an admin link).
+func (a *App) checkLink(r *http.Request, kind, token string) (person string, err error) {
+	err = a.checkSecret(r, func() error {
+		person, err = a.store.CheckLink(r.Context(), kind, token)
+		return err
+	})
+	return person, err
+}
+
 func (a *App) handleSetupForm(w http.ResponseWriter, r *http.Request) {
 	token := chi.URLParam(r, "token")
-	if _, err := a.store.CheckLink(r.Context(), store.LinkAdmin, token); err != nil {
+	if _, err := a.checkLink(r, store.LinkAdmin, token); err != nil {
 		a.consoleError(w, r, ui.Page{Title: "Create an admin"}, err)
 		return
 	}
 	a.render(w, r, http.StatusOK, ui.FormPage(ui.Form{Page: ui.Page{Title: "Create an admin"}, Action: "/console/setup/" + token, Kind: "setup"}))
 }
 
+// handleSetup creates an admin with a setup link. The link is checked
+// before the form is read and the password hashed, so bogus links cost a
+// look-up, not a hash; the link is used in CreateAdminWithLink's
+// transaction.
 func (a *App) handleSetup(w http.ResponseWriter, r *http.Request) {
 	token := chi.URLParam(r, "token")
+	if _, err := a.checkLink(r, store.LinkAdmin, token); err != nil {
+		a.consoleError(w, r, ui.Page{Title: "Create an admin"}, err)
+		return
+	}
 	r.Body = http.MaxBytesReader(w, r.Body, smallBody)
 	name, password := r.PostFormValue("name"), r.PostFormValue("password")
 	form := ui.Form{Page: ui.Page{Title: "Create an admin"}, Action: "/console/setup/" + token, Kind: "setup", Handle: name}
@@ -121,7 +139,7 @@ func (a *App) handleSetup(w http.ResponseWriter, r *http.Request) {
 
 func (a *App) handleResetForm(w http.ResponseWriter, r *http.Request) {
 	token := chi.URLParam(r, "token")
-	id, err := a.store.CheckLink(r.Context(), store.LinkReset, token)
+	id, err := a.checkLink(r, store.LinkReset, token)
 	var p nah.Person
 	if err == nil {
 		p, err = a.store.FindPersonByID(r.Context(), id)
@@ -133,11 +151,18 @@ func (a *App) handleResetForm(w http.ResponseWriter, r *http.Request) {
 	a.render(w, r, http.StatusOK, ui.FormPage(ui.Form{Page: ui.Page{Title: "Reset a password"}, Action: "/reset/" + token, Kind: "reset", Handle: p.Handle}))
 }
 
+// handleReset sets a person's password with a reset link. As in
+// handleSetup, the link is checked before the password is read and hashed,
+// and used in ResetPassword's transaction.
 func (a *App) handleReset(w http.ResponseWriter, r *http.Request) {
 	token := chi.URLParam(r, "token")
+	p := ui.Page{Title: "Reset a password"}
+	if _, err := a.checkLink(r, store.LinkReset, token); err != nil {
+		a.consoleError(w, r, p, err)
+		return
+	}
 	r.Body = http.MaxBytesReader(w, r.Body, smallBody)
 	password := r.PostFormValue("password")
-	p := ui.Page{Title: "Reset a password"}
 	if err := nah.CheckPassword(password); err != nil {
 		a.formError(w, r, ui.Form{Page: p, Action: "/reset/" + token, Kind: "reset"}, err)
 		return

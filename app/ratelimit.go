@@ -32,7 +32,7 @@ type fixedWindow struct {
 
 // maxLimiterKeys bounds each limiter's map. Measured with keys of IPv6 /64
 // form ("2001:db8:1:2::/64", 17 bytes), a full map holds about 7 MB
-// (TestLimiterMemory); the App has three limiters, so about 21 MB at worst.
+// (TestLimiterMemory); the App has four limiters, so about 29 MB at worst.
 const maxLimiterKeys = 100_000
 
 func newLimiter(max int, window time.Duration, now func() time.Time) *limiter {

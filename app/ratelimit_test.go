@@ -325,6 +325,75 @@ func TestLimiterMemory(t *testing.T) {
 	runtime.KeepAlive(l)
 }
 
+// TestBogusSecretsAreRefusedWithoutHashing: a reset link, a setup link or a
+// join code that is not usable is refused before any password is hashed
+// (the hasher is held, so a request that reached it would wait), and after
+// secretFailuresPerAddr of them from one address the answer is 429 with
+// Retry-After, for every kind, until the window ends.
+func TestBogusSecretsAreRefusedWithoutHashing(t *testing.T) {
+	ts := newTestServer(t, func(c *serverConfig) { c.OpenSignup = false })
+	holdHasher(t, ts.app.hasher)
+	c := &http.Client{Timeout: 2 * time.Second}
+	bogus := strings.Repeat("A", 43)
+	kinds := []struct {
+		name string
+		req  func() *http.Request
+		want int
+	}{
+		{"reset link", func() *http.Request {
+			return formRequest(ts.URL+"/reset/"+bogus, url.Values{"password": {"new-password"}})
+		}, 404},
+		{"setup link", func() *http.Request {
+			return formRequest(ts.URL+"/console/setup/"+bogus, url.Values{"name": {"root"}, "password": {"admin-password"}})
+		}, 404},
+		{"join code", func() *http.Request {
+			req, _ := http.NewRequest("POST", ts.URL+"/api/v1/accounts", strings.NewReader(`{"handle":"eve","password":"password-eve","join_code":"abcdabcdabcdabcd"}`))
+			return req
+		}, 400},
+		{"reset form", func() *http.Request {
+			req, _ := http.NewRequest("GET", ts.URL+"/reset/"+bogus, nil)
+			return req
+		}, 404},
+	}
+	send := func(req *http.Request) *http.Response {
+		t.Helper()
+		res, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s waited for a hashing slot: %v", req.Method, req.URL.Path, err)
+		}
+		res.Body.Close()
+		return res
+	}
+	for i := range secretFailuresPerAddr {
+		k := kinds[i%len(kinds)]
+		if res := send(k.req()); res.StatusCode != k.want {
+			t.Fatalf("bogus %s (%d): %d, want %d", k.name, i, res.StatusCode, k.want)
+		}
+	}
+	for _, k := range kinds {
+		res := send(k.req())
+		if s, err := strconv.Atoi(res.Header.Get("Retry-After")); res.StatusCode != 429 || err != nil || s <= 0 {
+			t.Errorf("bogus %s after %d bogus secrets: %d Retry-After %q, want 429", k.name, secretFailuresPerAddr, res.StatusCode, res.Header.Get("Retry-After"))
+		}
+	}
+}
+
+// TestGoodSecretsDoNotCount: using a right link or join code does not count
+// against the limit of bogus ones.
+func TestGoodSecretsDoNotCount(t *testing.T) {
+	ts := newTestServer(t, func(c *serverConfig) { c.OpenSignup = false })
+	for i := range secretFailuresPerAddr + 1 {
+		code, _, err := ts.store.CreateJoinCode(t.Context(), time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		handle := "user" + strconv.Itoa(i)
+		if r := ts.do(t, "POST", "/api/v1/accounts", "", map[string]string{"handle": handle, "password": "password-x", "join_code": code}); r.status != 201 {
+			t.Fatalf("sign-up %d with a good join code: %d %s", i, r.status, r.raw)
+		}
+	}
+}
+
 // TestHasherLeavesACore: password hashing never takes every core.
 func TestHasherLeavesACore(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
@@ -334,4 +403,10 @@ func TestHasherLeavesACore(t *testing.T) {
 			t.Errorf("GOMAXPROCS %d: %d hashing slots, want %d", procs, got, want)
 		}
 	}
+}
+
+func formRequest(u string, form url.Values) *http.Request {
+	req, _ := http.NewRequest("POST", u, strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	return req
 }

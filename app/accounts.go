@@ -36,14 +36,11 @@ type authJSON struct {
 }
 
 // handleAccountCreate signs a person up, with a join code unless open sign-up
-// is configured. Every attempt counts against the address's hourly limit, so
-// join codes cannot be guessed at speed either.
+// is configured. Every attempt counts against the address's hourly limit,
+// and a bogus join code also against the limit of bogus secrets, which
+// holds when the hourly limit is off (NAH_SIGNUP_PER_HOUR=0): join codes
+// cannot be guessed at speed.
 func (a *App) handleAccountCreate(w http.ResponseWriter, r *http.Request) {
-	addr := a.clientAddr(r)
-	if err := a.signupByAddr.check(addr); err != nil {
-		a.writeError(w, r, err)
-		return
-	}
 	var in struct {
 		Handle   string `json:"handle"`
 		Password string `json:"password"`
@@ -53,7 +50,10 @@ func (a *App) handleAccountCreate(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	a.signupByAddr.hit(addr)
+	if _, err := a.signupByAddr.take(a.clientAddr(r)); err != nil {
+		a.writeError(w, r, err)
+		return
+	}
 	if err := nah.CheckSignup(in.Handle, in.Password); err != nil {
 		a.writeError(w, r, err)
 		return
@@ -66,6 +66,14 @@ func (a *App) handleAccountCreate(w http.ResponseWriter, r *http.Request) {
 	if in.JoinCode == "" && !open {
 		a.writeError(w, r, nah.Errorf(nah.Invalid, "join_code_required", "sign-up needs a join code from the server's operator"))
 		return
+	}
+	// A bogus code is refused before the hash and before CreatePerson
+	// makes the person's file; CreatePerson redeems the code atomically.
+	if in.JoinCode != "" {
+		if err := a.checkSecret(r, func() error { return a.store.CheckJoinCode(r.Context(), in.JoinCode) }); err != nil {
+			a.writeError(w, r, err)
+			return
+		}
 	}
 	hash, err := a.hasher.hash(r.Context(), in.Password)
 	if err != nil {
@@ -80,8 +88,10 @@ func (a *App) handleAccountCreate(w http.ResponseWriter, r *http.Request) {
 	a.startSession(w, r, p)
 }
 
-// handleSessionCreate signs in. Failures count per handle and per address;
-// while either is over its limit the answer is 429 whatever the password.
+// handleSessionCreate signs in. Every attempt is counted per address and
+// per handle before the password is hashed, and given back when the
+// password is right; while either is over its limit the answer is 429
+// whatever the password.
 func (a *App) handleSessionCreate(w http.ResponseWriter, r *http.Request) {
 	var in struct {
 		Handle   string `json:"handle"`
@@ -91,42 +101,60 @@ func (a *App) handleSessionCreate(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	addr := a.clientAddr(r)
-	if err := a.signinByAddr.check(addr); err != nil {
-		a.writeError(w, r, err)
-		return
+	name := ""
+	if nah.ValidHandle(in.Handle) {
+		name = in.Handle
 	}
-	if err := a.signinByHandle.check(in.Handle); err != nil {
+	giveBack, err := a.takeSignin(a.clientAddr(r), name)
+	if err != nil {
 		a.writeError(w, r, err)
 		return
 	}
 	bad := nah.Errorf(nah.Unauthorized, "invalid_credentials", "the handle or password is wrong")
-	if !nah.ValidHandle(in.Handle) || len(in.Password) > nah.PasswordMaxBytes {
-		a.signinByAddr.hit(addr)
+	if name == "" || len(in.Password) > nah.PasswordMaxBytes {
 		a.writeError(w, r, bad)
 		return
 	}
 	p, hash, err := a.store.FindPersonByHandle(r.Context(), in.Handle)
 	if err != nil && nah.ErrorCode(err) != nah.NotFound {
+		giveBack() // nothing was checked
 		a.writeError(w, r, err)
 		return
 	}
 	ok, err := a.hasher.check(r.Context(), hash, in.Password)
 	if err != nil {
+		giveBack() // nothing was checked
 		a.writeError(w, r, err)
 		return
 	}
-	if !ok {
-		a.signinByAddr.hit(addr)
-		a.signinByHandle.hit(in.Handle)
+	// A disabled account's right password is answered, and counted, as a
+	// wrong one: the answer must not tell a guesser they found it.
+	if !ok || p.Disabled {
 		a.writeError(w, r, bad)
 		return
 	}
-	if p.Disabled {
-		a.writeError(w, r, nah.Errorf(nah.Unauthorized, "account_disabled", "this account is disabled"))
-		return
-	}
+	giveBack()
 	a.startSession(w, r, p)
+}
+
+// takeSignin counts one sign-in attempt against the client's address and,
+// unless name is "", against the name, before any password is hashed; a
+// refusal from either is the answer, and the other's count is given back.
+// The returned func gives both back, for a right password or an attempt
+// that checked nothing.
+func (a *App) takeSignin(addr, name string) (giveBack func(), err error) {
+	byAddr, err := a.signinByAddr.take(addr)
+	if err != nil {
+		return nil, err
+	}
+	var byName attempt
+	if name != "" {
+		if byName, err = a.signinByHandle.take(name); err != nil {
+			byAddr.giveBack()
+			return nil, err
+		}
+	}
+	return func() { byAddr.giveBack(); byName.giveBack() }, nil
 }
 
 // startSession answers a sign-up or sign-in with a new token for p.

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"bytes"
 	"encoding/base64"
 	"errors"
 	"io/fs"
@@ -384,7 +385,29 @@ func TestDisabledPersonTokensStopWorking(t *testing.T) {
 	if r := ts.do(t, "GET", "/api/v1/me", ann.token, nil); r.status != 401 {
 		t.Fatalf("disabled person's token: %d", r.status)
 	}
-	if r := ts.do(t, "POST", "/api/v1/sessions", "", map[string]string{"handle": "ann", "password": "password-ann"}); r.status != 401 || r.errCode() != "account_disabled" {
+	if r := ts.do(t, "POST", "/api/v1/sessions", "", map[string]string{"handle": "ann", "password": "password-ann"}); r.status != 401 || r.errCode() != "invalid_credentials" {
 		t.Fatalf("disabled sign-in: %d %s", r.status, r.raw)
+	}
+}
+
+// TestDisabledSigninLooksLikeWrongPassword: the right password of a
+// disabled account is answered exactly as a wrong one, so a guesser cannot
+// learn that they found it, and it counts against the limit like one.
+func TestDisabledSigninLooksLikeWrongPassword(t *testing.T) {
+	ts := newTestServer(t)
+	ann := ts.signup(t, "ann")
+	if err := ts.store.SetDisabled(t.Context(), ann.id, true); err != nil {
+		t.Fatal(err)
+	}
+	wrong := ts.do(t, "POST", "/api/v1/sessions", "", map[string]string{"handle": "ann", "password": "wrong-password"})
+	right := ts.do(t, "POST", "/api/v1/sessions", "", map[string]string{"handle": "ann", "password": "password-ann"})
+	if right.status != wrong.status || !bytes.Equal(right.raw, wrong.raw) {
+		t.Fatalf("disabled account, right password: %d %s; wrong password: %d %s", right.status, right.raw, wrong.status, wrong.raw)
+	}
+	for i := 2; i < signinFailuresPerHandle; i++ {
+		ts.do(t, "POST", "/api/v1/sessions", "", map[string]string{"handle": "ann", "password": "password-ann"})
+	}
+	if r := ts.do(t, "POST", "/api/v1/sessions", "", map[string]string{"handle": "ann", "password": "password-ann"}); r.status != 429 {
+		t.Fatalf("after %d right passwords of a disabled account: %d, want 429", signinFailuresPerHandle, r.status)
 	}
 }

@@ -30,6 +30,7 @@ type App struct {
 	signinByHandle *limiter
 	signinByAddr   *limiter
 	signupByAddr   *limiter
+	secretsByAddr  *limiter
 
 	handler http.Handler
 }
@@ -41,6 +42,15 @@ const (
 	signinFailuresPerHandle = 10
 	signinFailuresPerAddr   = 50
 	signinWindow            = 15 * time.Minute
+)
+
+// One-time secrets (reset and setup links, join codes) that are not usable
+// count per client address: past the limit the answer is 429 before the
+// secret is looked up. Right ones do not count, and a person needs one, so
+// ten wrong ones in a window is already far past any typo.
+const (
+	secretFailuresPerAddr = 10
+	secretWindow          = 15 * time.Minute
 )
 
 // New builds the application on an open store.
@@ -65,6 +75,7 @@ func New(cfg Config, s *store.Store, log *slog.Logger) *App {
 		signinByHandle: newLimiter(signinFailuresPerHandle, signinWindow, cfg.Now),
 		signinByAddr:   newLimiter(signinFailuresPerAddr, signinWindow, cfg.Now),
 		signupByAddr:   newLimiter(cfg.SignupPerHour, time.Hour, cfg.Now),
+		secretsByAddr:  newLimiter(secretFailuresPerAddr, secretWindow, cfg.Now),
 	}
 	a.handler = a.routes()
 	return a

@@ -14,10 +14,12 @@ import (
 	"github.com/nah-app/nah/store"
 )
 
-// hasher bounds concurrent bcrypt work to the number of cores: bcrypt is
-// CPU-bound (~50-80 ms at cost 10 here) and uses only 4 KB each, so the bound
-// protects latency of everything else, and 50 simultaneous sign-ins queue
-// instead of piling up goroutines and buffers.
+// hasher bounds concurrent bcrypt work to one less than the number of cores
+// (at least one): bcrypt is CPU-bound (~50-80 ms at cost 10 here) and uses
+// only 4 KB each, so the bound keeps one core's worth of capacity free of
+// password hashing for everything else (a flood of sign-ins slows
+// sign-ins, not feeds), and 50 simultaneous sign-ins queue instead of
+// piling up goroutines and buffers.
 type hasher struct {
 	cost  int
 	slots chan struct{}
@@ -31,7 +33,7 @@ type hasher struct {
 func newHasher(cost int) *hasher {
 	return &hasher{
 		cost:  cost,
-		slots: make(chan struct{}, runtime.GOMAXPROCS(0)),
+		slots: make(chan struct{}, max(1, runtime.GOMAXPROCS(0)-1)),
 		dummy: sync.OnceValue(func() []byte {
 			h, _ := store.HashPassword("not a password", cost)
 			return []byte(h)
@@ -79,6 +81,24 @@ func (h *hasher) check(ctx context.Context, hash, password string) (bool, error)
 	return store.CheckPassword(hb, password) && hash != "", nil
 }
 
+// checkSecret runs check, the look-up of a one-time link or join code that
+// the client presented, under the per-address limit of bogus ones: past it
+// the answer is 429 before the look-up. An unknown, used or expired secret
+// (a not-found or invalid answer) counts; a good one, or a failure of the
+// store, does not. Handlers call it before they read a password, let alone
+// hash one.
+func (a *App) checkSecret(r *http.Request, check func() error) error {
+	at, err := a.secretsByAddr.take(a.clientAddr(r))
+	if err != nil {
+		return err
+	}
+	err = check()
+	if c := nah.ErrorCode(err); err == nil || c != nah.NotFound && c != nah.Invalid {
+		at.giveBack()
+	}
+	return err
+}
+
 type ctxKey int
 
 const personKey ctxKey = 0
@@ -120,9 +140,12 @@ func bearer(r *http.Request) (string, bool) {
 	return strings.TrimSpace(h[len(prefix):]), true
 }
 
-// clientAddr is the address rate limits key on: the connection's peer, or,
-// when that peer is a trusted proxy, the rightmost address in
-// X-Forwarded-For that is not itself a trusted proxy.
+// clientAddr is the key rate limits count a client by: the connection's
+// peer, or, when that peer is a trusted proxy, the rightmost address in
+// X-Forwarded-For that is not itself a trusted proxy. An IPv4 client (also
+// one written as IPv4-mapped IPv6) is its address; an IPv6 client is its
+// /64, the smallest block a subscriber is given, since one host can use
+// every address of it and would otherwise have 2^64 limits.
 func (a *App) clientAddr(r *http.Request) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
@@ -130,11 +153,11 @@ func (a *App) clientAddr(r *http.Request) string {
 	}
 	peer, err := netip.ParseAddr(host)
 	if err != nil {
-		return host
+		return host // not an IP listener: the server's text, not the client's
 	}
 	peer = peer.Unmap()
 	if !a.trusted(peer) {
-		return peer.String()
+		return addrKey(peer)
 	}
 	hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
 	for i := len(hops) - 1; i >= 0; i-- {
@@ -144,10 +167,20 @@ func (a *App) clientAddr(r *http.Request) string {
 		}
 		addr = addr.Unmap()
 		if !a.trusted(addr) {
-			return addr.String()
+			return addrKey(addr)
 		}
 	}
-	return peer.String()
+	return addrKey(peer)
+}
+
+// addrKey is the rate-limit key of an unmapped address: IPv4 as is, IPv6
+// as its /64 (without a zone).
+func addrKey(addr netip.Addr) string {
+	if addr.Is4() {
+		return addr.String()
+	}
+	p, _ := addr.WithZone("").Prefix(64) // fails only for a bit count out of range
+	return p.String()
 }
 
 // fromTrustedProxy reports whether the connection's peer is a trusted proxy.

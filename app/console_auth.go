@@ -39,29 +39,41 @@ func (a *App) handleConsoleLogin(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, smallBody)
 	name, password := r.PostFormValue("name"), r.PostFormValue("password")
 	form := ui.Form{Page: ui.Page{Title: "Sign in"}, Action: "/console/login", Kind: "signin", Handle: name}
-	addr := "admin " + a.clientAddr(r)
-	for _, err := range []error{a.signinByAddr.check(addr), a.signinByHandle.check("admin " + name)} {
-		if err != nil {
-			a.formError(w, r, form, err) // 429, Retry-After from the limiter
-			return
-		}
+	// The console's keys are apart from the API's: an admin's name may
+	// also be a person's handle. Admins' names are handles, so a name
+	// that is not one is not a key: it counts against the address only,
+	// and the raw text (up to the 4 KB body) is never kept.
+	key := ""
+	if nah.ValidHandle(name) {
+		key = "admin " + name
+	}
+	giveBack, err := a.takeSignin("admin "+a.clientAddr(r), key)
+	if err != nil {
+		a.formError(w, r, form, err) // 429, Retry-After from the limiter
+		return
+	}
+	bad := nah.Errorf(nah.Unauthorized, "invalid_credentials", "the name or password is wrong")
+	if key == "" || len(password) > nah.PasswordMaxBytes {
+		a.formError(w, r, form, bad) // no such admin can exist: nothing to hash
+		return
 	}
 	ad, hash, err := a.store.FindAdminByName(r.Context(), name)
 	if err != nil && nah.ErrorCode(err) != nah.NotFound {
+		giveBack() // nothing was checked
 		a.consoleError(w, r, form.Page, err)
 		return
 	}
 	ok, err := a.hasher.check(r.Context(), hash, password)
 	if err != nil {
+		giveBack() // nothing was checked
 		a.consoleError(w, r, form.Page, err)
 		return
 	}
 	if !ok {
-		a.signinByAddr.hit(addr)
-		a.signinByHandle.hit("admin " + name)
-		a.formError(w, r, form, nah.Errorf(nah.Unauthorized, "invalid_credentials", "the name or password is wrong"))
+		a.formError(w, r, form, bad)
 		return
 	}
+	giveBack()
 	a.startAdminSession(w, r, ad)
 }
 
@@ -76,17 +88,35 @@ func (a *App) handleConsoleLogout(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/console/login", http.StatusSeeOther)
 }
 
+// checkLink checks a one-time link of kind under the limit of bogus ones
+// and returns its person (none for an admin link).
+func (a *App) checkLink(r *http.Request, kind, token string) (person string, err error) {
+	err = a.checkSecret(r, func() error {
+		person, err = a.store.CheckLink(r.Context(), kind, token)
+		return err
+	})
+	return person, err
+}
+
 func (a *App) handleSetupForm(w http.ResponseWriter, r *http.Request) {
 	token := chi.URLParam(r, "token")
-	if _, err := a.store.CheckLink(r.Context(), store.LinkAdmin, token); err != nil {
+	if _, err := a.checkLink(r, store.LinkAdmin, token); err != nil {
 		a.consoleError(w, r, ui.Page{Title: "Create an admin"}, err)
 		return
 	}
 	a.render(w, r, http.StatusOK, ui.FormPage(ui.Form{Page: ui.Page{Title: "Create an admin"}, Action: "/console/setup/" + token, Kind: "setup"}))
 }
 
+// handleSetup creates an admin with a setup link. The link is checked
+// before the form is read and the password hashed, so bogus links cost a
+// look-up, not a hash; the link is used in CreateAdminWithLink's
+// transaction.
 func (a *App) handleSetup(w http.ResponseWriter, r *http.Request) {
 	token := chi.URLParam(r, "token")
+	if _, err := a.checkLink(r, store.LinkAdmin, token); err != nil {
+		a.consoleError(w, r, ui.Page{Title: "Create an admin"}, err)
+		return
+	}
 	r.Body = http.MaxBytesReader(w, r.Body, smallBody)
 	name, password := r.PostFormValue("name"), r.PostFormValue("password")
 	form := ui.Form{Page: ui.Page{Title: "Create an admin"}, Action: "/console/setup/" + token, Kind: "setup", Handle: name}
@@ -109,7 +139,7 @@ func (a *App) handleSetup(w http.ResponseWriter, r *http.Request) {
 
 func (a *App) handleResetForm(w http.ResponseWriter, r *http.Request) {
 	token := chi.URLParam(r, "token")
-	id, err := a.store.CheckLink(r.Context(), store.LinkReset, token)
+	id, err := a.checkLink(r, store.LinkReset, token)
 	var p nah.Person
 	if err == nil {
 		p, err = a.store.FindPersonByID(r.Context(), id)
@@ -121,11 +151,18 @@ func (a *App) handleResetForm(w http.ResponseWriter, r *http.Request) {
 	a.render(w, r, http.StatusOK, ui.FormPage(ui.Form{Page: ui.Page{Title: "Reset a password"}, Action: "/reset/" + token, Kind: "reset", Handle: p.Handle}))
 }
 
+// handleReset sets a person's password with a reset link. As in
+// handleSetup, the link is checked before the password is read and hashed,
+// and used in ResetPassword's transaction.
 func (a *App) handleReset(w http.ResponseWriter, r *http.Request) {
 	token := chi.URLParam(r, "token")
+	p := ui.Page{Title: "Reset a password"}
+	if _, err := a.checkLink(r, store.LinkReset, token); err != nil {
+		a.consoleError(w, r, p, err)
+		return
+	}
 	r.Body = http.MaxBytesReader(w, r.Body, smallBody)
 	password := r.PostFormValue("password")
-	p := ui.Page{Title: "Reset a password"}
 	if err := nah.CheckPassword(password); err != nil {
 		a.formError(w, r, ui.Form{Page: p, Action: "/reset/" + token, Kind: "reset"}, err)
 		return

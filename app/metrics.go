@@ -62,7 +62,24 @@ func (h *hist) quantile(q float64) float64 {
 	return bucketsMs[len(bucketsMs)-2]
 }
 
+// routeKey is one label set. Both labels come from a fixed vocabulary, so
+// the map of them is bounded by len(knownMethods)+1 times the number of
+// routes plus one, whatever clients send: Go's server accepts any token of
+// up to ~16 KB as a method, and a path that matches no route is the
+// client's own text.
 type routeKey struct{ method, route string }
+
+// knownMethods are the method labels; any other method is "other".
+var knownMethods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE"}
+
+// methodLabel is the label of method: the vocabulary's own string (not the
+// request's, which would keep the request line alive) or "other".
+func methodLabel(method string) string {
+	if i := slices.Index(knownMethods, method); i >= 0 {
+		return knownMethods[i]
+	}
+	return "other"
+}
 
 type routeStats struct {
 	hist
@@ -83,6 +100,11 @@ type metrics struct {
 	start time.Time
 	now   func() time.Time
 
+	// patterns are the router's route patterns, the only route labels
+	// besides "unmatched"; set by setRoutes before the first request and
+	// only read after.
+	patterns map[string]bool
+
 	mu     sync.RWMutex
 	routes map[routeKey]*routeStats
 
@@ -94,6 +116,27 @@ type metrics struct {
 
 func newMetrics(now func() time.Time) *metrics {
 	return &metrics{start: now(), now: now, routes: make(map[routeKey]*routeStats)}
+}
+
+// setRoutes takes the route labels from the router: every pattern it
+// serves. A 404 or 405 can leave chi with a partial pattern such as
+// "/api/v1/*" (the mount point), which is not one of them and so is
+// "unmatched" like the rest.
+func (m *metrics) setRoutes(r chi.Routes) {
+	m.patterns = make(map[string]bool)
+	// Walk fails only when its callback does, and this one does not.
+	_ = chi.Walk(r, func(_, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
+		m.patterns[route] = true
+		return nil
+	})
+}
+
+// routeLabel is the label of the route r matched, or "unmatched".
+func (m *metrics) routeLabel(r *http.Request) string {
+	if p := routePattern(r); m.patterns[p] {
+		return p
+	}
+	return "unmatched"
 }
 
 // slotFor returns the ring slot of the minute of t; lock-free but once a
@@ -137,18 +180,15 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // measure is the middleware that counts: route pattern, method, status
-// class and duration. Nothing about the request itself is kept.
+// class and duration, each label from a fixed vocabulary (see routeKey).
+// Nothing about the request itself is kept.
 func (m *metrics) measure(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
 		next.ServeHTTP(sw, r)
 		d := time.Since(start)
-		route := "unmatched"
-		if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
-			route = rc.RoutePattern()
-		}
-		m.record(routeKey{r.Method, route}, sw.status, d)
+		m.record(routeKey{methodLabel(r.Method), m.routeLabel(r)}, sw.status, d)
 	})
 }
 

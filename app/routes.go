@@ -52,6 +52,7 @@ func (a *App) routes() http.Handler {
 			r.Delete("/connections/{id}", a.handleConnectionDelete)
 		})
 	})
+	a.metrics.setRoutes(r)
 	return r
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/hex"
+	"errors"
 	"strings"
 	"time"
 
@@ -37,6 +38,26 @@ func (s *Store) CreateJoinCode(ctx context.Context, ttl time.Duration) (string, 
 }
 
 var errBadJoinCode = nah.Errorf(nah.Invalid, "invalid_join_code", "the join code is unknown, used, revoked or expired")
+
+// CheckJoinCode returns nil when code is a join code that can be used now
+// (known, unused, unrevoked, unexpired), without using it. Sign-up asks
+// first so that a bogus code is refused before a password is hashed or a
+// file is made; using the code stays in CreatePerson's transaction, which
+// asks again.
+func (s *Store) CheckJoinCode(ctx context.Context, code string) error {
+	code = normCode(code)
+	if len(code) != codeLen {
+		return errBadJoinCode
+	}
+	var one int
+	err := s.r.QueryRowContext(ctx, `SELECT 1 FROM join_codes
+		WHERE code_hash = ? AND used_by IS NULL AND revoked_at IS NULL AND expires_at > ?`,
+		hashSecret(code), s.now().UnixMilli()).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return errBadJoinCode
+	}
+	return err
+}
 
 // useJoinCode marks a join code used by person id inside tx.
 func useJoinCode(ctx context.Context, tx *sql.Tx, code, id string, now int64) error {

@@ -19,8 +19,11 @@ import (
 // sessions).
 
 const (
-	resetLinkTTL  = 24 * time.Hour
-	peoplePerPage = 50
+	// sessionsPerPage is how many of a person's sessions their page lists,
+	// newest first.
+	sessionsPerPage = 100
+	resetLinkTTL    = 24 * time.Hour
+	peoplePerPage   = 50
 )
 
 func toRow(p nah.Person) ui.PersonRow {
@@ -85,7 +88,7 @@ func (a *App) personPage(w http.ResponseWriter, r *http.Request, status int, sec
 	v.Title = p.Handle
 	v.Flash = flashes[r.URL.Query().Get("m")]
 	v.Secret = secret
-	ss, err1 := a.store.Sessions(r.Context(), id)
+	ss, err1 := a.store.Sessions(r.Context(), id, sessionsPerPage)
 	cs, err2 := a.store.Connections(r.Context(), id)
 	var err3, err4 error
 	v.Moments, err3 = a.store.MomentCount(r.Context(), id)

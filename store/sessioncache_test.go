@@ -21,7 +21,7 @@ func TestRevocationDuringTokenCheck(t *testing.T) {
 		{"DeleteSession", func(s *Store, _, token string) error { return s.DeleteSession(ctx, token) }},
 		{"RevokeSessions all", func(s *Store, person, _ string) error { return s.RevokeSessions(ctx, person, "") }},
 		{"RevokeSessions one", func(s *Store, person, _ string) error {
-			ss, err := s.Sessions(ctx, person)
+			ss, err := s.Sessions(ctx, person, 10)
 			if err != nil {
 				return err
 			}

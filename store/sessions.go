@@ -69,9 +69,10 @@ type Session struct {
 	CreatedAt int64
 }
 
-// Sessions lists a person's sessions, newest first.
-func (s *Store) Sessions(ctx context.Context, person string) ([]Session, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT token_hash, created_at FROM sessions WHERE person_id = ? ORDER BY created_at DESC`, person)
+// Sessions lists up to limit of a person's sessions, newest first: a person
+// may sign in any number of times, and a page must not grow with it.
+func (s *Store) Sessions(ctx context.Context, person string, limit int) ([]Session, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT token_hash, created_at FROM sessions WHERE person_id = ? ORDER BY created_at DESC LIMIT ?`, person, limit)
 	if err != nil {
 		return nil, err
 	}

@@ -59,6 +59,9 @@ type Attack struct {
 	Status   map[string]int `json:"status"`
 }
 
+// skipped are the attacks left out of this run (-skip).
+var skipped map[string]bool
+
 type counter struct {
 	mu sync.Mutex
 	m  map[string]int
@@ -90,10 +93,15 @@ func hostileCmd(ctx context.Context, args []string) error {
 	cache := fset.String("cache", filepath.Join(home, "nah-bench"), "where seeded fixtures are kept between runs")
 	d := fset.Duration("duration", 30*time.Second, "length of the mix")
 	out := fset.String("out", "bench/results", "directory for the result JSON")
+	skip := fset.String("skip", "", "comma-separated attacks to leave out, for finding which one hurts: methods, slow, links, passwords, idle")
 	fset.Parse(args)
 	f, ok := fixture.Fixtures[*name]
 	if !ok {
 		usage()
+	}
+	skipped = map[string]bool{}
+	for _, s := range strings.Split(*skip, ",") {
+		skipped[s] = true
 	}
 	src, err := fixtureDir(ctx, *cache, f)
 	if err != nil {
@@ -136,6 +144,15 @@ func hostileCmd(ctx context.Context, args []string) error {
 
 func hostile(ctx context.Context, bin, data string, f fixture.Fixture, people []fixture.Person, d time.Duration) (HostileResult, error) {
 	res := HostileResult{Fixture: f.Name, Time: time.Now().UTC(), Cores: runtime.NumCPU(), GoVersion: runtime.Version(), Seconds: d.Seconds()}
+	// The attacker is a stranger to everyone, as one would be: a new account
+	// made with a join code, so that no honest feed holds its 64 KiB posts.
+	jc := exec.Command(bin, "joincode", "create")
+	jc.Env = []string{"NAH_DATA_DIR=" + data, "NAH_LOG_LEVEL=warn"}
+	jcOut, err := jc.Output()
+	if err != nil {
+		return res, fmt.Errorf("join code: %w", err)
+	}
+	code, _, _ := strings.Cut(string(jcOut), "\n")
 	port, err := freePort()
 	if err != nil {
 		return res, err
@@ -164,7 +181,24 @@ func hostile(ctx context.Context, bin, data string, f fixture.Fixture, people []
 
 	// The largest page there is: 100 moments of 64 KiB by the attacker,
 	// read as their own list (8.7 MB of JSON).
-	attacker, victim := people[0], people[1]
+	signup := fmt.Sprintf(`{"handle":"mallory","password":"mallory-password","join_code":%q}`, code)
+	sr, err := c.Post(base+"/api/v1/accounts", "application/json", strings.NewReader(signup))
+	if err != nil {
+		return res, err
+	}
+	var acct struct {
+		Person struct {
+			ID string `json:"id"`
+		} `json:"person"`
+		Token string `json:"token"`
+	}
+	json.NewDecoder(sr.Body).Decode(&acct)
+	sr.Body.Close()
+	if sr.StatusCode != 201 {
+		return res, fmt.Errorf("attacker's sign-up: %d", sr.StatusCode)
+	}
+	attacker := fixture.Person{ID: acct.Person.ID, Handle: "mallory", Token: acct.Token}
+	victim := people[0]
 	body := make([]byte, 64<<10)
 	for i := range 100 {
 		body[0] = byte(i)
@@ -188,7 +222,10 @@ func hostile(ctx context.Context, bin, data string, f fixture.Fixture, people []
 	defer cancel()
 	var wg sync.WaitGroup
 	attacks := map[string]*counter{}
-	attack := func(name string, workers int, fn func(mctx context.Context, rng *mrand.Rand, c *counter)) {
+	attack := func(key, name string, workers int, fn func(mctx context.Context, rng *mrand.Rand, c *counter)) {
+		if skipped[key] {
+			return
+		}
 		cn := &counter{}
 		attacks[name] = cn
 		for w := range workers {
@@ -202,7 +239,7 @@ func hostile(ctx context.Context, bin, data string, f fixture.Fixture, people []
 	}
 
 	// 1. Made-up methods of 1 KB on keep-alive connections.
-	attack("method flood", 2, func(mctx context.Context, rng *mrand.Rand, cn *counter) {
+	attack("methods", "method flood", 2, func(mctx context.Context, rng *mrand.Rand, cn *counter) {
 		conn, err := net.Dial("tcp", port)
 		if err != nil {
 			cn.add("err")
@@ -231,7 +268,7 @@ func hostile(ctx context.Context, bin, data string, f fixture.Fixture, people []
 	})
 	// 2. Slow readers of the largest page: ask, wait 2 s, then read 4 KB
 	// every 50 ms.
-	attack("50 slow readers", 50, func(mctx context.Context, rng *mrand.Rand, cn *counter) {
+	attack("slow", "50 slow readers", 50, func(mctx context.Context, rng *mrand.Rand, cn *counter) {
 		d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
 			rc.Control(func(fd uintptr) { syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
 			return nil
@@ -266,7 +303,7 @@ func hostile(ctx context.Context, bin, data string, f fixture.Fixture, people []
 	})
 	// 3. Bogus one-time links with passwords.
 	bogus := newClient(8)
-	attack("bogus-link flood", 8, func(mctx context.Context, rng *mrand.Rand, cn *counter) {
+	attack("links", "bogus-link flood", 8, func(mctx context.Context, rng *mrand.Rand, cn *counter) {
 		tok := make([]byte, 32)
 		rand.Read(tok)
 		path := "/reset/"
@@ -288,7 +325,7 @@ func hostile(ctx context.Context, bin, data string, f fixture.Fixture, people []
 	})
 	// 4. 50 concurrent wrong passwords for one person.
 	wrong := newClient(50)
-	attack("50 wrong passwords", 50, func(mctx context.Context, rng *mrand.Rand, cn *counter) {
+	attack("passwords", "50 wrong passwords", 50, func(mctx context.Context, rng *mrand.Rand, cn *counter) {
 		payload := fmt.Sprintf(`{"handle":%q,"password":"wrong-password-%d"}`, victim.Handle, rng.IntN(1e9))
 		req, _ := http.NewRequestWithContext(mctx, "POST", base+"/api/v1/sessions", strings.NewReader(payload))
 		r, err := wrong.Do(req)
@@ -306,6 +343,9 @@ func hostile(ctx context.Context, bin, data string, f fixture.Fixture, people []
 	var idleConns []net.Conn
 	var idleMu sync.Mutex
 	wg.Go(func() {
+		if skipped["idle"] {
+			return
+		}
 		for range 2000 {
 			if mctx.Err() != nil {
 				return
@@ -326,9 +366,9 @@ func hostile(ctx context.Context, bin, data string, f fixture.Fixture, people []
 			idleMu.Unlock()
 		}
 	})
-	// The honest readers, from the second person on.
+	// The honest readers: everyone but the victim of the wrong passwords.
 	honestStatus := &counter{}
-	honestPeople := people[2:]
+	honestPeople := people[1:]
 	reqs := make([]*http.Request, len(honestPeople))
 	for i, p := range honestPeople {
 		reqs[i], _ = http.NewRequest("GET", base+"/api/v1/feed", nil)

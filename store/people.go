@@ -25,8 +25,8 @@ type NewPerson struct {
 }
 
 // CreatePerson makes an account and its person file. The file is created
-// first, so a person row never points at a missing file; if the row cannot be
-// written the file is removed again.
+// first, so a person row never points at a missing file; if the file cannot
+// be made or the row cannot be written, the person's folder is removed again.
 func (s *Store) CreatePerson(ctx context.Context, np NewPerson) (nah.Person, error) {
 	if err := nah.CheckHandle(np.Handle); err != nil {
 		return nah.Person{}, err
@@ -42,6 +42,7 @@ func (s *Store) CreatePerson(ctx context.Context, np NewPerson) (nah.Person, err
 	}
 	f, err := s.files.acquire(ctx, p.ID, true)
 	if err != nil {
+		s.removePersonFiles(p.ID) // the folder is made before the file
 		return nah.Person{}, err
 	}
 	s.files.release(f)

@@ -223,6 +223,9 @@ func (c *fileCache) open(ctx context.Context, p string, create bool) (*sql.DB, e
 		}
 	}
 	db, err := openDB(p, false, 1, personCacheKiB)
+	if err == nil && !create {
+		err = hasSchema(ctx, db, p)
+	}
 	if err == nil {
 		err = migrate(ctx, db, p, personMigrations)
 	}
@@ -236,6 +239,36 @@ func (c *fileCache) open(ctx context.Context, p string, create bool) (*sql.DB, e
 		return nil, err
 	}
 	return db, nil
+}
+
+// hasSchema checks that an existing person file has a schema. One emptied
+// or truncated to nothing reads as a new, empty database, which migrate
+// would set up again, and the person's moments would be lost without a
+// word: it is a file that cannot be read instead (faults.go).
+func hasSchema(ctx context.Context, db *sql.DB, p string) error {
+	var v int
+	if err := db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
+		return fmt.Errorf("%s: read schema version: %w", p, err)
+	}
+	if v == 0 {
+		return fmt.Errorf("%s: %w", p, errNoSchema)
+	}
+	return nil
+}
+
+// drop takes f out of the cache if it is still there, so that the next
+// acquire opens the file afresh; f closes with its last user. For a handle
+// that proved broken: kept, it would go on reading the broken file, even
+// after a good copy had been renamed over it.
+func (c *fileCache) drop(f *personFile) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byID[f.id] == f {
+		delete(c.byID, f.id)
+		c.lru.Remove(f.elem)
+		f.elem = nil
+		c.markClosingLocked(f)
+	}
 }
 
 // forget closes the file of person id if it is open and drops it from the
@@ -297,4 +330,25 @@ func (c *fileCache) closeAll() {
 		})
 	}
 	wg.Wait()
+}
+
+// useFile runs fn on the open file of person id, and turns what goes wrong
+// with the file into the caller's answer (faults.go): a file that cannot be
+// read is Unavailable and listed, and its handle leaves the cache so that
+// the next use opens the file afresh. write says whether fn writes.
+func (s *Store) useFile(ctx context.Context, id string, write bool, fn func(f *personFile) error) error {
+	f, err := s.files.acquire(ctx, id, false)
+	if err != nil {
+		return s.fileErr(id, err)
+	}
+	err = fn(f)
+	if err != nil && s.kindOf(err) == unreadable {
+		s.files.drop(f)
+	}
+	s.files.release(f)
+	if err != nil {
+		return s.fileErr(id, err)
+	}
+	s.noteReadable(id)
+	return nil
 }

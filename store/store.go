@@ -74,6 +74,8 @@ type Store struct {
 	dirtyMu sync.Mutex
 	dirty   map[string]dirtyPerson // what the directory has not heard yet
 
+	problems problems // person files that cannot be read (faults.go)
+
 	stop     chan struct{}
 	stopped  chan struct{}
 	closeErr error
@@ -229,6 +231,9 @@ type Stats struct {
 	HeadBytes         int64 // memory of the cached heads
 	HeadBudget        int64 // their bound; 0 or less when heads are off
 	FileReads         int64 // looks into person files on the feed path, ever
+	// UnreadableFiles is how many person files cannot be read now
+	// (FileProblems lists them).
+	UnreadableFiles int
 }
 
 // Stats returns the store's gauges now.
@@ -244,6 +249,7 @@ func (s *Store) Stats() Stats {
 		HeadBytes:         s.headBytes.Load(),
 		HeadBudget:        s.headBudget,
 		FileReads:         s.fileReads.Load(),
+		UnreadableFiles:   int(s.problems.n.Load()),
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	sqlite "modernc.org/sqlite"
@@ -30,6 +31,12 @@ import (
 //   - its handle leaves the cache at the first error, so the next use opens
 //     the file afresh: a file repaired or replaced heals by itself, and its
 //     listing goes at its first good use.
+//
+// A full disk (SQLITE_FULL; ENOSPC or EDQUOT from the OS; an I/O error while
+// the file system is nearly full) refuses writes with InsufficientStorage.
+// Reads go on: a closed person file that cannot be opened the usual way on
+// a full disk is read through a snapshot (openSnapshot). Stats.DiskFull says
+// so for a while after, and every write that goes through clears it.
 
 // unreadableLogEvery is how often one unreadable file is logged: every feed
 // of its owner's connections meets it, and one line per feed would drown
@@ -42,11 +49,23 @@ const unreadableLogEvery = 10 * time.Minute
 // rest are logged, not listed.
 const maxFileProblems = 10_000
 
+// diskFullFor is how long after a write refused for lack of space the disk
+// is reported full, unless a write goes through first. The file system's
+// own figure (lowOnSpace) is checked as well: a disk can be full while
+// nobody writes.
+const diskFullFor = time.Minute
+
+// lowSpace is the free space under which the disk counts as full: a moment
+// of 64 KiB takes about 70 KB of WAL, and a file opened needs 32 KB of
+// shared-memory index, so below 1 MiB writes start failing.
+const lowSpace = 1 << 20
+
 // faultKind is what an error says about the disk.
 type faultKind int
 
 const (
 	noFault    faultKind = iota // not the disk's doing: passed on as it is
+	noSpace                     // the disk is full
 	unreadable                  // the file cannot be read
 )
 
@@ -61,13 +80,25 @@ func (s *Store) kindOf(err error) faultKind {
 	switch {
 	case err == nil, errors.As(err, &ne), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return noFault
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return noSpace
 	case errors.Is(err, ErrTooNew), errors.Is(err, errNoSchema):
 		return unreadable
 	}
 	var se *sqlite.Error
 	if errors.As(err, &se) {
 		switch se.Code() & 0xff { // the primary code of an extended one
-		case sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM:
+		case sqlite3.SQLITE_FULL:
+			return noSpace
+		case sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN:
+			// SQLite reports some writes that found no space as I/O
+			// errors (growing the shared-memory index, say): the file
+			// system tells which it was.
+			if lowOnSpace(s.dir) {
+				return noSpace
+			}
+			return unreadable
+		case sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM:
 			return unreadable
 		}
 		return noFault // busy, interrupted, a constraint: not the file's fault
@@ -102,6 +133,13 @@ func errUnreadable(person string, cause error) error {
 	}}
 }
 
+func errDiskFull(person string, cause error) error {
+	return &fault{person: person, cause: cause, e: &nah.Error{
+		Code: nah.InsufficientStorage, Reason: "insufficient_storage",
+		Message: "the server's disk is full, so nothing was saved; reading goes on, and writing works again once there is space",
+	}}
+}
+
 // faultPerson returns the person whose file could not be used, when err
 // is a disk fault of a person file, or "".
 func faultPerson(err error) string {
@@ -112,15 +150,57 @@ func faultPerson(err error) string {
 	return ""
 }
 
-// fileErr turns the error of an existing person's file that cannot be
-// read into Unavailable, listing and logging the file; any other error is
-// returned as it is.
+// spaceErr turns a full disk into InsufficientStorage, noting it for
+// Stats; any other error is returned as it is. For the directory, and for
+// a person file that does not exist yet.
+func (s *Store) spaceErr(err error) error {
+	if s.kindOf(err) == noSpace {
+		s.noteFull(err)
+		return errDiskFull("", err)
+	}
+	return err
+}
+
+// fileErr is spaceErr for an existing person's file, which may also turn
+// out unreadable: it is then listed, logged and Unavailable.
 func (s *Store) fileErr(id string, err error) error {
-	if s.kindOf(err) == unreadable {
+	switch s.kindOf(err) {
+	case noSpace:
+		s.noteFull(err)
+		return errDiskFull(id, err)
+	case unreadable:
 		s.noteUnreadable(id, err)
 		return errUnreadable(id, err)
 	}
 	return err
+}
+
+// noteFull records a write refused for lack of space, and logs it at most
+// once per unreadableLogEvery.
+func (s *Store) noteFull(err error) {
+	now := max(s.now().UnixMilli(), 1)
+	s.fullAt.Store(now)
+	if last := s.fullLogged.Load(); now-last >= unreadableLogEvery.Milliseconds() && s.fullLogged.CompareAndSwap(last, now) {
+		s.log.Error("disk full: writes are refused until there is space; reads go on", "dir", s.dir, "err", err)
+	}
+}
+
+// noteWrote records a write that went through: the disk has space again.
+func (s *Store) noteWrote() {
+	if s.fullAt.Load() == 0 || s.fullAt.Swap(0) == 0 {
+		return
+	}
+	s.log.Info("disk has space again: writes go through")
+}
+
+// DiskFull reports whether the disk counts as full: a write was refused for
+// lack of space less than diskFullFor ago and none has gone through since,
+// or the file system has less than lowSpace left.
+func (s *Store) DiskFull() bool {
+	if at := s.fullAt.Load(); at != 0 && s.now().UnixMilli()-at < diskFullFor.Milliseconds() {
+		return true
+	}
+	return lowOnSpace(s.dir)
 }
 
 // FileProblem is a person file that cannot be read.

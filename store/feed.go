@@ -25,12 +25,12 @@ import (
 // A person deleted while a feed runs has no file any more: withFile is the
 // one place the feed learns it, and such a person simply has nothing to show.
 //
-// A person whose file cannot be read (see faults.go) is left out of
-// everyone else's feed: the page is built again without them, so it is
-// exactly the page of the rest of the circle, and its cursor is a position
-// among their moments like any other. The owner of the feed, or the person
-// whose moments are asked for, gets the error instead: their own page would
-// otherwise be false.
+// A person whose file cannot be used (it cannot be read, or a full disk kept
+// it from opening; see faults.go) is left out of everyone else's feed: the
+// page is built again without them, so it is exactly the page of the rest
+// of the circle, and its cursor is a position among their moments like any
+// other. The owner of the feed, or the person whose moments are asked for,
+// gets the error instead: their own page would otherwise be false.
 
 // Page is one page of moments, newest first. Take one with NewPage, fill it
 // with Feed and give it back with Release: its buffers are pooled, since

@@ -74,7 +74,9 @@ type Store struct {
 	dirtyMu sync.Mutex
 	dirty   map[string]dirtyPerson // what the directory has not heard yet
 
-	problems problems // person files that cannot be read (faults.go)
+	problems   problems     // person files that cannot be read (faults.go)
+	fullAt     atomic.Int64 // store clock (unix ms) of the last write refused for lack of space; 0 once one went through
+	fullLogged atomic.Int64 // when a full disk was last logged
 
 	stop     chan struct{}
 	stopped  chan struct{}
@@ -129,6 +131,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	if err = migrate(ctx, s.w, path, directoryMigrations); err != nil {
 		s.w.Close()
+		if s.kindOf(err) == noSpace {
+			// Opening the directory makes its shared-memory index, which a
+			// full disk has no room for: say so rather than "I/O error".
+			return nil, fmt.Errorf("store: the disk of %s is full: free some space and start again: %w", cfg.Dir, err)
+		}
 		return nil, err
 	}
 	if s.r, err = openDB(path, true, directoryReaders, 2048); err != nil {
@@ -217,9 +224,10 @@ func (s *Store) load(ctx context.Context) error {
 // database so that cursors survive restarts and work across instances.
 func (s *Store) CursorKey() []byte { return s.cursorKey }
 
-// Stats are the store's gauges, read from memory without touching a file:
-// what the console's overview, the metrics and health pages show. (Counts
-// that need a query or a walk of the disk are in Totals.)
+// Stats are the store's gauges, read from memory (and the file system's
+// free space) without touching a file: what the console's overview, the
+// metrics and health pages show. (Counts that need a query or a walk of the
+// disk are in Totals.)
 type Stats struct {
 	OpenFiles    int // person files open now
 	MaxOpenFiles int // the bound of the open-file cache
@@ -234,6 +242,7 @@ type Stats struct {
 	// UnreadableFiles is how many person files cannot be read now
 	// (FileProblems lists them).
 	UnreadableFiles int
+	DiskFull        bool // writes are refused for lack of space (DiskFull)
 }
 
 // Stats returns the store's gauges now.
@@ -250,6 +259,7 @@ func (s *Store) Stats() Stats {
 		HeadBudget:        s.headBudget,
 		FileReads:         s.fileReads.Load(),
 		UnreadableFiles:   int(s.problems.n.Load()),
+		DiskFull:          s.DiskFull(),
 	}
 }
 
@@ -337,15 +347,31 @@ func (s *Store) Close() error {
 	return s.closeErr
 }
 
-// writeTx runs fn in one immediate transaction on the directory writer.
+// writeTx runs fn in one immediate transaction on the directory writer. A
+// full disk is InsufficientStorage (faults.go).
 func (s *Store) writeTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
-		return err
+		return s.spaceErr(err)
 	}
 	if err := fn(tx); err != nil {
 		tx.Rollback()
-		return err
+		return s.spaceErr(err)
 	}
-	return tx.Commit()
+	if err := tx.Commit(); err != nil {
+		return s.spaceErr(err)
+	}
+	s.noteWrote()
+	return nil
+}
+
+// exec runs one statement on the directory writer. A full disk is
+// InsufficientStorage (faults.go).
+func (s *Store) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	res, err := s.w.ExecContext(ctx, query, args...)
+	if err != nil {
+		return nil, s.spaceErr(err)
+	}
+	s.noteWrote()
+	return res, nil
 }

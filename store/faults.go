@@ -186,11 +186,16 @@ func (s *Store) noteFull(err error) {
 }
 
 // noteWrote records a write that went through: the disk has space again.
+// The flush of newest times, backing off after its own failures, is woken.
 func (s *Store) noteWrote() {
 	if s.fullAt.Load() == 0 || s.fullAt.Swap(0) == 0 {
 		return
 	}
 	s.log.Info("disk has space again: writes go through")
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
 }
 
 // DiskFull reports whether the disk counts as full: a write was refused for

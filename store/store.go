@@ -74,9 +74,10 @@ type Store struct {
 	dirtyMu sync.Mutex
 	dirty   map[string]dirtyPerson // what the directory has not heard yet
 
-	problems   problems     // person files that cannot be read (faults.go)
-	fullAt     atomic.Int64 // store clock (unix ms) of the last write refused for lack of space; 0 once one went through
-	fullLogged atomic.Int64 // when a full disk was last logged
+	problems   problems      // person files that cannot be read (faults.go)
+	fullAt     atomic.Int64  // store clock (unix ms) of the last write refused for lack of space; 0 once one went through
+	fullLogged atomic.Int64  // when a full disk was last logged
+	wake       chan struct{} // a write went through after the disk was full: flush now
 
 	stop     chan struct{}
 	stopped  chan struct{}
@@ -121,6 +122,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		log:        cfg.Logger,
 		graph:      newGraph(),
 		dirty:      make(map[string]dirtyPerson),
+		wake:       make(chan struct{}, 1),
 		stop:       make(chan struct{}),
 		stopped:    make(chan struct{}),
 	}
@@ -274,19 +276,38 @@ func (s *Store) Ping(ctx context.Context) error {
 // is only a hint loaded at start, and the file is re-read after StaleAfter.
 const flushInterval = time.Second
 
+// maxFlushWait bounds the backoff of a failing flush. A flush that fails (a
+// full disk, say) is retried, and logged, 1, 2, 4... seconds later up to
+// this, instead of every second; the times wait in memory meanwhile, and
+// a write that goes through once there is space wakes the flush at once.
+const maxFlushWait = 5 * time.Minute
+
 func (s *Store) flushLoop() {
 	defer close(s.stopped)
-	t := time.NewTicker(flushInterval)
+	wait, failures := flushInterval, 0
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	for {
 		select {
 		case <-t.C:
-			if err := s.flushDirty(context.Background()); err != nil {
-				s.log.Error("flush newest times", "err", err)
+		case <-s.wake:
+			if failures == 0 {
+				continue // nothing is waiting on a retry; the timer still runs
 			}
 		case <-s.stop:
 			return
 		}
+		if err := s.flushDirty(context.Background()); err != nil {
+			failures++
+			wait = min(2*wait, maxFlushWait)
+			s.log.Error("flush newest times", "err", err, "failures", failures, "next_try_in", wait)
+		} else {
+			if failures > 0 {
+				s.log.Info("flush newest times recovered", "failures", failures)
+			}
+			wait, failures = flushInterval, 0
+		}
+		t.Reset(wait)
 	}
 }
 

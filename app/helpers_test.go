@@ -58,6 +58,9 @@ type serverConfig struct {
 	// MaxOpenFiles and HeadCacheBytes go to store.Config.
 	MaxOpenFiles   int
 	HeadCacheBytes int64
+	// Dir is the data directory; default a fresh t.TempDir(). A test of a
+	// full disk puts it on a small tmpfs.
+	Dir string
 }
 
 // newTestServer runs the real router, configured as in production, on real
@@ -65,7 +68,6 @@ type serverConfig struct {
 func newTestServer(t *testing.T, edit ...func(*serverConfig)) *testServer {
 	t.Helper()
 	clock := newFakeClock()
-	dir := t.TempDir()
 	cfg := serverConfig{
 		Config: Config{
 			OpenSignup:     true,
@@ -78,6 +80,10 @@ func newTestServer(t *testing.T, edit ...func(*serverConfig)) *testServer {
 	}
 	for _, e := range edit {
 		e(&cfg)
+	}
+	dir := cfg.Dir
+	if dir == "" {
+		dir = t.TempDir()
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {

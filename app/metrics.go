@@ -284,6 +284,7 @@ func (a *App) writePrometheus(w io.Writer) {
 		{"nah_resident_memory_peak_bytes", "Peak resident memory of the process (VmHWM).", float64(peak)},
 		{"nah_goroutines", "Goroutines now.", float64(runtime.NumGoroutine())},
 		{"nah_uptime_seconds", "Seconds since start.", m.now().Sub(m.start).Seconds()},
+		{"nah_person_files_unreadable", "Person files that cannot be read now: skipped in others' feeds, their owners get 503.", float64(st.UnreadableFiles)},
 	}
 	for _, g := range gauges {
 		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s gauge\n%s %g\n", g.name, g.help, g.name, g.name, g.v)

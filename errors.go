@@ -19,8 +19,12 @@ const (
 	Conflict     Code = "conflict"     // 409: handle taken, cap reached
 	TooLarge     Code = "too_large"    // 413: over a size limit
 	RateLimited  Code = "rate_limited" // 429: slow down, see RetryAfter
-	Unavailable  Code = "unavailable"  // 503: overloaded or shutting down
-	Internal     Code = "internal"     // 500: a bug or a broken disk
+	Unavailable  Code = "unavailable"  // 503: overloaded, shutting down, or a file that cannot be read
+	Internal     Code = "internal"     // 500: a bug, or a failure no other kind names
+
+	// InsufficientStorage is a write refused because the disk is full;
+	// reads go on, and writes work again once there is space.
+	InsufficientStorage Code = "insufficient_storage" // 507
 
 	// MethodNotAllowed is the router's answer, never a handler's: the path
 	// is a route, but not with this method. It is a kind of its own because

@@ -196,12 +196,30 @@ func (a *App) handleMe(w http.ResponseWriter, r *http.Request) {
 	}{toPersonJSON(p), a.store.ConnectionCount(p.ID), used})
 }
 
-// handleHealth answers 200 once the directory database can be read.
+// handleHealth answers 200 while the directory database can be read, since
+// then the server serves: status is "ok", or "degraded" when the disk is
+// full (writes get 507, reads go on) or person files cannot be read (their
+// owners get 503, everyone else is served). Restarting the server or taking
+// it out of rotation would mend neither and would stop everyone's reads, so
+// a load balancer must not be told to; the fields tell monitoring what is
+// wrong. Which people are affected is for the console, not this
+// unauthenticated page. 503 only when the directory cannot be read: then no
+// token can be checked and nothing can be served.
 func (a *App) handleHealth(w http.ResponseWriter, r *http.Request) {
 	if err := a.store.Ping(r.Context()); err != nil {
 		a.log.Error("health check", "err", err)
 		a.writeError(w, r, nah.Errorf(nah.Unavailable, "", "the directory database cannot be read"))
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "open_files": a.store.Stats().OpenFiles})
+	st := a.store.Stats()
+	h := struct {
+		Status             string `json:"status"`
+		OpenFiles          int    `json:"open_files"`
+		DiskFull           bool   `json:"disk_full"`
+		FilesNeedAttention int    `json:"files_need_attention"`
+	}{"ok", st.OpenFiles, st.DiskFull, st.UnreadableFiles}
+	if h.DiskFull || h.FilesNeedAttention > 0 {
+		h.Status = "degraded"
+	}
+	writeJSON(w, http.StatusOK, h)
 }

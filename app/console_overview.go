@@ -6,7 +6,8 @@ import (
 	"github.com/nah-app/nah/ui"
 )
 
-// handleOverview is the console's home: counts, storage, open files,
+// handleOverview is the console's home: what needs attention (a full
+// disk, person files that cannot be read), counts, storage, open files,
 // memory, uptime, and the chart of the last minutes' p95 and memory.
 func (a *App) handleOverview(w http.ResponseWriter, r *http.Request) {
 	t, err := a.store.Totals(r.Context())
@@ -22,5 +23,19 @@ func (a *App) handleOverview(w http.ResponseWriter, r *http.Request) {
 		HeadBytes: st.HeadBytes, Uptime: a.now().Sub(a.metrics.start),
 	}
 	o.Points = a.metrics.series()
+	o.DiskFull = st.DiskFull
+	problems := a.store.FileProblems()
+	o.AttentionTotal = len(problems)
+	for _, fp := range problems[:min(len(problems), attentionListed)] {
+		row := ui.AttentionRow{ID: fp.PersonID, Handle: fp.PersonID, Problem: fp.Problem, Since: fp.Since}
+		if p, err := a.store.FindPersonByID(r.Context(), fp.PersonID); err == nil {
+			row.Handle = p.Handle
+		}
+		o.Attention = append(o.Attention, row)
+	}
 	a.render(w, r, http.StatusOK, ui.OverviewPage(o))
 }
+
+// attentionListed is how many unreadable files the overview names; the
+// rest are counted (and each is in the log).
+const attentionListed = 20

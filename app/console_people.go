@@ -93,6 +93,13 @@ func (a *App) personPage(w http.ResponseWriter, r *http.Request, status int, sec
 	var err3, err4 error
 	v.Moments, err3 = a.store.MomentCount(r.Context(), id)
 	v.StorageBytes, err4 = a.store.StorageUsed(id)
+	// A file that cannot be read is what this page must show, not fail on.
+	if fp, ok := a.store.FileProblemOf(id); ok {
+		v.Attention, v.AttentionSince = fp.Problem, fp.Since
+		if nah.ErrorCode(err3) == nah.Unavailable {
+			err3 = nil
+		}
+	}
 	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		a.consoleError(w, r, pg, err)
 		return

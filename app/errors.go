@@ -26,6 +26,8 @@ var statusOf = map[nah.Code]int{
 	nah.RateLimited:      http.StatusTooManyRequests,
 	nah.Unavailable:      http.StatusServiceUnavailable,
 	nah.Internal:         http.StatusInternalServerError,
+
+	nah.InsufficientStorage: http.StatusInsufficientStorage,
 }
 
 // errInternal is what a client sees of any error that is not an *nah.Error,

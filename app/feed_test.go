@@ -283,7 +283,7 @@ func TestRollingDeploy(t *testing.T) {
 	ann, bob := ts.signup(t, "ann"), ts.signup(t, "bob")
 	ts.connect(t, ann, bob)
 	ts.post(t, ann, []byte("ann"))
-	ts.clock.Advance(time.Millisecond)
+	ts.clock.Advance(time.Millisecond) // bob's post is the newer, not a tie that random ids break
 	first := ts.post(t, bob, []byte("bob"))
 	ts.clock.Advance(time.Second)
 	// The reader's feed caches both heads before the other instance writes:

@@ -327,6 +327,7 @@ func (a *App) writePrometheus(w io.Writer) {
 		{"nah_request_budget_used_bytes", "Memory requests hold now.", float64(a.mem.used.Load())},
 		{"nah_requests_shed", "Requests answered 503 because the budget was spent, since start.", float64(a.mem.shed.Load())},
 		{"nah_uptime_seconds", "Seconds since start.", m.now().Sub(m.start).Seconds()},
+		{"nah_person_files_unreadable", "Person files that cannot be read now: skipped in others' feeds, their owners get 503.", float64(st.UnreadableFiles)},
 	}
 	for _, g := range gauges {
 		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s gauge\n%s %g\n", g.name, g.help, g.name, g.name, g.v)

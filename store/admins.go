@@ -60,7 +60,7 @@ func (s *Store) FindAdminByName(ctx context.Context, name string) (Admin, string
 func (s *Store) CreateAdminSession(ctx context.Context, id string, ttl time.Duration) (string, error) {
 	token := newSecret(32)
 	now := s.now()
-	_, err := s.w.ExecContext(ctx, `INSERT INTO admin_sessions(token_hash, admin_id, created_at, expires_at) VALUES (?, ?, ?, ?)`,
+	_, err := s.exec(ctx, `INSERT INTO admin_sessions(token_hash, admin_id, created_at, expires_at) VALUES (?, ?, ?, ?)`,
 		hashSecret(token), id, now.UnixMilli(), now.Add(ttl).UnixMilli())
 	return token, err
 }
@@ -79,6 +79,6 @@ func (s *Store) AdminForSession(ctx context.Context, token string) (Admin, error
 
 // DeleteAdminSession signs an admin out.
 func (s *Store) DeleteAdminSession(ctx context.Context, token string) error {
-	_, err := s.w.ExecContext(ctx, `DELETE FROM admin_sessions WHERE token_hash = ?`, hashSecret(token))
+	_, err := s.exec(ctx, `DELETE FROM admin_sessions WHERE token_hash = ?`, hashSecret(token))
 	return err
 }

@@ -104,7 +104,7 @@ func (s *Store) Disconnect(ctx context.Context, a, b string) error {
 	}
 	s.connMu.Lock()
 	defer s.connMu.Unlock()
-	res, err := s.w.ExecContext(ctx, `DELETE FROM connections WHERE (person_id = ? AND other_id = ?) OR (person_id = ? AND other_id = ?)`, a, b, b, a)
+	res, err := s.exec(ctx, `DELETE FROM connections WHERE (person_id = ? AND other_id = ?) OR (person_id = ? AND other_id = ?)`, a, b, b, a)
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,13 @@ import (
 //
 // A person deleted while a feed runs has no file any more: withFile is the
 // one place the feed learns it, and such a person simply has nothing to show.
+//
+// A person whose file cannot be used (it cannot be read, or a full disk kept
+// it from opening; see faults.go) is left out of everyone else's feed: the
+// page is built again without them, so it is exactly the page of the rest
+// of the circle, and its cursor is a position among their moments like any
+// other. The owner of the feed, or the person whose moments are asked for,
+// gets the error instead: their own page would otherwise be false.
 
 // Page is one page of moments, newest first. Take one with NewPage, fill it
 // with Feed and give it back with Release: its buffers are pooled, since
@@ -134,8 +141,17 @@ func (s *Store) Feed(ctx context.Context, id string, circle bool, before *nah.Cu
 	if p.circle, err = s.candidates(ctx, id, circle, p.circle[:0]); err != nil {
 		return err
 	}
-	if err := s.page(ctx, p, before, limit); err != nil {
-		return err
+	for {
+		err := s.page(ctx, p, before, limit)
+		if err == nil {
+			break
+		}
+		// Each round leaves one more person out, so it ends.
+		skip := faultPerson(err)
+		if skip == "" || skip == id || !slices.ContainsFunc(p.circle, func(c candidate) bool { return c.n.id == skip }) {
+			return err
+		}
+		p.circle = slices.DeleteFunc(p.circle, func(c candidate) bool { return c.n.id == skip })
 	}
 	n := min(limit, len(p.top))
 	p.Moments = p.Moments[:0]
@@ -157,7 +173,8 @@ func (s *Store) Feed(ctx context.Context, id string, circle bool, before *nah.Cu
 // connected to them, with newest-moment times that can be trusted: a time
 // last confirmed more than StaleAfter ago is re-read from the person's file
 // first, so a post taken by another process on the same data directory
-// shows within that period.
+// shows within that period. Someone else whose file cannot be used is left
+// out; id's own is an error.
 func (s *Store) candidates(ctx context.Context, id string, circle bool, dst []candidate) ([]candidate, error) {
 	np := nodePool.Get().(*[]*node)
 	nodes := s.graph.circle(id, circle, (*np)[:0])
@@ -173,6 +190,9 @@ func (s *Store) candidates(ctx context.Context, id string, circle bool, dst []ca
 	for _, n := range nodes {
 		if now-n.checked.Load() > s.staleAfter.Milliseconds() {
 			if err := s.refresh(ctx, n, now); err != nil {
+				if n.id != id && faultPerson(err) == n.id {
+					continue
+				}
 				return dst, err
 			}
 		}
@@ -207,19 +227,16 @@ func (s *Store) refresh(ctx context.Context, n *node, now int64) error {
 	return err
 }
 
-// withFile runs fn on the open file of person id. A person deleted since
-// their node was read has no file: gone is then true, fn is not run, and
-// there is no error, since a deleted person has nothing to show.
+// withFile runs fn on the file of person id, for reading (useFile). A
+// person deleted since their node was read has no file: gone is then true,
+// fn is not run, and there is no error, since a deleted person has nothing
+// to show.
 func (s *Store) withFile(ctx context.Context, id string, fn func(f *personFile) error) (gone bool, err error) {
-	f, err := s.files.acquire(ctx, id, false)
+	err = s.useFile(ctx, id, false, fn)
 	if nah.ErrorCode(err) == nah.NotFound {
 		return true, nil
 	}
-	if err != nil {
-		return false, err
-	}
-	defer s.files.release(f)
-	return false, fn(f)
+	return false, err
 }
 
 // page fills p.top with up to limit+1 items older than before from the

@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/nah-app/nah"
@@ -223,6 +225,9 @@ func (c *fileCache) open(ctx context.Context, p string, create bool) (*sql.DB, e
 		}
 	}
 	db, err := openDB(p, false, 1, personCacheKiB)
+	if err == nil && !create {
+		err = hasSchema(ctx, db, p)
+	}
 	if err == nil {
 		err = migrate(ctx, db, p, personMigrations)
 	}
@@ -236,6 +241,74 @@ func (c *fileCache) open(ctx context.Context, p string, create bool) (*sql.DB, e
 		return nil, err
 	}
 	return db, nil
+}
+
+// hasSchema checks that an existing person file has a schema. One emptied
+// or truncated to nothing reads as a new, empty database, which migrate
+// would set up again, and the person's moments would be lost without a
+// word: it is a file that cannot be read instead (faults.go).
+func hasSchema(ctx context.Context, db *sql.DB, p string) error {
+	var v int
+	if err := db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
+		return fmt.Errorf("%s: read schema version: %w", p, err)
+	}
+	if v == 0 {
+		return fmt.Errorf("%s: %w", p, errNoSchema)
+	}
+	return nil
+}
+
+// openSnapshot opens person file p read-only without its WAL and its
+// shared-memory index, for reads on a full disk: the usual opening of a
+// closed file makes a 32 KB index, and a full disk has no room for it. It
+// is the whole database only while the WAL holds nothing, which is how a
+// file is left when its last handle closes, so it refuses otherwise; and
+// immutable promises SQLite that nobody writes the file while it reads,
+// which holds on a full disk for the one read the handle lives for. The
+// handle is the caller's to close; it is outside the cache's bound, but
+// only one is open per read in progress, and only while the disk is full.
+func openSnapshot(ctx context.Context, p string) (*sql.DB, error) {
+	if st, err := os.Stat(p + "-wal"); err == nil && st.Size() > 0 {
+		return nil, fmt.Errorf("%s: snapshot: the WAL holds %d bytes", p, st.Size())
+	}
+	if err := configureSQLite(); err != nil {
+		return nil, err
+	}
+	if strings.ContainsAny(p, "?#") {
+		return nil, fmt.Errorf("sqlite: path %q must not contain '?' or '#'", p)
+	}
+	// immutable: no lock, no WAL, no index; SQLite reads the file alone.
+	uri := "file:" + strings.ReplaceAll(p, "%", "%25") + "?mode=ro&immutable=1&_pragma=cache_size(-" + strconv.Itoa(personCacheKiB) + ")"
+	db, err := sql.Open("sqlite", uri)
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(1)
+	var v int
+	if err := db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("%s: snapshot: %w", p, err)
+	}
+	if v != len(personMigrations) {
+		db.Close()
+		return nil, fmt.Errorf("%s: snapshot: schema version %d, want %d", p, v, len(personMigrations))
+	}
+	return db, nil
+}
+
+// drop takes f out of the cache if it is still there, so that the next
+// acquire opens the file afresh; f closes with its last user. For a handle
+// that proved broken: kept, it would go on reading the broken file, even
+// after a good copy had been renamed over it.
+func (c *fileCache) drop(f *personFile) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byID[f.id] == f {
+		delete(c.byID, f.id)
+		c.lru.Remove(f.elem)
+		f.elem = nil
+		c.markClosingLocked(f)
+	}
 }
 
 // forget closes the file of person id if it is open and drops it from the
@@ -297,4 +370,48 @@ func (c *fileCache) closeAll() {
 		})
 	}
 	wg.Wait()
+}
+
+// useFile runs fn on the open file of person id, and turns what goes wrong
+// with the file into the caller's answer (faults.go): a file that cannot be
+// read is Unavailable and listed, and its handle leaves the cache so that
+// the next use opens the file afresh; a full disk is InsufficientStorage,
+// except that a read goes on through a snapshot of a file that could not be
+// opened for lack of space. write says whether fn writes.
+func (s *Store) useFile(ctx context.Context, id string, write bool, fn func(f *personFile) error) error {
+	f, err := s.files.acquire(ctx, id, false)
+	if err != nil {
+		if !write && s.kindOf(err) == noSpace && s.readSnapshot(ctx, id, fn) == nil {
+			s.noteReadable(id)
+			return nil
+		}
+		return s.fileErr(id, err)
+	}
+	err = fn(f)
+	if err != nil && s.kindOf(err) == unreadable {
+		s.files.drop(f)
+	}
+	s.files.release(f)
+	if err != nil {
+		return s.fileErr(id, err)
+	}
+	s.noteReadable(id)
+	if write {
+		s.noteWrote()
+	}
+	return nil
+}
+
+// readSnapshot runs fn on a snapshot of person id's file (openSnapshot).
+func (s *Store) readSnapshot(ctx context.Context, id string, fn func(f *personFile) error) error {
+	p, err := s.files.personPath(id)
+	if err != nil {
+		return err
+	}
+	db, err := openSnapshot(ctx, p)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	return fn(&personFile{id: id, path: p, db: db})
 }

@@ -16,7 +16,7 @@ type Invite struct {
 func (s *Store) CreateInvite(ctx context.Context, id string) (Invite, error) {
 	now := s.now()
 	inv := Invite{Code: newCode(), ExpiresAt: now.Add(nah.InviteTTL).UnixMilli()}
-	_, err := s.w.ExecContext(ctx, `INSERT INTO invites(code_hash, person_id, created_at, expires_at) VALUES (?, ?, ?, ?)`,
+	_, err := s.exec(ctx, `INSERT INTO invites(code_hash, person_id, created_at, expires_at) VALUES (?, ?, ?, ?)`,
 		hashSecret(inv.Code), id, now.UnixMilli(), inv.ExpiresAt)
 	if err != nil {
 		return Invite{}, err

@@ -29,7 +29,7 @@ func (s *Store) CreateJoinCode(ctx context.Context, ttl time.Duration) (string, 
 	now := s.now().UnixMilli()
 	h := hashSecret(code)
 	jc := JoinCode{ID: hex.EncodeToString(h[:8]), Hint: code[:4], CreatedAt: now, ExpiresAt: now + ttl.Milliseconds()}
-	_, err := s.w.ExecContext(ctx, `INSERT INTO join_codes(code_hash, hint, created_at, expires_at) VALUES (?, ?, ?, ?)`,
+	_, err := s.exec(ctx, `INSERT INTO join_codes(code_hash, hint, created_at, expires_at) VALUES (?, ?, ?, ?)`,
 		h, jc.Hint, jc.CreatedAt, jc.ExpiresAt)
 	if err != nil {
 		return "", JoinCode{}, err
@@ -104,7 +104,7 @@ func (s *Store) RevokeJoinCode(ctx context.Context, id string) error {
 	if err != nil || len(b) != 8 {
 		return nah.Errorf(nah.NotFound, "", "no such join code")
 	}
-	res, err := s.w.ExecContext(ctx, `UPDATE join_codes SET revoked_at = ? WHERE substr(code_hash, 1, 8) = ? AND revoked_at IS NULL AND used_by IS NULL`,
+	res, err := s.exec(ctx, `UPDATE join_codes SET revoked_at = ? WHERE substr(code_hash, 1, 8) = ? AND revoked_at IS NULL AND used_by IS NULL`,
 		s.now().UnixMilli(), b)
 	if err != nil {
 		return err

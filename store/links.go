@@ -24,7 +24,7 @@ func (s *Store) CreateLink(ctx context.Context, kind, person string, ttl time.Du
 	if person != "" {
 		p = person
 	}
-	_, err := s.w.ExecContext(ctx, `INSERT INTO links(token_hash, kind, person_id, created_at, expires_at) VALUES (?, ?, ?, ?, ?)`,
+	_, err := s.exec(ctx, `INSERT INTO links(token_hash, kind, person_id, created_at, expires_at) VALUES (?, ?, ?, ?, ?)`,
 		hashSecret(token), kind, p, now.UnixMilli(), now.Add(ttl).UnixMilli())
 	return token, err
 }

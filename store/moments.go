@@ -15,22 +15,24 @@ func (s *Store) CreateMoment(ctx context.Context, author string, body []byte) (n
 	if n == nil {
 		return nah.Moment{}, nah.Errorf(nah.NotFound, "", "no such person")
 	}
-	f, err := s.files.acquire(ctx, author, false)
+	var m nah.Moment
+	err := s.useFile(ctx, author, true, func(f *personFile) error {
+		now := s.now().UnixMilli()
+		m = nah.Moment{ID: nah.NewMomentID(now), Author: author, CreatedAt: now}
+		if _, err := f.db.ExecContext(ctx, `INSERT INTO moments(id, created_at, body) VALUES (?, ?, ?)`, m.ID, m.CreatedAt, body); err != nil {
+			return err
+		}
+		n.raiseNewest(now)
+		n.checked.Store(now)
+		s.markDirty(author, n.newest.Load(), 1)
+		m.Body = bytes.Clone(body)
+		s.headAfterPost(n, m)
+		m.Body = nil
+		return nil
+	})
 	if err != nil {
 		return nah.Moment{}, err
 	}
-	defer s.files.release(f)
-	now := s.now().UnixMilli()
-	m := nah.Moment{ID: nah.NewMomentID(now), Author: author, CreatedAt: now}
-	if _, err := f.db.ExecContext(ctx, `INSERT INTO moments(id, created_at, body) VALUES (?, ?, ?)`, m.ID, m.CreatedAt, body); err != nil {
-		return nah.Moment{}, err
-	}
-	n.raiseNewest(now)
-	n.checked.Store(now)
-	s.markDirty(author, n.newest.Load(), 1)
-	m.Body = bytes.Clone(body)
-	s.headAfterPost(n, m)
-	m.Body = nil
 	return m, nil
 }
 
@@ -45,33 +47,31 @@ func (s *Store) DeleteMoment(ctx context.Context, author, id string) error {
 	if n == nil {
 		return notFound
 	}
-	f, err := s.files.acquire(ctx, author, false)
-	if err != nil {
-		return err
-	}
-	defer s.files.release(f)
-	before := n.newest.Load()
-	res, err := f.db.ExecContext(ctx, `DELETE FROM moments WHERE id = ?`, id)
-	if err != nil {
-		return err
-	}
-	if k, _ := res.RowsAffected(); k == 0 {
-		return notFound
-	}
-	// The newest time may now be too new; an overestimate only costs a
-	// visit, but keep it true when it is cheap to know.
-	newest, known := s.headAfterDelete(n, id)
-	if !known {
-		if newest, err = readNewest(ctx, f.db); err != nil {
+	return s.useFile(ctx, author, true, func(f *personFile) error {
+		before := n.newest.Load()
+		res, err := f.db.ExecContext(ctx, `DELETE FROM moments WHERE id = ?`, id)
+		if err != nil {
 			return err
 		}
-	}
-	s.markDirty(author, 0, -1)
-	// Lower it only if no post raised it meanwhile.
-	if n.newest.CompareAndSwap(before, newest) {
-		n.checked.Store(s.now().UnixMilli())
-	}
-	return nil
+		if k, _ := res.RowsAffected(); k == 0 {
+			return notFound
+		}
+		// Counted at once: the delete is committed whatever follows.
+		s.markDirty(author, 0, -1)
+		// The newest time may now be too new; an overestimate only costs a
+		// visit, but keep it true when it is cheap to know.
+		newest, known := s.headAfterDelete(n, id)
+		if !known {
+			if newest, err = readNewest(ctx, f.db); err != nil {
+				return err
+			}
+		}
+		// Lower it only if no post raised it meanwhile.
+		if n.newest.CompareAndSwap(before, newest) {
+			n.checked.Store(s.now().UnixMilli())
+		}
+		return nil
+	})
 }
 
 func readNewest(ctx context.Context, db *sql.DB) (int64, error) {
@@ -85,40 +85,35 @@ func readNewest(ctx context.Context, db *sql.DB) (int64, error) {
 // does not use it (it reads heads, then keys first); tests use it as the
 // oracle of the feed and of heads, and the benchmark of the whole-rows shape.
 func (s *Store) Moments(ctx context.Context, author string, before *nah.Cursor, limit int, dst []nah.Moment) ([]nah.Moment, error) {
-	f, err := s.files.acquire(ctx, author, false)
-	if err != nil {
-		return dst, err
-	}
-	defer s.files.release(f)
 	at, id := int64(1<<62), ""
 	if before != nil {
 		at, id = before.At, before.ID
 	}
-	rows, err := f.db.QueryContext(ctx, `SELECT id, created_at, body FROM moments
-		WHERE (created_at, id) < (?, ?) ORDER BY created_at DESC, id DESC LIMIT ?`, at, id, limit)
-	if err != nil {
-		return dst, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		m := nah.Moment{Author: author}
-		if err := rows.Scan(&m.ID, &m.CreatedAt, &m.Body); err != nil {
-			return dst, err
+	err := s.useFile(ctx, author, false, func(f *personFile) error {
+		rows, err := f.db.QueryContext(ctx, `SELECT id, created_at, body FROM moments
+			WHERE (created_at, id) < (?, ?) ORDER BY created_at DESC, id DESC LIMIT ?`, at, id, limit)
+		if err != nil {
+			return err
 		}
-		dst = append(dst, m)
-	}
-	return dst, rows.Err()
+		defer rows.Close()
+		for rows.Next() {
+			m := nah.Moment{Author: author}
+			if err := rows.Scan(&m.ID, &m.CreatedAt, &m.Body); err != nil {
+				return err
+			}
+			dst = append(dst, m)
+		}
+		return rows.Err()
+	})
+	return dst, err
 }
 
 // MomentCount counts a person's moments in their file.
 func (s *Store) MomentCount(ctx context.Context, id string) (int, error) {
-	f, err := s.files.acquire(ctx, id, false)
-	if err != nil {
-		return 0, err
-	}
-	defer s.files.release(f)
 	var n int
-	err = f.db.QueryRowContext(ctx, `SELECT count(*) FROM moments`).Scan(&n)
+	err := s.useFile(ctx, id, false, func(f *personFile) error {
+		return f.db.QueryRowContext(ctx, `SELECT count(*) FROM moments`).Scan(&n)
+	})
 	return n, err
 }
 
@@ -130,32 +125,30 @@ func (s *Store) ImportMoments(ctx context.Context, author string, ms []nah.Momen
 	if n == nil {
 		return nah.Errorf(nah.NotFound, "", "no such person")
 	}
-	f, err := s.files.acquire(ctx, author, false)
-	if err != nil {
-		return err
-	}
-	defer s.files.release(f)
-	tx, err := f.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	stmt, err := tx.PrepareContext(ctx, `INSERT INTO moments(id, created_at, body) VALUES (?, ?, ?)`)
-	if err != nil {
-		return err
-	}
-	defer stmt.Close()
 	var newest int64
-	for _, m := range ms {
-		if !nah.ValidMomentID(m.ID) {
-			return nah.Errorf(nah.Invalid, "invalid_id", "%q is not a moment id", m.ID)
-		}
-		if _, err := stmt.ExecContext(ctx, m.ID, m.CreatedAt, m.Body); err != nil {
+	err := s.useFile(ctx, author, true, func(f *personFile) error {
+		tx, err := f.db.BeginTx(ctx, nil)
+		if err != nil {
 			return err
 		}
-		newest = max(newest, m.CreatedAt)
-	}
-	if err := tx.Commit(); err != nil {
+		defer tx.Rollback()
+		stmt, err := tx.PrepareContext(ctx, `INSERT INTO moments(id, created_at, body) VALUES (?, ?, ?)`)
+		if err != nil {
+			return err
+		}
+		defer stmt.Close()
+		for _, m := range ms {
+			if !nah.ValidMomentID(m.ID) {
+				return nah.Errorf(nah.Invalid, "invalid_id", "%q is not a moment id", m.ID)
+			}
+			if _, err := stmt.ExecContext(ctx, m.ID, m.CreatedAt, m.Body); err != nil {
+				return err
+			}
+			newest = max(newest, m.CreatedAt)
+		}
+		return tx.Commit()
+	})
+	if err != nil {
 		return err
 	}
 	n.raiseNewest(newest)

@@ -25,8 +25,9 @@ type NewPerson struct {
 }
 
 // CreatePerson makes an account and its person file. The file is created
-// first, so a person row never points at a missing file; if the row cannot be
-// written the file is removed again.
+// first, so a person row never points at a missing file; if the file cannot
+// be made or the row cannot be written (a full disk is InsufficientStorage),
+// the person's folder is removed again.
 func (s *Store) CreatePerson(ctx context.Context, np NewPerson) (nah.Person, error) {
 	if err := nah.CheckHandle(np.Handle); err != nil {
 		return nah.Person{}, err
@@ -42,7 +43,8 @@ func (s *Store) CreatePerson(ctx context.Context, np NewPerson) (nah.Person, err
 	}
 	f, err := s.files.acquire(ctx, p.ID, true)
 	if err != nil {
-		return nah.Person{}, err
+		s.removePersonFiles(p.ID) // the folder is made before the file
+		return nah.Person{}, s.spaceErr(err)
 	}
 	s.files.release(f)
 	err = s.writeTx(ctx, func(tx *sql.Tx) error {
@@ -143,7 +145,7 @@ func (s *Store) ListPeople(ctx context.Context, prefix string, offset, limit int
 // SetDisabled disables or enables a person. A disabled person's tokens stop
 // working at once: every token check joins on this flag.
 func (s *Store) SetDisabled(ctx context.Context, id string, disabled bool) error {
-	res, err := s.w.ExecContext(ctx, `UPDATE people SET disabled = ? WHERE id = ?`, disabled, id)
+	res, err := s.exec(ctx, `UPDATE people SET disabled = ? WHERE id = ?`, disabled, id)
 	if err != nil {
 		return err
 	}

@@ -16,7 +16,7 @@ const tokenLen = 43
 // CreateSession returns a new token for person id. Only its hash is kept.
 func (s *Store) CreateSession(ctx context.Context, id string) (string, error) {
 	token := newSecret(32)
-	_, err := s.w.ExecContext(ctx, `INSERT INTO sessions(token_hash, person_id, created_at) VALUES (?, ?, ?)`,
+	_, err := s.exec(ctx, `INSERT INTO sessions(token_hash, person_id, created_at) VALUES (?, ?, ?)`,
 		hashSecret(token), id, s.now().UnixMilli())
 	if err != nil {
 		return "", err
@@ -57,7 +57,7 @@ func (s *Store) PersonForToken(ctx context.Context, token string) (nah.Person, e
 // DeleteSession revokes a token.
 func (s *Store) DeleteSession(ctx context.Context, token string) error {
 	h := sha256.Sum256([]byte(token))
-	_, err := s.w.ExecContext(ctx, `DELETE FROM sessions WHERE token_hash = ?`, h[:])
+	_, err := s.exec(ctx, `DELETE FROM sessions WHERE token_hash = ?`, h[:])
 	s.sessions.remove(h)
 	return err
 }
@@ -95,14 +95,14 @@ func (s *Store) Sessions(ctx context.Context, person string, limit int) ([]Sessi
 func (s *Store) RevokeSessions(ctx context.Context, person, id string) error {
 	var err error
 	if id == "" {
-		_, err = s.w.ExecContext(ctx, `DELETE FROM sessions WHERE person_id = ?`, person)
+		_, err = s.exec(ctx, `DELETE FROM sessions WHERE person_id = ?`, person)
 	} else {
 		b, herr := hex.DecodeString(id)
 		if herr != nil || len(b) != 8 {
 			return nah.Errorf(nah.NotFound, "", "no such session")
 		}
 		var res sql.Result
-		res, err = s.w.ExecContext(ctx, `DELETE FROM sessions WHERE person_id = ? AND substr(token_hash, 1, 8) = ?`, person, b)
+		res, err = s.exec(ctx, `DELETE FROM sessions WHERE person_id = ? AND substr(token_hash, 1, 8) = ?`, person, b)
 		if err == nil {
 			if n, _ := res.RowsAffected(); n == 0 {
 				return nah.Errorf(nah.NotFound, "", "no such session")

@@ -18,6 +18,6 @@ func (s *Store) Setting(ctx context.Context, key, def string) (string, error) {
 
 // SetSetting persists a setting.
 func (s *Store) SetSetting(ctx context.Context, key, value string) error {
-	_, err := s.w.ExecContext(ctx, `INSERT INTO settings(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value`, key, value)
+	_, err := s.exec(ctx, `INSERT INTO settings(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value`, key, value)
 	return err
 }

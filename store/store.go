@@ -75,6 +75,11 @@ type Store struct {
 	dirtyMu sync.Mutex
 	dirty   map[string]dirtyPerson // what the directory has not heard yet
 
+	problems   problems      // person files that cannot be read (faults.go)
+	fullAt     atomic.Int64  // store clock (unix ms) of the last write refused for lack of space; 0 once one went through
+	fullLogged atomic.Int64  // when a full disk was last logged
+	wake       chan struct{} // a write went through after the disk was full: flush now
+
 	// afterTokenRead, when set (by tests only), runs in PersonForToken
 	// between the directory read and the cache put.
 	afterTokenRead func()
@@ -123,6 +128,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		log:        cfg.Logger,
 		graph:      newGraph(),
 		dirty:      make(map[string]dirtyPerson),
+		wake:       make(chan struct{}, 1),
 		stop:       make(chan struct{}),
 		stopped:    make(chan struct{}),
 	}
@@ -133,6 +139,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	if err = migrate(ctx, s.w, path, directoryMigrations); err != nil {
 		s.w.Close()
+		if s.kindOf(err) == noSpace {
+			// Opening the directory makes its shared-memory index, which a
+			// full disk has no room for: say so rather than "I/O error".
+			return nil, fmt.Errorf("store: the disk of %s is full: free some space and start again: %w", cfg.Dir, err)
+		}
 		return nil, err
 	}
 	if s.r, err = openDB(path, true, directoryReaders, 2048); err != nil {
@@ -272,9 +283,10 @@ func (s *Store) load(ctx context.Context) error {
 // database so that cursors survive restarts and work across instances.
 func (s *Store) CursorKey() []byte { return s.cursorKey }
 
-// Stats are the store's gauges, read from memory without touching a file:
-// what the console's overview, the metrics and health pages show. (Counts
-// that need a query or a walk of the disk are in Totals.)
+// Stats are the store's gauges, read from memory (and the file system's
+// free space) without touching a file: what the console's overview, the
+// metrics and health pages show. (Counts that need a query or a walk of the
+// disk are in Totals.)
 type Stats struct {
 	OpenFiles    int // person files open now
 	MaxOpenFiles int // the bound of the open-file cache
@@ -286,6 +298,10 @@ type Stats struct {
 	HeadBytes         int64 // memory of the cached heads
 	HeadBudget        int64 // their bound; 0 or less when heads are off
 	FileReads         int64 // looks into person files on the feed path, ever
+	// UnreadableFiles is how many person files cannot be read now
+	// (FileProblems lists them).
+	UnreadableFiles int
+	DiskFull        bool // writes are refused for lack of space (DiskFull)
 }
 
 // Stats returns the store's gauges now.
@@ -301,6 +317,8 @@ func (s *Store) Stats() Stats {
 		HeadBytes:         s.headBytes.Load(),
 		HeadBudget:        s.headBudget,
 		FileReads:         s.fileReads.Load(),
+		UnreadableFiles:   int(s.problems.n.Load()),
+		DiskFull:          s.DiskFull(),
 	}
 }
 
@@ -315,19 +333,38 @@ func (s *Store) Ping(ctx context.Context) error {
 // is only a hint loaded at start, and the file is re-read after StaleAfter.
 const flushInterval = time.Second
 
+// maxFlushWait bounds the backoff of a failing flush. A flush that fails (a
+// full disk, say) is retried, and logged, 1, 2, 4... seconds later up to
+// this, instead of every second; the times wait in memory meanwhile, and
+// a write that goes through once there is space wakes the flush at once.
+const maxFlushWait = 5 * time.Minute
+
 func (s *Store) flushLoop() {
 	defer close(s.stopped)
-	t := time.NewTicker(flushInterval)
+	wait, failures := flushInterval, 0
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	for {
 		select {
 		case <-t.C:
-			if err := s.flushDirty(context.Background()); err != nil {
-				s.log.Error("flush newest times", "err", err)
+		case <-s.wake:
+			if failures == 0 {
+				continue // nothing is waiting on a retry; the timer still runs
 			}
 		case <-s.stop:
 			return
 		}
+		if err := s.flushDirty(context.Background()); err != nil {
+			failures++
+			wait = min(2*wait, maxFlushWait)
+			s.log.Error("flush newest times", "err", err, "failures", failures, "next_try_in", wait)
+		} else {
+			if failures > 0 {
+				s.log.Info("flush newest times recovered", "failures", failures)
+			}
+			wait, failures = flushInterval, 0
+		}
+		t.Reset(wait)
 	}
 }
 
@@ -388,15 +425,31 @@ func (s *Store) Close() error {
 	return s.closeErr
 }
 
-// writeTx runs fn in one immediate transaction on the directory writer.
+// writeTx runs fn in one immediate transaction on the directory writer. A
+// full disk is InsufficientStorage (faults.go).
 func (s *Store) writeTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
-		return err
+		return s.spaceErr(err)
 	}
 	if err := fn(tx); err != nil {
 		tx.Rollback()
-		return err
+		return s.spaceErr(err)
 	}
-	return tx.Commit()
+	if err := tx.Commit(); err != nil {
+		return s.spaceErr(err)
+	}
+	s.noteWrote()
+	return nil
+}
+
+// exec runs one statement on the directory writer. A full disk is
+// InsufficientStorage (faults.go).
+func (s *Store) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	res, err := s.w.ExecContext(ctx, query, args...)
+	if err != nil {
+		return nil, s.spaceErr(err)
+	}
+	s.noteWrote()
+	return res, nil
 }

@@ -356,3 +356,18 @@ func TestHooksAlternate(t *testing.T) {
 		t.Fatal(strings.Join(problems, "\n"))
 	}
 }
+
+// TestRefusedPersonFileLeavesNoFolder: when a new person's file cannot be
+// made (replication refuses it here; a full disk does the same), the
+// folder made for it goes too.
+func TestRefusedPersonFileLeavesNoFolder(t *testing.T) {
+	dir := t.TempDir()
+	refuse := errors.New("refused")
+	s := MustOpen(t, Config{Dir: dir, Hooks: Hooks{BeforeOpen: func(string) error { return refuse }}})
+	if _, err := s.CreatePerson(context.Background(), NewPerson{Handle: "ann", PasswordHash: "x"}); !errors.Is(err, refuse) {
+		t.Fatalf("create with its file refused: %v", err)
+	}
+	if es, err := os.ReadDir(filepath.Join(dir, "people")); err != nil || len(es) != 0 {
+		t.Fatalf("people/ holds %d entries (%v), want none", len(es), err)
+	}
+}

@@ -31,6 +31,19 @@ type Overview struct {
 	HeadBytes    int64
 	Uptime       time.Duration
 	Points       []Point
+
+	// What needs attention: a full disk, and the person files that cannot
+	// be read (the first few of AttentionTotal).
+	DiskFull       bool
+	Attention      []AttentionRow
+	AttentionTotal int
+}
+
+// AttentionRow is a person whose file cannot be read.
+type AttentionRow struct {
+	ID, Handle string
+	Problem    string // what is wrong with the file, for the operator
+	Since      int64
 }
 
 // Point is one minute of the chart.
@@ -65,6 +78,10 @@ type Person struct {
 	Moments      int
 	StorageBytes int64
 	Sessions     []SessionRow
+	// Attention, when set, is what is wrong with the person's file, which
+	// cannot be read since AttentionSince; Moments is then unknown.
+	Attention      string
+	AttentionSince int64
 }
 
 // SessionRow is one signed-in device.

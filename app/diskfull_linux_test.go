@@ -1,0 +1,138 @@
+package app
+
+import (
+	"encoding/base64"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// mountTmpfs mounts a tmpfs of size (such as "8m") on a fresh folder and
+// unmounts it with the test. Mounting needs root: without it the test is
+// skipped, except in CI, where a skipped test would pass off as a passing
+// one, so there it fails.
+func mountTmpfs(t *testing.T, size string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "tmpfs")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size="+size+",mode=0700"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("mount a tmpfs to fill (CI runs as root and must run this test): %v", err)
+		}
+		t.Skipf("cannot mount a tmpfs to fill (%v): run the tests as root to test a full disk", err)
+	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(dir, 0); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	return dir
+}
+
+// fillDisk grows a filler file in dir until the file system is full. Call
+// it again before each write that must find the disk full: SQLite frees
+// space by itself (a file closed removes its WAL), and a write may fit in it.
+func fillDisk(t *testing.T, dir string) {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(dir, "filler"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 64<<10)
+	for err == nil {
+		_, err = f.Write(buf)
+	}
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("filling %s: %v, want ENOSPC", dir, err)
+	}
+}
+
+// freeDisk deletes the filler of fillDisk.
+func freeDisk(t *testing.T, dir string) {
+	t.Helper()
+	if err := os.Remove(filepath.Join(dir, "filler")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDiskFull: on a full disk every write answers 507 insufficient_storage
+// and reads go on, also of files that were closed; health says so; a
+// refused sign-up leaves no folder; and once space returns everything works
+// again by itself.
+func TestDiskFull(t *testing.T) {
+	dir := mountTmpfs(t, "8m")
+	// One open file and no heads, so that feeds open closed files.
+	ts := newTestServer(t, func(c *serverConfig) { c.Dir, c.MaxOpenFiles, c.HeadCacheBytes = dir, 1, -1 })
+	ann, bob := ts.signup(t, "ann"), ts.signup(t, "bob")
+	ts.connect(t, ann, bob)
+	ts.post(t, ann, []byte("ann"))
+	ts.post(t, bob, []byte("bob"))
+	admin := signedInAdmin(t, ts)
+	folders := func() int {
+		t.Helper()
+		es, err := os.ReadDir(filepath.Join(dir, "people"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(es)
+	}
+
+	for _, w := range []struct {
+		name, method, path, token string
+		body                      any
+	}{
+		// bob's file is open (his post was the last file used), ann's closed.
+		{"post to an open file", "POST", "/api/v1/moments", bob.token, map[string]string{"body": "aGk="}},
+		// Opening ann's file closes bob's, whose WAL is then removed: the
+		// body is larger than the space that frees.
+		{"post to a closed file", "POST", "/api/v1/moments", ann.token, map[string]string{"body": base64.StdEncoding.EncodeToString(make([]byte, 60<<10))}},
+		{"sign in", "POST", "/api/v1/sessions", "", map[string]string{"handle": "ann", "password": "password-ann"}},
+		{"sign up", "POST", "/api/v1/accounts", "", map[string]string{"handle": "cat", "password": "password-cat"}},
+		{"invite", "POST", "/api/v1/invites", bob.token, nil},
+	} {
+		fillDisk(t, dir)
+		r := ts.do(t, w.method, w.path, w.token, w.body)
+		if r.status != 507 || r.errCode() != "insufficient_storage" {
+			t.Errorf("%s on a full disk: %d %s, want 507 insufficient_storage", w.name, r.status, r.raw)
+		}
+	}
+	if n := folders(); n != 2 {
+		t.Errorf("people/ holds %d folders after a refused sign-up, want 2", n)
+	}
+	for _, who := range []account{ann, bob} {
+		if got := ts.readAll(t, who.token, "/api/v1/feed", 1); len(got) != 2 {
+			t.Errorf("%s's feed on a full disk: %d moments, want 2", who.handle, len(got))
+		}
+		if got := ts.readAll(t, who.token, "/api/v1/people/"+ann.id+"/moments", 30); len(got) != 1 {
+			t.Errorf("ann's moments read by %s on a full disk: %d, want 1", who.handle, len(got))
+		}
+		if r := ts.do(t, "GET", "/api/v1/me", who.token, nil); r.status != 200 {
+			t.Errorf("%s's /me on a full disk: %d", who.handle, r.status)
+		}
+	}
+	h := ts.do(t, "GET", "/healthz", "", nil)
+	if h.status != 200 || h.str("status") != "degraded" || h.json["disk_full"] != true {
+		t.Errorf("health on a full disk: %d %s", h.status, h.raw)
+	}
+	if p := get(t, admin, ts.URL+"/console"); p.status != 200 || !strings.Contains(p.body, "The disk is full") {
+		t.Errorf("overview on a full disk: %d, does not say the disk is full", p.status)
+	}
+
+	freeDisk(t, dir)
+	ts.post(t, ann, []byte("ann again"))
+	cat := ts.signup(t, "cat")
+	ts.connect(t, cat, bob)
+	if got := ts.readAll(t, bob.token, "/api/v1/feed", 30); len(got) != 3 {
+		t.Errorf("bob's feed after space returned: %d moments, want 3", len(got))
+	}
+	h = ts.do(t, "GET", "/healthz", "", nil)
+	if h.status != 200 || h.str("status") != "ok" || h.json["disk_full"] != false {
+		t.Errorf("health after space returned: %d %s", h.status, h.raw)
+	}
+}

@@ -32,7 +32,8 @@ const (
 	// requestCost is what any request holds while it runs: a goroutine
 	// (8 KB of stack, often grown), net/http's buffers and the handler's
 	// small allocations. 16 KB bounds the number of requests in flight at
-	// budget/16 KB (about 9,000 at the default) whatever they are.
+	// budget/16 KB (about 5,900 with the server's default budget of 92 MiB)
+	// whatever they are.
 	requestCost = 16 << 10
 	// pageWriterSize is the buffer a page is written through.
 	pageWriterSize = 32 << 10
@@ -42,9 +43,11 @@ const (
 func (b *budget) take(n int64) bool { return b.takeUpTo(n, b.limit) }
 
 // takeBulk is take for the large, client-sized part of a request: the bodies
-// of a page, of a post. It stops a quarter short of the limit, so that when
-// slow clients of the largest pages hold all they may, every other request
-// still finds room for its base cost and an ordinary page.
+// of a page read from files, of a post. It stops a quarter short of the
+// limit, so that when slow clients of the largest pages hold all they may,
+// every other request still finds room for its base cost and a page served
+// from heads (most feeds); a page that must read bodies from files waits
+// for the bulk share like the rest.
 func (b *budget) takeBulk(n int64) bool { return b.takeUpTo(n, b.limit-b.limit/4) }
 
 func (b *budget) takeUpTo(n, limit int64) bool {

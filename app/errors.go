@@ -2,6 +2,7 @@ package app
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -34,6 +35,9 @@ var statusOf = map[nah.Code]int{
 // or is one of kind Internal: the code and a fixed sentence, never the text.
 var errInternal = nah.Errorf(nah.Internal, "", "something went wrong on the server")
 
+// errClientLeft answers a request whose client went away before it was done.
+var errClientLeft = nah.Errorf(nah.Unavailable, "canceled", "the request was canceled")
+
 // respondError is the one error path, of the API and the console alike:
 // err becomes its status, its Retry-After, and then either the SPEC's JSON
 // body (view is nil) or the HTML page that view makes of it. Anything that
@@ -41,8 +45,13 @@ var errInternal = nah.Errorf(nah.Internal, "", "something went wrong on the serv
 // answered with errInternal, so its text never reaches the client.
 func (a *App) respondError(w http.ResponseWriter, r *http.Request, err error, view func(*nah.Error) templ.Component) {
 	var e *nah.Error
-	if !errors.As(err, &e) || e.Code == nah.Internal {
-		a.log.Error("internal error", "method", r.Method, "route", routePattern(r), "err", err)
+	switch {
+	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+		// The client left (closed the connection or gave up waiting): no
+		// one reads this answer, and it is not the server's fault to log.
+		e = errClientLeft
+	case !errors.As(err, &e) || e.Code == nah.Internal:
+		a.log.Error("internal error", "method", methodLabel(r.Method), "route", routePattern(r), "err", err)
 		e = errInternal
 	}
 	if e.RetryAfter > 0 || e.Code == nah.RateLimited {

@@ -1,14 +1,17 @@
 package app
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -134,4 +137,49 @@ func TestRouterErrorsAreSPECErrors(t *testing.T) {
 	check("health failure", serve(http.HandlerFunc(ts.app.handleHealth), httptest.NewRequest("GET", "/healthz", nil).WithContext(ctx)), 503, "unavailable")
 	boom := ts.app.recoverer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("boom") }))
 	check("panic", serve(boom, httptest.NewRequest("GET", "/api/v1/me", nil)), 500, "internal")
+}
+
+// TestClientLeavingIsNotAnError: a client that gives up while its request
+// waits (here for a password-hashing slot) is not logged as an internal
+// error: nobody reads that answer, and nothing on the server went wrong.
+func TestClientLeavingIsNotAnError(t *testing.T) {
+	ts := newTestServer(t)
+	ts.signup(t, "ann")
+	var logged syncBuffer
+	ts.app.log = slog.New(slog.NewTextHandler(&logged, nil))
+	for range cap(ts.app.hasher.slots) {
+		ts.app.hasher.slots <- struct{}{}
+	}
+	defer func() {
+		for range cap(ts.app.hasher.slots) {
+			<-ts.app.hasher.slots
+		}
+	}()
+	c := &http.Client{Timeout: 200 * time.Millisecond}
+	_, err := c.Post(ts.URL+"/api/v1/sessions", "application/json", strings.NewReader(`{"handle":"ann","password":"password-ann"}`))
+	if err == nil {
+		t.Fatal("the sign-in was answered while every hashing slot was held")
+	}
+	time.Sleep(300 * time.Millisecond) // the server notices the client left
+	if strings.Contains(logged.String(), "internal error") {
+		t.Fatalf("a client that left was logged as an internal error:\n%s", logged.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -34,10 +34,13 @@ import (
 // At the bound, a new connection gets room in this order:
 //
 //  1. The connection idle longest (a keep-alive connection between
-//     requests) is closed. That is what IdleTimeout would do later anyway,
-//     and HTTP clients retry a request on a reused connection that the
-//     server closed; so idle connections, an attacker's thousands as much
-//     as a phone's one, never keep a new client out.
+//     requests, that has not started sending the next) is closed. That is
+//     what IdleTimeout would do later anyway, and HTTP clients retry an
+//     idempotent request on a reused connection that the server closed; a
+//     connection leaves the idle list at its next request's first byte
+//     (limitedConn.Read), so a POST in flight is never cut. Idle
+//     connections, an attacker's thousands as much as a phone's one, never
+//     keep a new client out.
 //  2. With none idle (each is in a request, or has yet to send its first,
 //     which ReadHeaderTimeout bounds at 5 s), the new connection enters a
 //     small overflow (a sixteenth of the bound) where its request is
@@ -89,6 +92,31 @@ type limitedConn struct {
 	// Guarded by l.mu.
 	released bool          // no longer counted: closed, or its slot given away
 	idleAt   *list.Element // in l.idle while idle
+
+	listed atomic.Bool // idleAt != nil, readable without the lock
+}
+
+// Read takes an idle connection off the idle list as soon as its next
+// request starts to arrive: net/http marks a connection active only once it
+// has read the whole header, and closing it in between would lose a request
+// that clients do not retry (a POST is not idempotent).
+func (c *limitedConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 && c.listed.Load() {
+		c.l.mu.Lock()
+		c.unlistLocked()
+		c.l.mu.Unlock()
+	}
+	return n, err
+}
+
+// unlistLocked takes c off the idle list; call with l.mu held.
+func (c *limitedConn) unlistLocked() {
+	if c.idleAt != nil {
+		c.l.idle.Remove(c.idleAt)
+		c.idleAt = nil
+	}
+	c.listed.Store(false)
 }
 
 // shedKey marks the context of a connection from the overflow.
@@ -164,8 +192,8 @@ func (l *connLimiter) admit(c net.Conn) *limitedConn {
 	case l.idle.Len() > 0:
 		// The victim's slot passes to c: it stops counting now, before
 		// its goroutine has noticed the close.
-		victim = l.idle.Remove(l.idle.Front()).(*limitedConn)
-		victim.idleAt = nil
+		victim = l.idle.Front().Value.(*limitedConn)
+		victim.unlistLocked()
 		victim.released = true
 	case l.shed < l.overflow:
 		l.shed++
@@ -211,12 +239,10 @@ func (l *connLimiter) connState(c net.Conn, s http.ConnState) {
 	case http.StateIdle:
 		if !lc.released && !lc.shed && lc.idleAt == nil {
 			lc.idleAt = l.idle.PushBack(lc)
+			lc.listed.Store(true)
 		}
 	default: // active, closed or hijacked: not idle
-		if lc.idleAt != nil {
-			l.idle.Remove(lc.idleAt)
-			lc.idleAt = nil
-		}
+		lc.unlistLocked()
 	}
 }
 
@@ -226,10 +252,7 @@ func (c *limitedConn) Close() error {
 	l.mu.Lock()
 	if !c.released {
 		c.released = true
-		if c.idleAt != nil {
-			l.idle.Remove(c.idleAt)
-			c.idleAt = nil
-		}
+		c.unlistLocked()
 		if c.shed {
 			l.shed--
 		} else {

@@ -204,3 +204,53 @@ func TestIdleTimeoutFreesConnections(t *testing.T) {
 		t.Fatalf("%d closed to make room; the timeout should have closed them", lim.evicted.Load())
 	}
 }
+
+// TestRequestInFlightIsNotEvicted: a keep-alive connection that has started
+// sending its next request is no longer idle, even before net/http has read
+// the whole header and marked it active; a new connection at the bound must
+// not close it and lose a POST, which clients do not retry.
+func TestRequestInFlightIsNotEvicted(t *testing.T) {
+	ts := newTestServer(t)
+	posted := make(chan struct{}, 1)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == "POST" {
+			io.Copy(io.Discard, r.Body)
+			posted <- struct{}{}
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	addr, lim := limitedServer(t, ts.app, 1, h, nil)
+	a := dial(t, addr)
+	if res, _, err := a.get("/"); err != nil || res.StatusCode != 204 {
+		t.Fatalf("first request: %v", err)
+	}
+	waitFor(t, "a's connection to be idle", func() bool {
+		lim.mu.Lock()
+		defer lim.mu.Unlock()
+		return lim.idle.Len() == 1
+	})
+	// Half of a POST's header on a, then a new connection, then the rest.
+	fmt.Fprintf(a, "POST /moments HTTP/1.1\r\nHost: x\r\n")
+	waitFor(t, "a to leave the idle list", func() bool {
+		lim.mu.Lock()
+		defer lim.mu.Unlock()
+		return lim.idle.Len() == 0
+	})
+	b := dial(t, addr)
+	fmt.Fprintf(a, "Content-Length: 2\r\n\r\nhi")
+	a.SetReadDeadline(time.Now().Add(5 * time.Second))
+	res, err := http.ReadResponse(a.r, nil)
+	if err != nil {
+		t.Fatalf("the POST in flight was cut off: %v", err)
+	}
+	res.Body.Close()
+	select {
+	case <-posted:
+	default:
+		t.Fatal("the POST never reached the handler")
+	}
+	// b came from the overflow: answered 503, not served in a's place.
+	if res, _, err := b.get("/"); err != nil || res.StatusCode != 503 {
+		t.Fatalf("new connection while a is busy: %v %v", res, err)
+	}
+}

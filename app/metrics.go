@@ -272,18 +272,25 @@ func (m *metrics) series() []ui.Point {
 // writePrometheus writes every metric in the Prometheus text format.
 func (a *App) writePrometheus(w io.Writer) {
 	m := a.metrics
+	// The rows are copied under the lock: a request with a new label pair
+	// may write the map while the page is written, and a map read during a
+	// write is a fatal error.
+	type row struct {
+		routeKey
+		rs *routeStats
+	}
 	m.mu.RLock()
-	keys := make([]routeKey, 0, len(m.routes))
-	for k := range m.routes {
-		keys = append(keys, k)
+	rows := make([]row, 0, len(m.routes))
+	for k, rs := range m.routes {
+		rows = append(rows, row{k, rs})
 	}
 	m.mu.RUnlock()
-	slices.SortFunc(keys, func(x, y routeKey) int { return strings.Compare(x.route+x.method, y.route+y.method) })
+	slices.SortFunc(rows, func(x, y row) int { return strings.Compare(x.route+x.method, y.route+y.method) })
 
 	fmt.Fprintln(w, "# HELP nah_http_requests_total Requests served, by route, method and status class.")
 	fmt.Fprintln(w, "# TYPE nah_http_requests_total counter")
-	for _, k := range keys {
-		rs := m.routes[k]
+	for _, k := range rows {
+		rs := k.rs
 		for c := 1; c <= 5; c++ {
 			if n := rs.codes[c].Load(); n > 0 {
 				fmt.Fprintf(w, "nah_http_requests_total{route=%q,method=%q,code=\"%dxx\"} %d\n", k.route, k.method, c, n)
@@ -292,8 +299,8 @@ func (a *App) writePrometheus(w io.Writer) {
 	}
 	fmt.Fprintln(w, "# HELP nah_http_request_duration_seconds Request latency, by route and method.")
 	fmt.Fprintln(w, "# TYPE nah_http_request_duration_seconds histogram")
-	for _, k := range keys {
-		rs := m.routes[k]
+	for _, k := range rows {
+		rs := k.rs
 		var cum int64
 		for i, b := range bucketsMs {
 			cum += rs.counts[i].Load()

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestPrometheusMetrics(t *testing.T) {
@@ -119,6 +120,29 @@ func TestMetricsLabelsAreFixed(t *testing.T) {
 		}
 		if k.route != "unmatched" && !m.patterns[k.route] {
 			t.Errorf("route label %.80q is not a route of the router", k.route)
+		}
+	}
+}
+
+// TestScrapeWhileNewLabelsArrive: writing the Prometheus page while
+// requests add label pairs never reads the map unlocked (a concurrent map
+// read and write is a fatal error that kills the server).
+func TestScrapeWhileNewLabelsArrive(t *testing.T) {
+	ts := newTestServer(t)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// record itself takes any pair; the vocabulary is measure's.
+		for i := range 20000 {
+			ts.app.metrics.record(routeKey{"GET", fmt.Sprintf("/route/%d", i)}, 200, time.Millisecond)
+		}
+	}()
+	for {
+		select {
+		case <-done:
+			return
+		default:
+			ts.app.writePrometheus(io.Discard)
 		}
 	}
 }

@@ -19,13 +19,15 @@ func (a *App) handleMomentCreate(w http.ResponseWriter, r *http.Request) {
 		Body *string `json:"body"`
 	}
 	limit := base64.StdEncoding.EncodedLen(max) + 1024
-	// The body is held three times at most while it is decoded: the JSON
-	// decoder's buffer, the base64 string and the decoded bytes.
-	if err := a.takeBulkOrOverloaded(3 * limit); err != nil {
+	// While it is decoded the body is held as the JSON decoder's buffer
+	// (which grows to about 1.5 times the body, its smaller steps left as
+	// garbage), the base64 string and the decoded bytes: 4 times is a
+	// bound with room.
+	if err := a.takeBulkOrOverloaded(4 * limit); err != nil {
 		a.writeError(w, r, err)
 		return
 	}
-	defer a.mem.give(int64(3 * limit))
+	defer a.mem.give(int64(4 * limit))
 	if err := decodeJSON(w, r, int64(limit), &in); err != nil {
 		a.writeError(w, r, err)
 		return

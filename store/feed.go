@@ -85,6 +85,8 @@ func (p *Page) Release() {
 	clear(p.circle[:cap(p.circle)])
 	clear(p.Moments[:cap(p.Moments)])
 	clear(p.args[:cap(p.args)])
+	clear(p.rest[:cap(p.rest)])
+	p.Moments = p.Moments[:0]
 	p.Next, p.Take, p.taken = nil, nil, 0
 	pagePool.Put(p)
 }
@@ -364,12 +366,14 @@ func (s *Store) readBodies(ctx context.Context, p *Page, n int) error {
 		}
 		var over error
 		err := s.momentBodies(ctx, p, k.Author, p.ids, func(id string, body []byte) bool {
-			if p.Take != nil {
-				// Twice the body: the buffer it is appended to may double.
-				if over = p.Take(2 * len(body)); over != nil {
+			// Twice the bodies held: the buffer they are appended to may
+			// double. Charged as a high-water mark, since a page read again
+			// without an unreadable person (Feed) reuses the same buffer.
+			if need := 2 * (len(p.bodies) + len(body)); p.Take != nil && need > p.taken {
+				if over = p.Take(need - p.taken); over != nil {
 					return false
 				}
-				p.taken += 2 * len(body)
+				p.taken = need
 			}
 			for j := i; j < n; j++ {
 				if page[j].file && page[j].ID == id && page[j].Author == k.Author {

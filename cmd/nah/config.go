@@ -73,6 +73,13 @@ func (c *config) plan() error {
 		return fmt.Errorf("too small for NAH_MAX_OPEN_FILES=%d, NAH_HEAD_CACHE_MB=%d and NAH_MAX_CONNECTIONS=%d: want at least %dMiB, or fewer files, connections or a smaller head cache",
 			c.Store.MaxOpenFiles, heads>>20, c.MaxConnections, (need+1<<20-1)>>20)
 	}
+	// The largest page, 100 moments of the largest size read from files,
+	// is charged twice its bodies (app/budget.go) and must fit in the bulk
+	// share, three quarters of the budget, or it would be refused forever.
+	if page := 2 * int64(nah.FeedPageMax) * int64(c.App.MaxMomentBytes); page > c.App.MemoryBudget*3/4 {
+		return fmt.Errorf("too small for NAH_MAX_MOMENT_BYTES=%d: a page of %d such moments needs %dMiB of the %dMiB left for requests; raise the limit or lower the moment size",
+			c.App.MaxMomentBytes, nah.FeedPageMax, page>>20, (c.App.MemoryBudget*3/4)>>20)
+	}
 	return nil
 }
 

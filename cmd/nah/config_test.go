@@ -123,6 +123,13 @@ func TestMemoryPlan(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "want at least 245MiB") {
 		t.Fatalf("200MiB with the default caches: %v", err)
 	}
+	_, err = readConfig(env(map[string]string{"NAH_MAX_MOMENT_BYTES": "1048576"}))
+	if err == nil || !strings.Contains(err.Error(), "too small for NAH_MAX_MOMENT_BYTES=1048576") {
+		t.Fatalf("1 MiB moments with the default limit (a page of 100 could never be served): %v", err)
+	}
+	if _, err := readConfig(env(map[string]string{"NAH_MAX_MOMENT_BYTES": "1048576", "NAH_MEMORY_LIMIT": "1GiB"})); err != nil {
+		t.Fatalf("1 MiB moments in 1 GiB: %v", err)
+	}
 	if _, err := readConfig(env(map[string]string{"NAH_MEMORY_LIMIT": "200MiB", "NAH_HEAD_CACHE_MB": "0"})); err != nil {
 		t.Fatalf("200MiB without heads: %v", err)
 	}

@@ -28,6 +28,7 @@ var statusOf = map[nah.Code]int{
 	nah.Internal:         http.StatusInternalServerError,
 
 	nah.InsufficientStorage: http.StatusInsufficientStorage,
+	nah.HeadersTooLarge:     http.StatusRequestHeaderFieldsTooLarge,
 }
 
 // errInternal is what a client sees of any error that is not an *nah.Error,

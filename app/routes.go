@@ -16,7 +16,9 @@ import (
 // equal.
 func (a *App) routes() http.Handler {
 	r := chi.NewRouter()
-	r.Use(a.recoverer, a.metrics.measure, a.admit)
+	// limitHeaders is the first to look at a request; recoverer and measure
+	// only wrap it, so that its 431 is counted like any answer.
+	r.Use(a.recoverer, a.metrics.measure, a.limitHeaders, a.admit)
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) {
 		a.writeError(w, req, nah.Errorf(nah.NotFound, "", "no such route"))
 	})

@@ -220,6 +220,44 @@ func TestJoinCodes(t *testing.T) {
 	}
 }
 
+// TestNullStringFieldsAre400: null for a string field of a request body is
+// 400 invalid_json naming the field, never taken as if the field were
+// absent; an absent optional field (join_code under open sign-up) is fine.
+func TestNullStringFieldsAre400(t *testing.T) {
+	ts := newTestServer(t)
+	ann := ts.signup(t, "ann")
+	cases := []struct {
+		path, token, body, message string
+	}{
+		{"/api/v1/accounts", "", `{"handle":null,"password":"password-dan"}`, "handle must be a string, not null"},
+		{"/api/v1/accounts", "", `{"handle":"dan","password":null}`, "password must be a string, not null"},
+		{"/api/v1/accounts", "", `{"handle":"dan","password":"password-dan","join_code":null}`, "join_code must be a string, not null"},
+		{"/api/v1/sessions", "", `{"handle":null,"password":"password-ann"}`, "handle must be a string, not null"},
+		{"/api/v1/sessions", "", `{"handle":"ann","password":null}`, "password must be a string, not null"},
+		{"/api/v1/connections", ann.token, `{"code":null}`, "code must be a string, not null"},
+		{"/api/v1/moments", ann.token, `{"body":null}`, "body must be a string, not null"},
+		// Any other kind names the field too.
+		{"/api/v1/moments", ann.token, `{"body":42}`, "body must be a string, not a number"},
+		{"/api/v1/accounts", "", `{"handle":"dan","password":"password-dan","join_code":["x"]}`, "join_code must be a string, not an array"},
+		{"/api/v1/sessions", "", `{"handle":{},"password":"password-ann"}`, "handle must be a string, not an object"},
+		{"/api/v1/connections", ann.token, `{"code":true}`, "code must be a string, not true or false"},
+	}
+	for _, c := range cases {
+		r := ts.do(t, "POST", c.path, c.token, c.body)
+		e, _ := r.json["error"].(map[string]any)
+		if r.status != 400 || r.errCode() != "invalid_json" || e["message"] != c.message {
+			t.Errorf("POST %s %s: %d %s, want 400 invalid_json %q", c.path, c.body, r.status, r.raw, c.message)
+		}
+	}
+	// None of them signed dan up; without join_code he is signed up.
+	if r := ts.do(t, "POST", "/api/v1/sessions", "", map[string]string{"handle": "dan", "password": "password-dan"}); r.status != 401 {
+		t.Fatalf("dan exists after refused sign-ups: %d %s", r.status, r.raw)
+	}
+	if r := ts.do(t, "POST", "/api/v1/accounts", "", `{"handle":"dan","password":"password-dan"}`); r.status != 201 {
+		t.Fatalf("sign-up without join_code: %d %s", r.status, r.raw)
+	}
+}
+
 // TestFailedSignupLeavesNoFolder: a sign-up refused after its person file
 // was made (handle taken, bad join code) leaves nothing under people/.
 func TestFailedSignupLeavesNoFolder(t *testing.T) {

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -134,4 +135,27 @@ func TestRouterErrorsAreSPECErrors(t *testing.T) {
 	check("health failure", serve(http.HandlerFunc(ts.app.handleHealth), httptest.NewRequest("GET", "/healthz", nil).WithContext(ctx)), 503, "unavailable")
 	boom := ts.app.recoverer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("boom") }))
 	check("panic", serve(boom, httptest.NewRequest("GET", "/api/v1/me", nil)), 500, "internal")
+}
+
+// FuzzJSONString: a jsonString decodes every JSON value exactly as a plain
+// string does, except null, which it refuses.
+func FuzzJSONString(f *testing.F) {
+	for _, seed := range []string{`"abc"`, `""`, `null`, ` null `, `"\u00e9\ud83d\ude00"`, `"a\"b\\c\/"`, "\"\xff\xfe\"", `42`, `{}`, `[]`, `true`, `"x`} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var plain string
+		errPlain := json.Unmarshal(b, &plain)
+		var s jsonString
+		errS := json.Unmarshal(b, &s)
+		if string(bytes.TrimSpace(b)) == "null" {
+			if errS == nil {
+				t.Fatalf("%q: null taken", b)
+			}
+			return
+		}
+		if (errPlain == nil) != (errS == nil) || string(s) != plain {
+			t.Fatalf("%q: string %q %v, jsonString %q %v", b, plain, errPlain, s, errS)
+		}
+	})
 }

@@ -220,6 +220,36 @@ func TestJoinCodes(t *testing.T) {
 	}
 }
 
+// TestUnknownQueryParametersAreIgnored: a query parameter no route reads
+// changes nothing, on a GET or a POST; only before and limit of the lists
+// are read.
+func TestUnknownQueryParametersAreIgnored(t *testing.T) {
+	ts := newTestServer(t)
+	ann, bob := ts.signup(t, "ann"), ts.signup(t, "bob")
+	ts.connect(t, ann, bob)
+	for i := range 7 {
+		ts.post(t, bob, []byte{byte(i)})
+	}
+	if r := ts.do(t, "POST", "/api/v1/moments?foo=bar&limit=zero", ann.token, map[string]string{"body": "aGk="}); r.status != 201 {
+		t.Errorf("a post with unknown parameters: %d %s", r.status, r.raw)
+	}
+	next := ts.do(t, "GET", "/api/v1/feed?limit=5", ann.token, nil).str("next")
+	for _, c := range []struct{ plain, extra string }{
+		{"/api/v1/feed?limit=5", "/api/v1/feed?limit=5&foo=bar"},
+		{"/api/v1/feed?limit=5&before=" + next, "/api/v1/feed?foo=&before=" + next + "&limit=5&after=x&Limit=1"},
+		{"/api/v1/feed", "/api/v1/feed?page=2&offset=3&cursor=abc"},
+		{"/api/v1/people/" + bob.id + "/moments?limit=2", "/api/v1/people/" + bob.id + "/moments?limit=2&foo=bar"},
+		{"/api/v1/me", "/api/v1/me?foo=bar"},
+		{"/api/v1/connections", "/api/v1/connections?foo=bar&limit=1"},
+	} {
+		want := ts.do(t, "GET", c.plain, ann.token, nil)
+		got := ts.do(t, "GET", c.extra, ann.token, nil)
+		if want.status != 200 || got.status != want.status || !bytes.Equal(got.raw, want.raw) {
+			t.Errorf("%s: %d %s\nwant as %s: %d %s", c.extra, got.status, got.raw, c.plain, want.status, want.raw)
+		}
+	}
+}
+
 // TestNullStringFieldsAre400: null for a string field of a request body is
 // 400 invalid_json naming the field, never taken as if the field were
 // absent; an absent optional field (join_code under open sign-up) is fine.

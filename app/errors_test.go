@@ -127,7 +127,7 @@ func TestRouterErrorsAreSPECErrors(t *testing.T) {
 	check("unknown route", serve(ts.app, httptest.NewRequest("GET", "/nothing", nil)), 404, "not_found")
 	rec := serve(ts.app, httptest.NewRequest("PATCH", "/healthz", nil))
 	check("wrong method", rec, 405, "method_not_allowed")
-	if rec.Header().Get("Allow") != "GET" {
+	if rec.Header().Get("Allow") != "GET, HEAD" {
 		t.Errorf("405 Allow %q", rec.Header().Get("Allow"))
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -72,7 +72,7 @@ func TestHostileInput(t *testing.T) {
 func TestWrongMethodListsAllowed(t *testing.T) {
 	ts := newTestServer(t)
 	r := ts.do(t, "PUT", "/api/v1/connections", "", nil)
-	if r.status != 405 || r.header.Get("Allow") != "GET, POST" {
+	if r.status != 405 || r.header.Get("Allow") != "GET, HEAD, POST" {
 		t.Fatalf("405 Allow %q", r.header.Get("Allow"))
 	}
 }

@@ -26,6 +26,10 @@ const (
 	// reads go on, and writes work again once there is space.
 	InsufficientStorage Code = "insufficient_storage" // 507
 
+	// HeadersTooLarge is a request whose header is over the SPEC's 16 KiB
+	// (app/headers.go counts it); refused before any other work.
+	HeadersTooLarge Code = "headers_too_large" // 431
+
 	// MethodNotAllowed is the router's answer, never a handler's: the path
 	// is a route, but not with this method. It is a kind of its own because
 	// HTTP has one status for it, 405 (with an Allow header).

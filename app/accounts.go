@@ -42,9 +42,9 @@ type authJSON struct {
 // cannot be guessed at speed.
 func (a *App) handleAccountCreate(w http.ResponseWriter, r *http.Request) {
 	var in struct {
-		Handle   string `json:"handle"`
-		Password string `json:"password"`
-		JoinCode string `json:"join_code"`
+		Handle   jsonString `json:"handle"`
+		Password jsonString `json:"password"`
+		JoinCode jsonString `json:"join_code"`
 	}
 	if err := decodeJSON(w, r, smallBody, &in); err != nil {
 		a.writeError(w, r, err)
@@ -54,7 +54,7 @@ func (a *App) handleAccountCreate(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	if err := nah.CheckSignup(in.Handle, in.Password); err != nil {
+	if err := nah.CheckSignup(string(in.Handle), string(in.Password)); err != nil {
 		a.writeError(w, r, err)
 		return
 	}
@@ -70,17 +70,17 @@ func (a *App) handleAccountCreate(w http.ResponseWriter, r *http.Request) {
 	// A bogus code is refused before the hash and before CreatePerson
 	// makes the person's file; CreatePerson redeems the code atomically.
 	if in.JoinCode != "" {
-		if err := a.checkSecret(r, func() error { return a.store.CheckJoinCode(r.Context(), in.JoinCode) }); err != nil {
+		if err := a.checkSecret(r, func() error { return a.store.CheckJoinCode(r.Context(), string(in.JoinCode)) }); err != nil {
 			a.writeError(w, r, err)
 			return
 		}
 	}
-	hash, err := a.hasher.hash(r.Context(), in.Password)
+	hash, err := a.hasher.hash(r.Context(), string(in.Password))
 	if err != nil {
 		a.writeError(w, r, err)
 		return
 	}
-	p, err := a.store.CreatePerson(r.Context(), store.NewPerson{Handle: in.Handle, PasswordHash: hash, JoinCode: in.JoinCode})
+	p, err := a.store.CreatePerson(r.Context(), store.NewPerson{Handle: string(in.Handle), PasswordHash: hash, JoinCode: string(in.JoinCode)})
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -94,16 +94,16 @@ func (a *App) handleAccountCreate(w http.ResponseWriter, r *http.Request) {
 // whatever the password.
 func (a *App) handleSessionCreate(w http.ResponseWriter, r *http.Request) {
 	var in struct {
-		Handle   string `json:"handle"`
-		Password string `json:"password"`
+		Handle   jsonString `json:"handle"`
+		Password jsonString `json:"password"`
 	}
 	if err := decodeJSON(w, r, smallBody, &in); err != nil {
 		a.writeError(w, r, err)
 		return
 	}
 	name := ""
-	if nah.ValidHandle(in.Handle) {
-		name = in.Handle
+	if nah.ValidHandle(string(in.Handle)) {
+		name = string(in.Handle)
 	}
 	giveBack, err := a.takeSignin(a.clientAddr(r), name)
 	if err != nil {
@@ -115,13 +115,13 @@ func (a *App) handleSessionCreate(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, bad)
 		return
 	}
-	p, hash, err := a.store.FindPersonByHandle(r.Context(), in.Handle)
+	p, hash, err := a.store.FindPersonByHandle(r.Context(), string(in.Handle))
 	if err != nil && nah.ErrorCode(err) != nah.NotFound {
 		giveBack() // nothing was checked
 		a.writeError(w, r, err)
 		return
 	}
-	ok, err := a.hasher.check(r.Context(), hash, in.Password)
+	ok, err := a.hasher.check(r.Context(), hash, string(in.Password))
 	if err != nil {
 		giveBack() // nothing was checked
 		a.writeError(w, r, err)

@@ -220,6 +220,74 @@ func TestJoinCodes(t *testing.T) {
 	}
 }
 
+// TestUnknownQueryParametersAreIgnored: a query parameter no route reads
+// changes nothing, on a GET or a POST; only before and limit of the lists
+// are read.
+func TestUnknownQueryParametersAreIgnored(t *testing.T) {
+	ts := newTestServer(t)
+	ann, bob := ts.signup(t, "ann"), ts.signup(t, "bob")
+	ts.connect(t, ann, bob)
+	for i := range 7 {
+		ts.post(t, bob, []byte{byte(i)})
+	}
+	if r := ts.do(t, "POST", "/api/v1/moments?foo=bar&limit=zero", ann.token, map[string]string{"body": "aGk="}); r.status != 201 {
+		t.Errorf("a post with unknown parameters: %d %s", r.status, r.raw)
+	}
+	next := ts.do(t, "GET", "/api/v1/feed?limit=5", ann.token, nil).str("next")
+	for _, c := range []struct{ plain, extra string }{
+		{"/api/v1/feed?limit=5", "/api/v1/feed?limit=5&foo=bar"},
+		{"/api/v1/feed?limit=5&before=" + next, "/api/v1/feed?foo=&before=" + next + "&limit=5&after=x&Limit=1"},
+		{"/api/v1/feed", "/api/v1/feed?page=2&offset=3&cursor=abc"},
+		{"/api/v1/people/" + bob.id + "/moments?limit=2", "/api/v1/people/" + bob.id + "/moments?limit=2&foo=bar"},
+		{"/api/v1/me", "/api/v1/me?foo=bar"},
+		{"/api/v1/connections", "/api/v1/connections?foo=bar&limit=1"},
+	} {
+		want := ts.do(t, "GET", c.plain, ann.token, nil)
+		got := ts.do(t, "GET", c.extra, ann.token, nil)
+		if want.status != 200 || got.status != want.status || !bytes.Equal(got.raw, want.raw) {
+			t.Errorf("%s: %d %s\nwant as %s: %d %s", c.extra, got.status, got.raw, c.plain, want.status, want.raw)
+		}
+	}
+}
+
+// TestNullStringFieldsAre400: null for a string field of a request body is
+// 400 invalid_json naming the field, never taken as if the field were
+// absent; an absent optional field (join_code under open sign-up) is fine.
+func TestNullStringFieldsAre400(t *testing.T) {
+	ts := newTestServer(t)
+	ann := ts.signup(t, "ann")
+	cases := []struct {
+		path, token, body, message string
+	}{
+		{"/api/v1/accounts", "", `{"handle":null,"password":"password-dan"}`, "handle must be a string, not null"},
+		{"/api/v1/accounts", "", `{"handle":"dan","password":null}`, "password must be a string, not null"},
+		{"/api/v1/accounts", "", `{"handle":"dan","password":"password-dan","join_code":null}`, "join_code must be a string, not null"},
+		{"/api/v1/sessions", "", `{"handle":null,"password":"password-ann"}`, "handle must be a string, not null"},
+		{"/api/v1/sessions", "", `{"handle":"ann","password":null}`, "password must be a string, not null"},
+		{"/api/v1/connections", ann.token, `{"code":null}`, "code must be a string, not null"},
+		{"/api/v1/moments", ann.token, `{"body":null}`, "body must be a string, not null"},
+		// Any other kind names the field too.
+		{"/api/v1/moments", ann.token, `{"body":42}`, "body must be a string, not a number"},
+		{"/api/v1/accounts", "", `{"handle":"dan","password":"password-dan","join_code":["x"]}`, "join_code must be a string, not an array"},
+		{"/api/v1/sessions", "", `{"handle":{},"password":"password-ann"}`, "handle must be a string, not an object"},
+		{"/api/v1/connections", ann.token, `{"code":true}`, "code must be a string, not true or false"},
+	}
+	for _, c := range cases {
+		r := ts.do(t, "POST", c.path, c.token, c.body)
+		e, _ := r.json["error"].(map[string]any)
+		if r.status != 400 || r.errCode() != "invalid_json" || e["message"] != c.message {
+			t.Errorf("POST %s %s: %d %s, want 400 invalid_json %q", c.path, c.body, r.status, r.raw, c.message)
+		}
+	}
+	// None of them signed dan up; without join_code he is signed up.
+	if r := ts.do(t, "POST", "/api/v1/sessions", "", map[string]string{"handle": "dan", "password": "password-dan"}); r.status != 401 {
+		t.Fatalf("dan exists after refused sign-ups: %d %s", r.status, r.raw)
+	}
+	if r := ts.do(t, "POST", "/api/v1/accounts", "", `{"handle":"dan","password":"password-dan"}`); r.status != 201 {
+		t.Fatalf("sign-up without join_code: %d %s", r.status, r.raw)
+	}
+}
+
 // TestFailedSignupLeavesNoFolder: a sign-up refused after its person file
 // was made (handle taken, bad join code) leaves nothing under people/.
 func TestFailedSignupLeavesNoFolder(t *testing.T) {

@@ -32,7 +32,7 @@ func (a *App) handleInviteCreate(w http.ResponseWriter, r *http.Request) {
 // handleConnectionCreate redeems an invite: both people are connected.
 func (a *App) handleConnectionCreate(w http.ResponseWriter, r *http.Request) {
 	var in struct {
-		Code string `json:"code"`
+		Code jsonString `json:"code"`
 	}
 	if err := decodeJSON(w, r, smallBody, &in); err != nil {
 		a.writeError(w, r, err)
@@ -42,7 +42,7 @@ func (a *App) handleConnectionCreate(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, nah.Errorf(nah.Invalid, "missing_code", "an invite code is required"))
 		return
 	}
-	c, err := a.store.RedeemInvite(r.Context(), sessionOf(r).person.ID, in.Code)
+	c, err := a.store.RedeemInvite(r.Context(), sessionOf(r).person.ID, string(in.Code))
 	if err != nil {
 		a.writeError(w, r, err)
 		return

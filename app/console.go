@@ -100,6 +100,13 @@ func (a *App) requireAdmin(next http.Handler) http.Handler {
 				return
 			}
 		}
+		// http.Redirect writes its link body for GET only, so a HEAD
+		// would lack the GET's Content-Length: it is given the GET's
+		// answer, whose body net/http then drops.
+		if r.Method == http.MethodHead {
+			r = r.WithContext(r.Context())
+			r.Method = http.MethodGet
+		}
 		http.Redirect(w, r, "/console/login", http.StatusSeeOther)
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"reflect"
 	"strconv"
 	"time"
 
@@ -29,6 +30,7 @@ var statusOf = map[nah.Code]int{
 	nah.Internal:         http.StatusInternalServerError,
 
 	nah.InsufficientStorage: http.StatusInsufficientStorage,
+	nah.HeadersTooLarge:     http.StatusRequestHeaderFieldsTooLarge,
 }
 
 // errInternal is what a client sees of any error that is not an *nah.Error,
@@ -101,17 +103,22 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // decodeJSON reads one JSON object of at most limit bytes into v. Bodies are
-// bounded before they are read; an oversized one is 413.
+// bounded before they are read; an oversized one is 413. A string field
+// given a value of another kind, null included when the field is a
+// jsonString, is 400 invalid_json naming the field.
 func decodeJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 	r.Body = http.MaxBytesReader(w, r.Body, limit)
 	dec := json.NewDecoder(r.Body)
 	if err := dec.Decode(v); err != nil {
 		var mbe *http.MaxBytesError
+		var ute *json.UnmarshalTypeError
 		switch {
 		case errors.As(err, &mbe):
 			return nah.Errorf(nah.TooLarge, "body_too_large", "the request body is over %d bytes", limit)
 		case errors.Is(err, io.EOF):
 			return nah.Errorf(nah.Invalid, "invalid_json", "the request body is empty; a JSON object was expected")
+		case errors.As(err, &ute) && ute.Field != "" && ute.Type.Kind() == reflect.String && jsonKinds[ute.Value] != "":
+			return nah.Errorf(nah.Invalid, "invalid_json", "%s must be a string, not %s", ute.Field, jsonKinds[ute.Value])
 		default:
 			return nah.Errorf(nah.Invalid, "invalid_json", "the request body is not the JSON object expected")
 		}
@@ -125,3 +132,25 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) erro
 	}
 	return nil
 }
+
+// jsonString is a string field of a request body that refuses null.
+// encoding/json takes null for a plain string as if the field were absent,
+// which hides a client's bug (a password it never set) behind the answer
+// for a missing field, or behind none when the field is optional; with
+// jsonString, "join_code": null is 400 "join_code must be a string, not
+// null", while an absent join_code is still fine.
+type jsonString string
+
+// UnmarshalJSON is called by encoding/json for null too, unlike the
+// decoding of a plain string. Its error is an UnmarshalTypeError, to which
+// encoding/json adds the field's name for decodeJSON's message.
+func (s *jsonString) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return &json.UnmarshalTypeError{Value: "null", Type: reflect.TypeFor[string]()}
+	}
+	return json.Unmarshal(b, (*string)(s))
+}
+
+// jsonKinds names the kinds of JSON value in UnmarshalTypeError.Value as
+// decodeJSON's message says them.
+var jsonKinds = map[string]string{"null": "null", "bool": "true or false", "number": "a number", "object": "an object", "array": "an array"}

@@ -129,7 +129,7 @@ func TestRouterErrorsAreSPECErrors(t *testing.T) {
 	check("unknown route", serve(ts.app, httptest.NewRequest("GET", "/nothing", nil)), 404, "not_found")
 	rec := serve(ts.app, httptest.NewRequest("PATCH", "/healthz", nil))
 	check("wrong method", rec, 405, "method_not_allowed")
-	if rec.Header().Get("Allow") != "GET" {
+	if rec.Header().Get("Allow") != "GET, HEAD" {
 		t.Errorf("405 Allow %q", rec.Header().Get("Allow"))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -182,4 +182,27 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// FuzzJSONString: a jsonString decodes every JSON value exactly as a plain
+// string does, except null, which it refuses.
+func FuzzJSONString(f *testing.F) {
+	for _, seed := range []string{`"abc"`, `""`, `null`, ` null `, `"\u00e9\ud83d\ude00"`, `"a\"b\\c\/"`, "\"\xff\xfe\"", `42`, `{}`, `[]`, `true`, `"x`} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var plain string
+		errPlain := json.Unmarshal(b, &plain)
+		var s jsonString
+		errS := json.Unmarshal(b, &s)
+		if string(bytes.TrimSpace(b)) == "null" {
+			if errS == nil {
+				t.Fatalf("%q: null taken", b)
+			}
+			return
+		}
+		if (errPlain == nil) != (errS == nil) || string(s) != plain {
+			t.Fatalf("%q: string %q %v, jsonString %q %v", b, plain, errPlain, s, errS)
+		}
+	})
 }

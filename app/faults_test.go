@@ -134,3 +134,23 @@ func metricsText(ts *testServer) string {
 	ts.app.writePrometheus(&b)
 	return b.String()
 }
+
+// TestShuttingDownAnswersRetryAfter: a request that reaches a person's file
+// after the store has closed is 503 shutting_down with Retry-After, as one
+// still in flight when shutdown ran out of time would be.
+func TestShuttingDownAnswersRetryAfter(t *testing.T) {
+	ts := newTestServer(t)
+	ann := ts.signup(t, "ann")
+	// Once used, ann's token is in the store's session cache, so that the
+	// post gets past sign-in without the directory and on to her file.
+	if r := ts.do(t, "GET", "/api/v1/me", ann.token, nil); r.status != 200 {
+		t.Fatalf("me: %d %s", r.status, r.raw)
+	}
+	if err := ts.store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r := ts.do(t, "POST", "/api/v1/moments", ann.token, map[string]string{"body": "aGk="})
+	if r.status != 503 || r.errCode() != "shutting_down" || r.header.Get("Retry-After") != "5" {
+		t.Fatalf("a post to a closed store: %d Retry-After %q: %s", r.status, r.header.Get("Retry-After"), r.raw)
+	}
+}

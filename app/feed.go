@@ -84,6 +84,9 @@ func (a *App) servePage(w http.ResponseWriter, r *http.Request, id string, circl
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(pageLen(p, cursor)))
 	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodHead {
+		return // net/http would drop the page: no need to encode it
+	}
 	pw := pageWriters.Get().(*pageWriter)
 	defer pageWriters.Put(pw)
 	pw.Reset(w)

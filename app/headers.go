@@ -1,6 +1,11 @@
 package app
 
-import "net/http"
+import (
+	"net/http"
+
+	"github.com/nah-app/nah"
+	"github.com/nah-app/nah/ui"
+)
 
 // Headers on every response of every listener (NewServer adds them), API
 // and metrics included, so that no route can forget them:
@@ -41,6 +46,69 @@ func secureHeaders(next http.Handler) http.Handler {
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("X-Frame-Options", "DENY")
 		h.Set("Content-Security-Policy", contentSecurityPolicy)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// maxRequestHeader is the SPEC's bound on a request's header: 16 KiB,
+// counted by headerSize. Over it the answer is 431 headers_too_large.
+const maxRequestHeader = 16 << 10
+
+// headerSize is the size of r's header by the one rule the bound applies
+// to: the request line and each header line written plainly ("Name: value",
+// one space after the colon, nothing around the value), each with its CRLF;
+// the blank line that ends the header is not counted:
+//
+//	len(method) + len(target) + len(proto) + 4   the request line
+//	len(name) + len(value) + 4                   each header line
+//
+// A client that writes its header plainly sends exactly that many bytes
+// before the blank line. A handler sees the request as net/http parsed it,
+// so the lines are counted from that: a name repeated is a line per value;
+// Host, Transfer-Encoding and Trailer, which net/http moves out of
+// r.Header, are counted from r.Host, r.TransferEncoding and the names of
+// r.Trailer (joined by ", "); whitespace around a value is not counted.
+func headerSize(r *http.Request) int {
+	n := len(r.Method) + len(r.RequestURI) + len(r.Proto) + 4
+	for name, values := range r.Header {
+		for _, v := range values {
+			n += len(name) + len(v) + 4
+		}
+	}
+	if r.Host != "" {
+		n += len("Host") + len(r.Host) + 4
+	}
+	for _, v := range r.TransferEncoding {
+		n += len("Transfer-Encoding") + len(v) + 4
+	}
+	if len(r.Trailer) > 0 {
+		n += len("Trailer") + 4
+		for name := range r.Trailer {
+			n += len(name) + 2
+		}
+		n -= 2
+	}
+	return n
+}
+
+// limitHeaders answers 431 to a request whose header is over
+// maxRequestHeader, before anything else looks at it. net/http's own
+// bound (maxHeaderBytes, app.go) is set higher, so that it is this check
+// that answers: with the SPEC's error, the console's page for the
+// console, and the same bound on every request of a keep-alive connection
+// (net/http's lets a reused connection through with up to 4 KiB more: it
+// buffers that much of the next request before it starts counting).
+func (a *App) limitHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n := headerSize(r); n > maxRequestHeader {
+			err := nah.Errorf(nah.HeadersTooLarge, "", "the request's header is %d bytes; at most %d are taken", n, maxRequestHeader)
+			if isConsole(r) {
+				a.consoleError(w, r, ui.Page{}, err)
+			} else {
+				a.writeError(w, r, err)
+			}
+			return
+		}
 		next.ServeHTTP(w, r)
 	})
 }

@@ -72,7 +72,7 @@ func TestHostileInput(t *testing.T) {
 func TestWrongMethodListsAllowed(t *testing.T) {
 	ts := newTestServer(t)
 	r := ts.do(t, "PUT", "/api/v1/connections", "", nil)
-	if r.status != 405 || r.header.Get("Allow") != "GET, POST" {
+	if r.status != 405 || r.header.Get("Allow") != "GET, HEAD, POST" {
 		t.Fatalf("405 Allow %q", r.header.Get("Allow"))
 	}
 }
@@ -98,6 +98,151 @@ func TestOversizedHeadersAre431(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != 200 {
 		t.Fatalf("12 KiB of headers: %d", res.StatusCode)
+	}
+}
+
+// paddedRequest is a request whose header is exactly size bytes by
+// headerSize's rule (the request line and header lines with their CRLFs,
+// not the blank line), padded with X-Pad after the lines of extra; body
+// follows the blank line.
+func paddedRequest(t *testing.T, method, target string, size int, body string, extra ...string) string {
+	t.Helper()
+	head := method + " " + target + " HTTP/1.1\r\nHost: nah.test\r\n"
+	for _, h := range extra {
+		head += h + "\r\n"
+	}
+	pad := size - len(head) - len("X-Pad: \r\n")
+	if pad < 1 {
+		t.Fatalf("a header of %d bytes cannot hold %q", size, head)
+	}
+	return head + "X-Pad: " + strings.Repeat("p", pad) + "\r\n\r\n" + body
+}
+
+// rawConn is one TCP connection that sends requests as written and reads
+// their answers, so that a test chooses when a connection is reused.
+type rawConn struct {
+	net.Conn
+	br *bufio.Reader
+}
+
+func dialRaw(t *testing.T, ts *testServer) *rawConn {
+	t.Helper()
+	c, err := net.Dial("tcp", ts.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	return &rawConn{Conn: c, br: bufio.NewReader(c)}
+}
+
+// roundTrip sends req and reads its answer: status, header and body.
+func (c *rawConn) roundTrip(t *testing.T, req string) (int, http.Header, []byte) {
+	t.Helper()
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	method, _, _ := strings.Cut(req, " ")
+	res, err := http.ReadResponse(c.br, &http.Request{Method: method})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.StatusCode, res.Header, body
+}
+
+// TestHeaderBoundIsExact: a header of 16,384 bytes is taken and one of
+// 16,385 is 431 with the SPEC's error, on a fresh connection and on a
+// reused one alike (net/http's own bound let a reused connection through
+// with ~20 KiB), for the API, the console and a chunked request whose
+// Transfer-Encoding and Trailer net/http takes out of the header.
+func TestHeaderBoundIsExact(t *testing.T) {
+	ts := newTestServer(t)
+	want431 := func(name string, status int, h http.Header, body []byte, contentType string) {
+		t.Helper()
+		if status != http.StatusRequestHeaderFieldsTooLarge || h.Get("Content-Type") != contentType {
+			t.Errorf("%s: %d %q, want 431 %s: %.200s", name, status, h.Get("Content-Type"), contentType, body)
+			return
+		}
+		if contentType != "application/json" {
+			return
+		}
+		var e struct {
+			Error struct{ Code, Message string }
+		}
+		if err := json.Unmarshal(body, &e); err != nil || e.Error.Code != "headers_too_large" || e.Error.Message == "" {
+			t.Errorf("%s: the 431's body is %q, want the SPEC's error headers_too_large", name, body)
+		}
+	}
+	const bound = 16 << 10
+	health := func(size int) string { return paddedRequest(t, "GET", "/healthz", size, "") }
+
+	for _, size := range []int{bound, bound + 1} {
+		status, h, body := dialRaw(t, ts).roundTrip(t, health(size))
+		if size == bound && status != 200 {
+			t.Errorf("fresh connection, %d bytes of header: %d, want 200: %s", size, status, body)
+		}
+		if size > bound {
+			want431(fmt.Sprintf("fresh connection, %d bytes", size), status, h, body, "application/json")
+		}
+	}
+
+	// One connection, reused: the bound holds for each of its requests,
+	// and a 431 does not end it.
+	c := dialRaw(t, ts)
+	for i, size := range []int{200, bound + 1, bound, 18 << 10, bound} {
+		status, h, body := c.roundTrip(t, health(size))
+		name := fmt.Sprintf("request %d on one connection, %d bytes of header", i+1, size)
+		switch {
+		case size <= bound && status != 200:
+			t.Errorf("%s: %d, want 200: %s", name, status, body)
+		case size > bound:
+			want431(name, status, h, body, "application/json")
+		}
+	}
+
+	// The console answers with its page.
+	status, h, body := dialRaw(t, ts).roundTrip(t, paddedRequest(t, "GET", "/console/login", bound+1, ""))
+	want431("console", status, h, body, "text/html; charset=utf-8")
+	if status, _, body := dialRaw(t, ts).roundTrip(t, paddedRequest(t, "GET", "/console/login", bound, "")); status != 200 {
+		t.Errorf("console, %d bytes of header: %d: %.200s", bound, status, body)
+	}
+
+	// Transfer-Encoding and Trailer count although net/http moves them out
+	// of r.Header. The body is empty JSON, so the handler's answer is 400.
+	chunked := []string{"Content-Type: application/json", "Transfer-Encoding: chunked", "Trailer: X-Checksum"}
+	const chunks = "0\r\nX-Checksum: 1\r\n\r\n"
+	c = dialRaw(t, ts)
+	status, h, body = c.roundTrip(t, paddedRequest(t, "POST", "/api/v1/sessions", bound+1, chunks, chunked...))
+	want431("chunked", status, h, body, "application/json")
+	if status, _, body := c.roundTrip(t, paddedRequest(t, "POST", "/api/v1/sessions", bound, chunks, chunked...)); status != 400 {
+		t.Errorf("chunked, %d bytes of header: %d, want the handler's 400: %s", bound, status, body)
+	}
+}
+
+// TestHugeHeaderIsStill431: past net/http's own bound (app.go's
+// maxHeaderBytes), net/http answers before any handler: 431 still, but in
+// its own plain text, and it closes the connection.
+func TestHugeHeaderIsStill431(t *testing.T) {
+	ts := newTestServer(t)
+	for _, reuse := range []bool{false, true} {
+		c := dialRaw(t, ts)
+		if reuse {
+			if status, _, _ := c.roundTrip(t, "GET /healthz HTTP/1.1\r\nHost: nah.test\r\n\r\n"); status != 200 {
+				t.Fatalf("health: %d", status)
+			}
+		}
+		status, h, body := c.roundTrip(t, paddedRequest(t, "GET", "/healthz", 64<<10, ""))
+		if status != http.StatusRequestHeaderFieldsTooLarge || !strings.HasPrefix(h.Get("Content-Type"), "text/plain") {
+			t.Errorf("reused %v: 64 KiB of header: %d %v %q", reuse, status, h, body)
+		}
+		if _, err := c.br.ReadByte(); err != io.EOF {
+			t.Errorf("reused %v: after net/http's 431 the connection is still open (%v)", reuse, err)
+		}
 	}
 }
 

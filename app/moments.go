@@ -16,7 +16,7 @@ func (a *App) handleMomentCreate(w http.ResponseWriter, r *http.Request) {
 	p := sessionOf(r).person
 	max := a.cfg.MaxMomentBytes
 	var in struct {
-		Body *string `json:"body"`
+		Body jsonString `json:"body"`
 	}
 	limit := base64.StdEncoding.EncodedLen(max) + 1024
 	// While it is decoded the body is held as the JSON decoder's buffer
@@ -32,11 +32,11 @@ func (a *App) handleMomentCreate(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	if in.Body == nil || *in.Body == "" {
+	if in.Body == "" {
 		a.writeError(w, r, nah.Errorf(nah.Invalid, "missing_body", "a moment needs a non-empty base64 body"))
 		return
 	}
-	body, err := base64.StdEncoding.Strict().DecodeString(*in.Body)
+	body, err := base64.StdEncoding.Strict().DecodeString(string(in.Body))
 	if err != nil {
 		a.writeError(w, r, nah.Errorf(nah.Invalid, "invalid_body", "the body is not standard padded base64"))
 		return

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
 
 	"github.com/nah-app/nah"
 )
@@ -16,14 +17,23 @@ import (
 // equal.
 func (a *App) routes() http.Handler {
 	r := chi.NewRouter()
-	r.Use(a.recoverer, a.metrics.measure, a.admit)
+	// limitHeaders is the first to look at a request; recoverer and measure
+	// only wrap it, so that its 431 is counted like any answer. GetHead
+	// routes HEAD to the GET route of the path (no route is HEAD's own):
+	// the handler runs once, and net/http sends its status and headers,
+	// Content-Length included, and drops the body.
+	r.Use(a.recoverer, a.metrics.measure, a.limitHeaders, middleware.GetHead, a.admit)
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) {
 		a.writeError(w, req, nah.Errorf(nah.NotFound, "", "no such route"))
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
 		var allow []string
 		for _, m := range []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"} {
-			if r.Match(chi.NewRouteContext(), m, req.URL.Path) {
+			ok := r.Match(chi.NewRouteContext(), m, req.URL.Path)
+			if m == "HEAD" {
+				ok = ok || r.Match(chi.NewRouteContext(), "GET", req.URL.Path) // GetHead's rule
+			}
+			if ok {
 				allow = append(allow, m)
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nah-app/nah"
 )
@@ -86,6 +87,11 @@ func (c *fileCache) personPath(id string) (string, error) {
 	return filepath.Join(d, "person.db"), nil
 }
 
+// retryShuttingDown is the Retry-After of a request that finds the store
+// closing: a restart takes a few seconds (the SPEC allows 2 s from start
+// to the first feed), so a client that waits 5 s finds the server back.
+const retryShuttingDown = 5 * time.Second
+
 // acquire returns the open file of person id, opening it if needed (and
 // creating it when create is set). Every acquire must be paired with release.
 func (c *fileCache) acquire(ctx context.Context, id string, create bool) (*personFile, error) {
@@ -96,7 +102,9 @@ func (c *fileCache) acquire(ctx context.Context, id string, create bool) (*perso
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return nil, nah.Errorf(nah.Unavailable, "shutting_down", "the server is shutting down")
+		e := nah.Errorf(nah.Unavailable, "shutting_down", "the server is shutting down")
+		e.RetryAfter = retryShuttingDown
+		return nil, e
 	}
 	if f := c.byID[id]; f != nil {
 		f.refs++

@@ -112,6 +112,14 @@ func TestConnectionBound(t *testing.T) {
 			t.Fatalf("%d connections served, bound %d", served, max)
 		}
 		idle = append(idle, c)
+		// net/http marks the connection idle just after the answer is
+		// written; the next one must find it so, or the oldest is not the
+		// one that makes room.
+		waitFor(t, "the connection to be idle", func() bool {
+			lim.mu.Lock()
+			defer lim.mu.Unlock()
+			return lim.idle.Len() == min(i+1, max)
+		})
 	}
 	for i, c := range idle {
 		if closed := c.closedByServer(50 * time.Millisecond); closed != (i < 2*max) {

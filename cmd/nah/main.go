@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -144,7 +145,31 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer, re
 	cfg.App.PublicURL = cfg.publicURL(ln.Addr().String())
 	a := app.New(cfg.App, s, log)
 	srv := app.NewServer(cfg.Addr, a, log)
-	log.Info("nah started", "version", version, "config", cfg, "listen", ln.Addr().String(), "took", time.Since(start).Round(time.Millisecond))
+	limited := a.LimitConnections(srv, ln, cfg.MaxConnections)
+	var served net.Listener = limited
+	httpListen := ""
+	if cfg.App.TLS.Enabled() {
+		if err := os.MkdirAll(cfg.App.TLS.CacheDir, 0o700); err != nil {
+			return fmt.Errorf("the ACME cache: %w", err)
+		}
+		// TLS inside the connection bound: a handshake holds a slot.
+		served = tls.NewListener(limited, a.TLSConfig())
+		if cfg.HTTPAddr != "" {
+			hln, err := net.Listen("tcp", cfg.HTTPAddr)
+			if err != nil {
+				return usageError{fmt.Sprintf("NAH_HTTP_ADDR=%q: %v", cfg.HTTPAddr, err)}
+			}
+			_, port, _ := net.SplitHostPort(ln.Addr().String())
+			hsrv := app.NewServer(cfg.HTTPAddr, a.RedirectHandler(port), log)
+			go hsrv.Serve(a.LimitConnections(hsrv, hln, app.RedirectMaxConnections))
+			defer hsrv.Close() // redirects are answered at once: nothing to drain
+			httpListen = hln.Addr().String()
+		}
+		go a.ObtainCertificates(ctx)
+	}
+	log.Info("nah started", "version", version, "config", cfg, "listen", ln.Addr().String(), "http_listen", httpListen,
+		"took", time.Since(start).Round(time.Millisecond))
+	checkCertificateFile(log, cfg.App.TLS.Certificate, time.Now())
 	if cfg.MetricsAddr != "" {
 		mln, err := net.Listen("tcp", cfg.MetricsAddr)
 		if err != nil {
@@ -159,9 +184,8 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer, re
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}
-	limited := a.LimitConnections(srv, ln, cfg.MaxConnections)
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(limited) }()
+	go func() { errc <- srv.Serve(served) }()
 	// After serving starts: the link costs a directory write, and phones
 	// need not wait for it.
 	if n, err := s.AdminCount(ctx); err != nil {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -214,6 +216,45 @@ func TestConfigHTTPS(t *testing.T) {
 			if _, err := readConfig(env(vars)); err == nil || !strings.HasPrefix(err.Error(), name+"=") {
 				t.Errorf("%s=%q: %v, want an error naming it", name, v, err)
 			}
+		}
+	}
+}
+
+// TestCgroupLimit: the least memory limit of the process's cgroup and its
+// ancestors, from cgroup v2's memory.max or v1's memory.limit_in_bytes;
+// none where every level says unlimited.
+func TestCgroupLimit(t *testing.T) {
+	write := func(path, s string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v2 := t.TempDir()
+	write(filepath.Join(v2, "cgroup.controllers"), "cpu memory pids\n")
+	write(filepath.Join(v2, "system.slice/memory.max"), "max\n")
+	write(filepath.Join(v2, "system.slice/nah.service/memory.max"), "419430400\n")
+	v1 := t.TempDir()
+	write(filepath.Join(v1, "memory/memory.limit_in_bytes"), "9223372036854771712\n")
+	write(filepath.Join(v1, "memory/box/memory.limit_in_bytes"), "1073741824\n")
+	write(filepath.Join(v1, "memory/box/nah/memory.limit_in_bytes"), "9223372036854771712\n")
+	for _, c := range []struct {
+		root, self string
+		want       int64
+	}{
+		{v2, "0::/system.slice/nah.service\n", 400 << 20},
+		{v2, "0::/system.slice\n", 0},
+		{v2, "0::/elsewhere\n", 0},
+		{v1, "12:pids:/box/nah\n4:memory:/box/nah\n0::/box/nah\n", 1 << 30},
+		{v1, "4:cpu,memory:/\n", 0},
+		{v1, "12:pids:/box/nah\n", 0},
+	} {
+		got, ok := cgroupLimit(c.self, c.root)
+		if got != c.want || ok != (c.want > 0) {
+			t.Errorf("%q: %d %v, want %d", c.self, got, ok, c.want)
 		}
 	}
 }

@@ -167,8 +167,10 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer, re
 		}
 		go a.ObtainCertificates(ctx)
 	}
+	cgroupMax, inCgroup := cgroupMemoryMax()
 	log.Info("nah started", "version", version, "config", cfg, "listen", ln.Addr().String(), "http_listen", httpListen,
-		"took", time.Since(start).Round(time.Millisecond))
+		"memory_limit", cfg.MemoryLimit, "cgroup_memory_max", cgroupReport(cgroupMax, inCgroup), "took", time.Since(start).Round(time.Millisecond))
+	checkMemoryLimit(log, cfg.MemoryLimit, cgroupMax, inCgroup)
 	checkCertificateFile(log, cfg.App.TLS.Certificate, time.Now())
 	if cfg.MetricsAddr != "" {
 		mln, err := net.Listen("tcp", cfg.MetricsAddr)

@@ -139,7 +139,7 @@ type variable struct {
 // variables lists every environment variable, in the order `nah help` and
 // the console show them.
 var variables = []variable{
-	{"NAH_ADDR", defaultAddr, "listen address (host:port)", func(c *config, v string) error {
+	{"NAH_ADDR", defaultAddr, "listen address (host:port); with HTTPS (NAH_DOMAIN, NAH_TLS_CERT) :443 unless set", func(c *config, v string) error {
 		if _, port, err := net.SplitHostPort(v); err != nil || port == "" {
 			return errors.New("want host:port, such as 127.0.0.1:8090")
 		}
@@ -267,7 +267,7 @@ var variables = []variable{
 		c.App.TLS.Email = v
 		return nil
 	}},
-	{"NAH_ACME_DIRECTORY", app.DefaultACMEDirectory, "the ACME (RFC 8555) directory URL of the CA; Let's Encrypt's staging, a company's step-ca...", func(c *config, v string) error {
+	{"NAH_ACME_DIRECTORY", app.DefaultACMEDirectory, "the CA's ACME (RFC 8555) directory URL: Let's Encrypt's by default, its staging directory for a trial, or any other CA's", func(c *config, v string) error {
 		if u, err := url.Parse(v); err != nil || u.Scheme != "https" || u.Host == "" {
 			return errors.New("want the https:// URL of an ACME directory")
 		}

@@ -64,6 +64,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return joincode(ctx, args, getenv, stdout, stderr)
 	case "admin":
 		return adminCmd(ctx, args, getenv, stdout, stderr)
+	case "service":
+		return service(args, getenv, stdout, stderr)
 	default:
 		return usageError{fmt.Sprintf("unknown command %q; try 'nah help'", cmd)}
 	}
@@ -76,6 +78,9 @@ Commands:
   nah serve                      run the server (the default)
   nah joincode create [-ttl D]   make a single-use sign-up code (default 168h)
   nah admin create               print a one-time link (valid an hour) that creates a console admin
+  nah service [-user nah] [-env-file /etc/nah/nah.env]
+                                 print a hardened systemd unit for this binary and NAH_DATA_DIR
+                                 (else /var/lib/nah), with MemoryMax agreeing with NAH_MEMORY_LIMIT
   nah version                    print the version
   nah help                       this text
 

@@ -326,6 +326,11 @@ func TestHelpListsEveryVariable(t *testing.T) {
 	if err := run(context.Background(), []string{"help"}, func(string) string { return "" }, &out, io.Discard); err != nil {
 		t.Fatal(err)
 	}
+	for _, cmd := range []string{"nah serve", "nah joincode create", "nah admin create", "nah service", "nah version"} {
+		if !strings.Contains(out.String(), "  "+cmd) {
+			t.Errorf("help lacks %s", cmd)
+		}
+	}
 	for _, v := range variables {
 		if !strings.Contains(out.String(), v.Name) || v.Default != "" && !strings.Contains(out.String(), v.Default) {
 			t.Errorf("help lacks %s (default %q)", v.Name, v.Default)

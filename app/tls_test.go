@@ -213,12 +213,22 @@ func TestConnectionBoundOverTLS(t *testing.T) {
 		return &clientConn{c, bufio.NewReader(c)}
 	}
 
+	// Each connection is idle to the server before the next is made, so
+	// that "idle longest" is the order they were made in: on a busy
+	// machine the server may mark one idle after the client has read its
+	// answer and made the next.
+	l := lim.(*limitListener).l
 	var idle []*clientConn
 	for i := range 3 * max {
 		c := dialTLS()
 		if res, _, err := c.get("/"); err != nil || res.StatusCode != 200 {
 			t.Fatalf("idle TLS connection %d: %v %v", i, res, err)
 		}
+		waitFor(t, "the connection to be idle", func() bool {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			return l.idle.Len() == min(i+1, max)
+		})
 		idle = append(idle, c)
 	}
 	for i, c := range idle {

@@ -113,6 +113,8 @@ func setup(getenv func(string) string, stderr io.Writer) (config, *slog.Logger, 
 // serve runs the server until ctx is cancelled, then shuts down in order:
 // stop accepting and finish in-flight requests (bounded by
 // NAH_SHUTDOWN_TIMEOUT), then close the store, which checkpoints every file.
+// With HTTPS the listener speaks TLS inside the connection bound, and a
+// second one on NAH_HTTP_ADDR redirects plain HTTP (closed at return).
 // ready, when not nil, receives the listening address.
 func serve(ctx context.Context, getenv func(string) string, stderr io.Writer, ready chan<- string) error {
 	cfg, log, err := setup(getenv, stderr)
@@ -170,13 +172,15 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer, re
 			defer hsrv.Close() // redirects are answered at once: nothing to drain
 			httpListen = hln.Addr().String()
 		}
-		go a.ObtainCertificates(ctx)
 	}
 	cgroupMax, inCgroup := cgroupMemoryMax()
 	log.Info("nah started", "version", version, "config", cfg, "listen", ln.Addr().String(), "http_listen", httpListen,
 		"memory_limit", cfg.MemoryLimit, "cgroup_memory_max", cgroupReport(cgroupMax, inCgroup), "took", time.Since(start).Round(time.Millisecond))
 	checkMemoryLimit(log, cfg.MemoryLimit, cgroupMax, inCgroup)
 	checkCertificateFile(log, cfg.App.TLS.Certificate, time.Now())
+	// After the redirect handler is made (autocert then offers HTTP-01
+	// too), and after the start line, which its errors follow.
+	go a.ObtainCertificates(ctx)
 	if cfg.MetricsAddr != "" {
 		mln, err := net.Listen("tcp", cfg.MetricsAddr)
 		if err != nil {

@@ -33,6 +33,8 @@ type App struct {
 	secretsByAddr  *limiter
 
 	handler http.Handler
+
+	certs *certWatch // with NAH_DOMAIN: certificates over ACME (tls.go)
 }
 
 // Sign-in limits: failures per handle and per client address in a window.
@@ -76,6 +78,9 @@ func New(cfg Config, s *store.Store, log *slog.Logger) *App {
 		signinByAddr:   newLimiter(signinFailuresPerAddr, signinWindow, cfg.Now),
 		signupByAddr:   newLimiter(cfg.SignupPerHour, time.Hour, cfg.Now),
 		secretsByAddr:  newLimiter(secretFailuresPerAddr, secretWindow, cfg.Now),
+	}
+	if len(cfg.TLS.Domains) > 0 {
+		a.certs = newCertWatch(cfg.TLS, log)
 	}
 	a.handler = a.routes()
 	return a

@@ -35,6 +35,10 @@ type Config struct {
 	// from NAH_MEMORY_LIMIT; default DefaultMemoryBudget.
 	MemoryBudget int64
 
+	// TLS is how the server serves HTTPS (tls.go); the zero value is plain
+	// HTTP.
+	TLS TLSConfig
+
 	// PasswordCost is the bcrypt cost; default bcrypt.DefaultCost. Not an
 	// environment variable: tests lower it, production keeps the default.
 	PasswordCost int

@@ -7,7 +7,8 @@ import (
 )
 
 // handleOverview is the console's home: what needs attention (a full
-// disk, person files that cannot be read), counts, storage, open files,
+// disk, person files that cannot be read, a name without an HTTPS
+// certificate), counts, storage, open files,
 // memory, uptime, and the chart of the last minutes' p95 and memory.
 func (a *App) handleOverview(w http.ResponseWriter, r *http.Request) {
 	t, err := a.store.Totals(r.Context())
@@ -24,6 +25,9 @@ func (a *App) handleOverview(w http.ResponseWriter, r *http.Request) {
 	}
 	o.Points = a.metrics.series()
 	o.DiskFull = st.DiskFull
+	if a.certs != nil {
+		o.Certificates = a.certs.problems(a.cfg.TLS.Domains)
+	}
 	problems := a.store.FileProblems()
 	o.AttentionTotal = len(problems)
 	for _, fp := range problems[:min(len(problems), attentionListed)] {

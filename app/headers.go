@@ -19,6 +19,10 @@ import (
 //     for browsers that predate it.
 //   - Content-Security-Policy: what the console's pages may load. A JSON
 //     answer loads nothing, so one policy serves every route.
+//   - Strict-Transport-Security, on answers over TLS only (a header on a
+//     plain-HTTP answer is ignored by browsers, and says nothing true):
+//     once a browser has met the server over HTTPS it never tries plain
+//     HTTP again, where a network in the middle could answer instead.
 const (
 	// contentSecurityPolicy, part by part:
 	//   - default-src 'self': scripts, fonts and htmx's requests come from
@@ -46,6 +50,9 @@ func secureHeaders(next http.Handler) http.Handler {
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("X-Frame-Options", "DENY")
 		h.Set("Content-Security-Policy", contentSecurityPolicy)
+		if r.TLS != nil {
+			h.Set("Strict-Transport-Security", hstsHeader) // tls.go
+		}
 		next.ServeHTTP(w, r)
 	})
 }

@@ -3,6 +3,7 @@ package app
 import (
 	"container/list"
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"net"
 	"net/http"
@@ -139,7 +140,7 @@ func (a *App) LimitConnections(srv *http.Server, ln net.Listener, max int) net.L
 		if connCtx != nil {
 			ctx = connCtx(ctx, c)
 		}
-		if lc, ok := c.(*limitedConn); ok && lc.shed {
+		if lc, ok := asLimited(c); ok && lc.shed {
 			ctx = context.WithValue(ctx, shedKey{}, true)
 		}
 		return ctx
@@ -227,9 +228,21 @@ func (l *connLimiter) warn() {
 		"max", l.max, "answered_503", l.shedTotal.Load(), "closed", l.refused.Load())
 }
 
+// asLimited is the limitedConn under c, which an HTTPS listener wraps in
+// a *tls.Conn (tls.NewListener over the limiter's listener): TLS
+// connections are bounded alike, and their handshake happens inside the
+// slot, bounded by the server's timeouts.
+func asLimited(c net.Conn) (*limitedConn, bool) {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	lc, ok := c.(*limitedConn)
+	return lc, ok
+}
+
 // connState keeps the list of idle connections.
 func (l *connLimiter) connState(c net.Conn, s http.ConnState) {
-	lc, ok := c.(*limitedConn)
+	lc, ok := asLimited(c)
 	if !ok {
 		return
 	}

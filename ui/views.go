@@ -32,11 +32,20 @@ type Overview struct {
 	Uptime       time.Duration
 	Points       []Point
 
-	// What needs attention: a full disk, and the person files that cannot
-	// be read (the first few of AttentionTotal).
+	// What needs attention: a full disk, the person files that cannot
+	// be read (the first few of AttentionTotal), and the names of
+	// NAH_DOMAIN without a good HTTPS certificate.
 	DiskFull       bool
 	Attention      []AttentionRow
 	AttentionTotal int
+	Certificates   []CertProblem
+}
+
+// CertProblem is a name of NAH_DOMAIN without a good HTTPS certificate:
+// none could be obtained, or renewing it keeps failing.
+type CertProblem struct {
+	Domain, Problem string // Problem is the CA's or the network's error
+	Since, Tried    int64  // first and last failure in a row
 }
 
 // AttentionRow is a person whose file cannot be read.

@@ -1,13 +1,19 @@
 package main
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/mail"
 	"net/netip"
 	"net/url"
+	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -21,11 +27,19 @@ import (
 // and validated once at start (readConfig). Each package gets its own part:
 // Store goes to store.Open, App to app.New; the rest is the process's.
 type config struct {
-	Addr            string
+	Addr            string // with HTTPS, the HTTPS listener's
 	MetricsAddr     string // empty: no metrics listener
 	ShutdownTimeout time.Duration
 	LogLevel        slog.Level
 	MaxConnections  int // of the Addr listener
+
+	// HTTPAddr is, with HTTPS, the plain-HTTP listener's address, which
+	// redirects to HTTPS and answers ACME's HTTP-01 challenges; empty is
+	// none. tlsCertFile and tlsKeyFile are NAH_TLS_CERT and NAH_TLS_KEY,
+	// loaded into App.TLS.Certificate by https.
+	HTTPAddr                string
+	httpOff                 bool // NAH_HTTP_ADDR=off
+	tlsCertFile, tlsKeyFile string
 
 	Store store.Config // Dir is NAH_DATA_DIR
 	App   app.Config   // App.Settings lists every variable for the console
@@ -47,7 +61,12 @@ type config struct {
 //   - a base of 40 MB: the runtime, the graph of people and connections
 //     (6 MB for 10,000 people), token and rate-limit caches, metrics;
 //   - the open connections, idle or not: 45 KB each under churn
-//     (app/listener.go), 22.5 MB at the default 512;
+//     (app/listener.go), 22.5 MB at the default 512, and with HTTPS the
+//     redirect listener's 64 (2.9 MB). TLS changes nothing here: measured
+//     as in listener.go with NAH_TLS_CERT, an idle TLS connection holds
+//     35 KB (the handshake's state and record buffers add 12 KB to the
+//     23 KB of plain HTTP), and churn at a bound of 1,024 costs the same
+//     44 MB over TLS as without;
 //   - what is left is the budget that requests take from before they
 //     allocate (app/budget.go), and past which they are answered 503.
 //
@@ -66,6 +85,9 @@ func (c *config) plan() error {
 	sqlite := store.SQLiteMemoryBound(c.Store.MaxOpenFiles)
 	heads := max(c.Store.HeadCacheBytes, 0)
 	conns := int64(c.MaxConnections) * connectionBytes
+	if c.HTTPAddr != "" {
+		conns += app.RedirectMaxConnections * connectionBytes
+	}
 	c.GoMemoryLimit = c.MemoryLimit - sqlite
 	c.App.MemoryBudget = c.GoMemoryLimit - heads*3/2 - memoryBase - conns
 	if c.App.MemoryBudget < minRequestBudget {
@@ -124,7 +146,7 @@ type variable struct {
 // variables lists every environment variable, in the order `nah help` and
 // the console show them.
 var variables = []variable{
-	{"NAH_ADDR", defaultAddr, "listen address (host:port)", func(c *config, v string) error {
+	{"NAH_ADDR", defaultAddr, "listen address (host:port); with HTTPS (NAH_DOMAIN, NAH_TLS_CERT) :443 unless set", func(c *config, v string) error {
 		if _, port, err := net.SplitHostPort(v); err != nil || port == "" {
 			return errors.New("want host:port, such as 127.0.0.1:8090")
 		}
@@ -235,6 +257,204 @@ var variables = []variable{
 		c.MetricsAddr = v
 		return nil
 	}},
+	{"NAH_DOMAIN", "", "comma-separated names to serve over HTTPS with certificates from NAH_ACME_DIRECTORY's CA (setting it accepts the CA's terms); NAH_ADDR becomes :443 and NAH_HTTP_ADDR :80 unless set", func(c *config, v string) (err error) {
+		if v == "" {
+			return nil
+		}
+		c.App.TLS.Domains, err = parseDomains(v)
+		return err
+	}},
+	{"NAH_ACME_EMAIL", "", "address the CA writes to about the certificates (expiry it did not see renewed, revocations); empty = none", func(c *config, v string) error {
+		if v == "" {
+			return nil
+		}
+		if a, err := mail.ParseAddress(v); err != nil || a.Address != v {
+			return errors.New("want an email address such as ops@example.com")
+		}
+		c.App.TLS.Email = v
+		return nil
+	}},
+	{"NAH_ACME_DIRECTORY", app.DefaultACMEDirectory, "the CA's ACME (RFC 8555) directory URL: Let's Encrypt's by default, its staging directory for a trial, or any other CA's", func(c *config, v string) error {
+		if u, err := url.Parse(v); err != nil || u.Scheme != "https" || u.Host == "" {
+			return errors.New("want the https:// URL of an ACME directory")
+		}
+		c.App.TLS.DirectoryURL = v
+		return nil
+	}},
+	{"NAH_TLS_CERT", "", "a certificate you bring instead of NAH_DOMAIN (PEM file, the chain after the leaf); loaded at start, so restart after renewing it", func(c *config, v string) error {
+		c.tlsCertFile = v
+		return nil
+	}},
+	{"NAH_TLS_KEY", "", "the private key of NAH_TLS_CERT (PEM file)", func(c *config, v string) error {
+		c.tlsKeyFile = v
+		return nil
+	}},
+	{"NAH_HTTP_ADDR", "", "with HTTPS, the plain-HTTP listener that redirects to HTTPS and answers ACME's HTTP-01 challenges (host:port; default :80 with HTTPS; off = none)", func(c *config, v string) error {
+		switch v {
+		case "":
+			return nil
+		case "off":
+			c.httpOff = true
+			return nil
+		}
+		if _, port, err := net.SplitHostPort(v); err != nil || port == "" {
+			return errors.New("want host:port such as :80, or off")
+		}
+		c.HTTPAddr = v
+		return nil
+	}},
+}
+
+// With HTTPS, the listen addresses' defaults are the standard ports.
+const (
+	defaultHTTPSAddr = ":443"
+	defaultHTTPAddr  = ":80"
+)
+
+// https completes the HTTPS settings, which depend on one another: NAH_DOMAIN
+// or NAH_TLS_CERT (not both), the key with the certificate, the default
+// ports, the ACME cache in the data directory. An error names the variable.
+func (c *config) https(getenv func(string) string) error {
+	cert, key := c.tlsCertFile, c.tlsKeyFile
+	switch {
+	case cert != "" && len(c.App.TLS.Domains) > 0:
+		return fmt.Errorf("NAH_TLS_CERT=%q: want NAH_DOMAIN (certificates over ACME) or NAH_TLS_CERT (your own), not both", cert)
+	case cert != "" && key == "":
+		return fmt.Errorf("NAH_TLS_KEY=%q: want the private key of NAH_TLS_CERT's certificate", getenv("NAH_TLS_KEY"))
+	case cert == "" && key != "":
+		return fmt.Errorf("NAH_TLS_CERT=%q: want the certificate of NAH_TLS_KEY's private key", getenv("NAH_TLS_CERT"))
+	case cert != "":
+		pair, err := loadKeyPair(cert, key)
+		if err != nil {
+			return err
+		}
+		c.App.TLS.Certificate = pair
+	}
+	if !c.App.TLS.Enabled() {
+		if c.HTTPAddr != "" || c.httpOff {
+			return fmt.Errorf("NAH_HTTP_ADDR=%q: want NAH_DOMAIN or NAH_TLS_CERT too: it redirects to HTTPS", getenv("NAH_HTTP_ADDR"))
+		}
+		return nil
+	}
+	c.App.TLS.CacheDir = filepath.Join(c.Store.Dir, "acme")
+	if c.unset("NAH_ADDR") {
+		c.Addr = defaultHTTPSAddr
+		c.setDefault("NAH_ADDR", defaultHTTPSAddr)
+	}
+	if c.unset("NAH_HTTP_ADDR") {
+		c.HTTPAddr = defaultHTTPAddr
+		c.setDefault("NAH_HTTP_ADDR", defaultHTTPAddr)
+	}
+	return nil
+}
+
+// unset reports whether the variable name took its default.
+func (c *config) unset(name string) bool {
+	for _, s := range c.App.Settings {
+		if s.Name == name {
+			return s.Source == "the default"
+		}
+	}
+	return true
+}
+
+// setDefault records, for the console, the HTTPS default a variable took.
+func (c *config) setDefault(name, value string) {
+	for i, s := range c.App.Settings {
+		if s.Name == name {
+			c.App.Settings[i] = app.Setting{Name: name, Value: value, Source: "the default with HTTPS"}
+		}
+	}
+}
+
+// parseDomains reads NAH_DOMAIN: DNS names, lower-cased, without
+// duplicates. Wildcards are refused (ACME gives them only for DNS-01
+// challenges, which need the DNS provider's API), as are addresses (CAs do
+// not issue for them) and single labels (no public CA issues for those).
+func parseDomains(v string) ([]string, error) {
+	var out []string
+	for s := range strings.SplitSeq(v, ",") {
+		s = strings.TrimSuffix(strings.ToLower(strings.TrimSpace(s)), ".")
+		if !dnsName(s) {
+			return nil, fmt.Errorf("%q is not a DNS name such as nah.example.com (no port, scheme or wildcard; punycode for non-ASCII names)", s)
+		}
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// dnsName reports whether s is a DNS name of two labels or more, each of
+// letters, digits and inner hyphens, the last not all digits.
+func dnsName(s string) bool {
+	labels := strings.Split(s, ".")
+	if len(s) > 253 || len(labels) < 2 {
+		return false
+	}
+	for _, l := range labels {
+		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
+			return false
+		}
+		for _, r := range l {
+			if (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '-' {
+				return false
+			}
+		}
+	}
+	_, err := strconv.Atoi(labels[len(labels)-1])
+	return err != nil
+}
+
+// loadKeyPair loads the operator's certificate and key, naming the
+// variable at fault: a file that cannot be read, a certificate file
+// without a certificate, a key that is not the certificate's.
+func loadKeyPair(certFile, keyFile string) (*tls.Certificate, error) {
+	certPEM, err := os.ReadFile(certFile)
+	if err != nil {
+		return nil, fmt.Errorf("NAH_TLS_CERT=%q: %v", certFile, err)
+	}
+	keyPEM, err := os.ReadFile(keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("NAH_TLS_KEY=%q: %v", keyFile, err)
+	}
+	found := false
+	for rest := certPEM; ; {
+		var b *pem.Block
+		if b, rest = pem.Decode(rest); b == nil {
+			break
+		}
+		if b.Type != "CERTIFICATE" {
+			continue
+		}
+		if _, err := x509.ParseCertificate(b.Bytes); err != nil {
+			return nil, fmt.Errorf("NAH_TLS_CERT=%q: a certificate that cannot be read: %v", certFile, err)
+		}
+		found = true
+	}
+	if !found {
+		return nil, fmt.Errorf("NAH_TLS_CERT=%q: want a PEM file with a CERTIFICATE block", certFile)
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("NAH_TLS_KEY=%q: want the PEM private key of NAH_TLS_CERT's certificate: %v", keyFile, err)
+	}
+	return &pair, nil
+}
+
+// checkCertificateFile warns about the operator's certificate when it has
+// expired or will within two weeks: it is loaded once, at start, so a
+// renewed file needs a restart.
+func checkCertificateFile(log *slog.Logger, cert *tls.Certificate, now time.Time) {
+	if cert == nil || cert.Leaf == nil {
+		return
+	}
+	switch left := cert.Leaf.NotAfter.Sub(now); {
+	case left <= 0:
+		log.Error("NAH_TLS_CERT has expired: clients refuse it; put a renewed one in place and restart", "not_after", cert.Leaf.NotAfter)
+	case left < 14*24*time.Hour:
+		log.Warn("NAH_TLS_CERT expires within two weeks; put a renewed one in place and restart", "not_after", cert.Leaf.NotAfter)
+	}
 }
 
 // readConfig reads and validates every variable, unset ones taking their
@@ -251,6 +471,9 @@ func readConfig(getenv func(string) string) (config, error) {
 		}
 		c.App.Settings = append(c.App.Settings, app.Setting{Name: v.Name, Value: val, Source: src})
 	}
+	if err := c.https(getenv); err != nil {
+		return config{}, err
+	}
 	if err := c.plan(); err != nil {
 		return config{}, fmt.Errorf("NAH_MEMORY_LIMIT=%q: %v", getenv("NAH_MEMORY_LIMIT"), err)
 	}
@@ -258,13 +481,44 @@ func readConfig(getenv func(string) string) (config, error) {
 }
 
 // publicURL is where people reach the server, for the links it makes:
-// NAH_PUBLIC_URL, or else http:// and listen, the address the server
-// listens on. Never the Host of a request, which the client chooses.
+// NAH_PUBLIC_URL; or else, with HTTPS, https:// and the first name of
+// NAH_DOMAIN or of the certificate, with listen's port unless it is 443;
+// or else http:// and listen, the address the server listens on. Never the
+// Host of a request, which the client chooses.
 func (c config) publicURL(listen string) string {
 	if c.App.PublicURL != "" {
 		return c.App.PublicURL
 	}
-	return "http://" + listen
+	if !c.App.TLS.Enabled() {
+		return "http://" + listen
+	}
+	name := ""
+	if len(c.App.TLS.Domains) > 0 {
+		name = c.App.TLS.Domains[0]
+	} else if leaf := c.App.TLS.Certificate.Leaf; leaf != nil {
+		for _, n := range leaf.DNSNames {
+			if !strings.HasPrefix(n, "*.") {
+				name = n
+				break
+			}
+		}
+	}
+	host, port, err := net.SplitHostPort(listen)
+	switch {
+	case err != nil:
+		return "https://" + listen
+	case name != "":
+		host = name
+	case host == "":
+		host = "localhost"
+	}
+	if port == "443" {
+		if strings.Contains(host, ":") {
+			return "https://[" + host + "]"
+		}
+		return "https://" + host
+	}
+	return "https://" + net.JoinHostPort(host, port)
 }
 
 // LogValue summarises the configuration for the start-up log line. It holds
@@ -283,5 +537,18 @@ func (c config) LogValue() slog.Value {
 		slog.Int("max_moment_bytes", c.App.MaxMomentBytes),
 		slog.Int64("memory_limit", c.MemoryLimit),
 		slog.Int64("request_budget", c.App.MemoryBudget),
+		slog.String("https", c.httpsMode()),
+		slog.String("http_addr", c.HTTPAddr),
 	)
+}
+
+// httpsMode says how the server serves HTTPS, for the log.
+func (c config) httpsMode() string {
+	switch {
+	case len(c.App.TLS.Domains) > 0:
+		return "acme:" + strings.Join(c.App.TLS.Domains, ",")
+	case c.App.TLS.Certificate != nil:
+		return "certificate:" + c.tlsCertFile
+	}
+	return "off"
 }

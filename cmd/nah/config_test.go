@@ -2,6 +2,8 @@ package main
 
 import (
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -169,6 +171,97 @@ func TestConfigMaxConnections(t *testing.T) {
 	for _, v := range []string{"15", "0", "-1", "100001", "1e3"} {
 		if _, err := readConfig(env(map[string]string{"NAH_MAX_CONNECTIONS": v})); err == nil {
 			t.Errorf("%q accepted", v)
+		}
+	}
+}
+
+// TestConfigHTTPS: NAH_DOMAIN turns HTTPS on, with the standard ports
+// unless the addresses are set, the ACME cache in the data directory, the
+// redirect listener in the memory plan, and links to the first name.
+func TestConfigHTTPS(t *testing.T) {
+	plain, err := readConfig(env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := readConfig(env(map[string]string{"NAH_DOMAIN": " Nah.Example.com, www.nah.example.com., nah.example.com", "NAH_DATA_DIR": "/srv/nah"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(c.App.TLS.Domains, " "); got != "nah.example.com www.nah.example.com" || c.App.TLS.DirectoryURL != app.DefaultACMEDirectory ||
+		c.App.TLS.CacheDir != "/srv/nah/acme" || c.Addr != ":443" || c.HTTPAddr != ":80" {
+		t.Fatalf("NAH_DOMAIN: %+v, addr %q, http %q", c.App.TLS, c.Addr, c.HTTPAddr)
+	}
+	if s := c.App.Settings[0]; s != (app.Setting{Name: "NAH_ADDR", Value: ":443", Source: "the default with HTTPS"}) {
+		t.Errorf("the console hears %+v", s)
+	}
+	if plain.App.MemoryBudget-c.App.MemoryBudget != app.RedirectMaxConnections*connectionBytes {
+		t.Errorf("the redirect listener's connections are not in the memory plan: %d, %d", plain.App.MemoryBudget, c.App.MemoryBudget)
+	}
+	for listen, want := range map[string]string{"[::]:443": "https://nah.example.com", "127.0.0.1:8443": "https://nah.example.com:8443"} {
+		if got := c.publicURL(listen); got != want {
+			t.Errorf("link base listening on %s: %s, want %s", listen, got, want)
+		}
+	}
+
+	c, err = readConfig(env(map[string]string{"NAH_DOMAIN": "nah.example.com", "NAH_ADDR": "127.0.0.1:8443", "NAH_HTTP_ADDR": "off",
+		"NAH_ACME_EMAIL": "ops@example.com", "NAH_ACME_DIRECTORY": "https://acme-staging-v02.api.letsencrypt.org/directory"}))
+	if err != nil || c.Addr != "127.0.0.1:8443" || c.HTTPAddr != "" || c.App.TLS.Email != "ops@example.com" || !strings.Contains(c.App.TLS.DirectoryURL, "staging") {
+		t.Fatalf("set addresses: %+v %q %q %v", c.App.TLS, c.Addr, c.HTTPAddr, err)
+	}
+
+	for name, values := range map[string][]string{
+		"NAH_DOMAIN":         {"localhost", "*.example.com", "nah.example.com:443", "https://nah.example.com", "10.0.0.5", "nah..example.com", "-nah.example.com", "nah.example.com,", "ñah.example.com"},
+		"NAH_ACME_EMAIL":     {"ops", "Ops <ops@example.com>"},
+		"NAH_ACME_DIRECTORY": {"http://acme.example.com/directory", "acme.example.com"},
+		"NAH_HTTP_ADDR":      {"80"},
+	} {
+		for _, v := range values {
+			vars := map[string]string{name: v}
+			if name != "NAH_DOMAIN" {
+				vars["NAH_DOMAIN"] = "nah.example.com"
+			}
+			if _, err := readConfig(env(vars)); err == nil || !strings.HasPrefix(err.Error(), name+"=") {
+				t.Errorf("%s=%q: %v, want an error naming it", name, v, err)
+			}
+		}
+	}
+}
+
+// TestCgroupLimit: the least memory limit of the process's cgroup and its
+// ancestors, from cgroup v2's memory.max or v1's memory.limit_in_bytes;
+// none where every level says unlimited.
+func TestCgroupLimit(t *testing.T) {
+	write := func(path, s string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v2 := t.TempDir()
+	write(filepath.Join(v2, "cgroup.controllers"), "cpu memory pids\n")
+	write(filepath.Join(v2, "system.slice/memory.max"), "max\n")
+	write(filepath.Join(v2, "system.slice/nah.service/memory.max"), "419430400\n")
+	v1 := t.TempDir()
+	write(filepath.Join(v1, "memory/memory.limit_in_bytes"), "9223372036854771712\n")
+	write(filepath.Join(v1, "memory/box/memory.limit_in_bytes"), "1073741824\n")
+	write(filepath.Join(v1, "memory/box/nah/memory.limit_in_bytes"), "9223372036854771712\n")
+	for _, c := range []struct {
+		root, self string
+		want       int64
+	}{
+		{v2, "0::/system.slice/nah.service\n", 400 << 20},
+		{v2, "0::/system.slice\n", 0},
+		{v2, "0::/elsewhere\n", 0},
+		{v1, "12:pids:/box/nah\n4:memory:/box/nah\n0::/box/nah\n", 1 << 30},
+		{v1, "4:cpu,memory:/\n", 0},
+		{v1, "12:pids:/box/nah\n", 0},
+	} {
+		got, ok := cgroupLimit(c.self, c.root)
+		if got != c.want || ok != (c.want > 0) {
+			t.Errorf("%q: %d %v, want %d", c.self, got, ok, c.want)
 		}
 	}
 }

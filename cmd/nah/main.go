@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -63,6 +64,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return joincode(ctx, args, getenv, stdout, stderr)
 	case "admin":
 		return adminCmd(ctx, args, getenv, stdout, stderr)
+	case "service":
+		return service(args, getenv, stdout, stderr)
 	default:
 		return usageError{fmt.Sprintf("unknown command %q; try 'nah help'", cmd)}
 	}
@@ -75,6 +78,9 @@ Commands:
   nah serve                      run the server (the default)
   nah joincode create [-ttl D]   make a single-use sign-up code (default 168h)
   nah admin create               print a one-time link (valid an hour) that creates a console admin
+  nah service [-user nah] [-env-file /etc/nah/nah.env]
+                                 print a hardened systemd unit for this binary and NAH_DATA_DIR
+                                 (else /var/lib/nah), with MemoryMax agreeing with NAH_MEMORY_LIMIT
   nah version                    print the version
   nah help                       this text
 
@@ -107,6 +113,8 @@ func setup(getenv func(string) string, stderr io.Writer) (config, *slog.Logger, 
 // serve runs the server until ctx is cancelled, then shuts down in order:
 // stop accepting and finish in-flight requests (bounded by
 // NAH_SHUTDOWN_TIMEOUT), then close the store, which checkpoints every file.
+// With HTTPS the listener speaks TLS inside the connection bound, and a
+// second one on NAH_HTTP_ADDR redirects plain HTTP (closed at return).
 // ready, when not nil, receives the listening address.
 func serve(ctx context.Context, getenv func(string) string, stderr io.Writer, ready chan<- string) error {
 	cfg, log, err := setup(getenv, stderr)
@@ -144,7 +152,35 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer, re
 	cfg.App.PublicURL = cfg.publicURL(ln.Addr().String())
 	a := app.New(cfg.App, s, log)
 	srv := app.NewServer(cfg.Addr, a, log)
-	log.Info("nah started", "version", version, "config", cfg, "listen", ln.Addr().String(), "took", time.Since(start).Round(time.Millisecond))
+	limited := a.LimitConnections(srv, ln, cfg.MaxConnections)
+	var served net.Listener = limited
+	httpListen := ""
+	if cfg.App.TLS.Enabled() {
+		if err := os.MkdirAll(cfg.App.TLS.CacheDir, 0o700); err != nil {
+			return fmt.Errorf("the ACME cache: %w", err)
+		}
+		// TLS inside the connection bound: a handshake holds a slot.
+		served = tls.NewListener(limited, a.TLSConfig())
+		if cfg.HTTPAddr != "" {
+			hln, err := net.Listen("tcp", cfg.HTTPAddr)
+			if err != nil {
+				return usageError{fmt.Sprintf("NAH_HTTP_ADDR=%q: %v", cfg.HTTPAddr, err)}
+			}
+			_, port, _ := net.SplitHostPort(ln.Addr().String())
+			hsrv := app.NewServer(cfg.HTTPAddr, a.RedirectHandler(port), log)
+			go hsrv.Serve(a.LimitConnections(hsrv, hln, app.RedirectMaxConnections))
+			defer hsrv.Close() // redirects are answered at once: nothing to drain
+			httpListen = hln.Addr().String()
+		}
+	}
+	cgroupMax, inCgroup := cgroupMemoryMax()
+	log.Info("nah started", "version", version, "config", cfg, "listen", ln.Addr().String(), "http_listen", httpListen,
+		"memory_limit", cfg.MemoryLimit, "cgroup_memory_max", cgroupReport(cgroupMax, inCgroup), "took", time.Since(start).Round(time.Millisecond))
+	checkMemoryLimit(log, cfg.MemoryLimit, cgroupMax, inCgroup)
+	checkCertificateFile(log, cfg.App.TLS.Certificate, time.Now())
+	// After the redirect handler is made (autocert then offers HTTP-01
+	// too), and after the start line, which its errors follow.
+	go a.ObtainCertificates(ctx)
 	if cfg.MetricsAddr != "" {
 		mln, err := net.Listen("tcp", cfg.MetricsAddr)
 		if err != nil {
@@ -159,9 +195,8 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer, re
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}
-	limited := a.LimitConnections(srv, ln, cfg.MaxConnections)
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(limited) }()
+	go func() { errc <- srv.Serve(served) }()
 	// After serving starts: the link costs a directory write, and phones
 	// need not wait for it.
 	if n, err := s.AdminCount(ctx); err != nil {

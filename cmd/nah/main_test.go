@@ -47,6 +47,11 @@ type proc struct {
 	stderr *bytes.Buffer
 	mu     *sync.Mutex
 	done   chan error
+
+	// base and client, when set, are where and how call reaches the
+	// server (over HTTPS); else http://addr with client.
+	base   string
+	client *http.Client
 }
 
 var listenRE = regexp.MustCompile(`listen=(\S+)`)
@@ -113,11 +118,15 @@ func (p *proc) call(method, path, token string, body any) (int, map[string]any, 
 		b, _ := json.Marshal(body)
 		rd = bytes.NewReader(b)
 	}
-	req, _ := http.NewRequest(method, "http://"+p.addr+path, rd)
+	base, c := "http://"+p.addr, client
+	if p.base != "" {
+		base, c = p.base, p.client
+	}
+	req, _ := http.NewRequest(method, base+path, rd)
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	res, err := client.Do(req)
+	res, err := c.Do(req)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -316,6 +325,11 @@ func TestHelpListsEveryVariable(t *testing.T) {
 	var out bytes.Buffer
 	if err := run(context.Background(), []string{"help"}, func(string) string { return "" }, &out, io.Discard); err != nil {
 		t.Fatal(err)
+	}
+	for _, cmd := range []string{"nah serve", "nah joincode create", "nah admin create", "nah service", "nah version"} {
+		if !strings.Contains(out.String(), "  "+cmd) {
+			t.Errorf("help lacks %s", cmd)
+		}
 	}
 	for _, v := range variables {
 		if !strings.Contains(out.String(), v.Name) || v.Default != "" && !strings.Contains(out.String(), v.Default) {

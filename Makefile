@@ -5,14 +5,15 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 GOFLAGS_BUILD := -trimpath -ldflags "$(LDFLAGS)"
 
-.PHONY: run test build build-all generate lint fuzz bench bench-compare bench-baseline clean
+.PHONY: run test build build-all generate lint contract fuzz bench bench-compare bench-baseline clean
 
 ## run: the server with its embedded defaults (data in ./data, 127.0.0.1:8090)
 run:
 	go run $(GOFLAGS_BUILD) ./cmd/nah serve
 
-## test: lint, then every test (the full suite takes a few minutes on 2 cores)
-test: lint
+## test: lint, the API contract, then every test (the full suite takes a few
+## minutes on 2 cores)
+test: lint contract
 	go test -count=1 -timeout 20m ./...
 
 ## build: a static, stripped, version-stamped binary for this machine
@@ -36,6 +37,16 @@ lint:
 	go vet ./...
 	go tool staticcheck ./...
 
+## contract: openapi.json as phone developers use it, with the pinned npm tools
+## of contract/ (node 20.19+ and npm): Redocly's lint must report no error and
+## no warning, and the TypeScript client generated from the document must
+## type-check (client.ts uses it). Needs the npm registry for npm ci.
+contract:
+	cd contract && npm ci --no-audit --no-fund --loglevel=error
+	cd contract && node lint.mjs
+	cd contract && node_modules/.bin/openapi-typescript ../openapi.json -o generated.ts
+	cd contract && node_modules/.bin/tsc --noEmit --strict -p .
+
 ## fuzz: a short run of each fuzz target (the seed corpus runs in make test)
 fuzz:
 	go test -run '^$$' -fuzz FuzzDecodeCursor -fuzztime 30s .
@@ -56,4 +67,4 @@ bench-baseline:
 	go run ./bench baseline
 
 clean:
-	rm -rf bin
+	rm -rf bin contract/node_modules contract/generated.ts

@@ -403,13 +403,10 @@ func TestSignupRateLimit(t *testing.T) {
 
 func TestTrustedProxyForwardedFor(t *testing.T) {
 	send := func(ts *testServer, xff string) int {
-		req, _ := http.NewRequest("POST", ts.URL+"/api/v1/accounts", strings.NewReader(`{"handle":"x`+strconv.Itoa(int(time.Now().UnixNano()%1e9))+`","password":"password-x"}`))
+		body := []byte(`{"handle":"x` + strconv.Itoa(int(time.Now().UnixNano()%1e9)) + `","password":"password-x"}`)
+		req, _ := http.NewRequest("POST", ts.URL+"/api/v1/accounts", bytes.NewReader(body))
 		req.Header.Set("X-Forwarded-For", xff)
-		res, err := ts.Client().Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res.Body.Close()
+		res, _ := sendChecked(t, ts.Client(), req, body)
 		return res.StatusCode
 	}
 	// Untrusted peer: the header is ignored, so every sign-up counts against

@@ -147,23 +147,28 @@ func (r response) str(key string) string {
 	return s
 }
 
-// do sends one request. body is sent as is when it is a string or []byte,
-// and as JSON otherwise.
+// do sends one request and checks it and its answer against openapi.json
+// (checkContract). body is sent as is when it is a string or []byte, and
+// as JSON otherwise.
 func (ts *testServer) do(t *testing.T, method, path, token string, body any) response {
 	t.Helper()
-	var rd io.Reader
+	var sent []byte
 	switch b := body.(type) {
 	case nil:
 	case string:
-		rd = strings.NewReader(b)
+		sent = []byte(b)
 	case []byte:
-		rd = bytes.NewReader(b)
+		sent = b
 	default:
 		j, err := json.Marshal(b)
 		if err != nil {
 			t.Fatal(err)
 		}
-		rd = bytes.NewReader(j)
+		sent = j
+	}
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(sent)
 	}
 	req, err := http.NewRequest(method, ts.URL+path, rd)
 	if err != nil {
@@ -178,6 +183,7 @@ func (ts *testServer) do(t *testing.T, method, path, token string, body any) res
 	}
 	defer res.Body.Close()
 	raw, _ := io.ReadAll(res.Body)
+	checkContract(t, exchange{method, ts.URL + path, req.Header, sent, res, raw})
 	out := response{status: res.StatusCode, header: res.Header, raw: raw}
 	if len(raw) > 0 {
 		if err := json.Unmarshal(raw, &out.json); err != nil {
@@ -269,8 +275,12 @@ func (ts *testServer) readAll(t *testing.T, token, path string, limit int) []pag
 			} `json:"moments"`
 			Next *string `json:"next"`
 		}
-		err = json.NewDecoder(res.Body).Decode(&page)
+		raw, err := io.ReadAll(res.Body)
 		res.Body.Close()
+		if err == nil {
+			checkContract(t, exchange{"GET", ts.URL + u, req.Header, nil, res, raw})
+			err = json.Unmarshal(raw, &page)
+		}
 		if res.StatusCode != 200 || err != nil {
 			t.Fatalf("GET %s: %d %v", u, res.StatusCode, err)
 		}

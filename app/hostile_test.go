@@ -81,6 +81,9 @@ func TestOversizedHeadersAre431(t *testing.T) {
 	ts := newTestServer(t)
 	req, _ := http.NewRequest("GET", ts.URL+"/healthz", nil)
 	req.Header.Set("X-Big", strings.Repeat("x", 17<<10))
+	// Not checked against openapi.json: net/http answers this 431 itself,
+	// in plain text, before any handler (issue 13 makes it the JSON error
+	// that the document describes).
 	res, err := ts.Client().Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -91,12 +94,7 @@ func TestOversizedHeadersAre431(t *testing.T) {
 	}
 	// 12 KiB of headers is fine.
 	req.Header.Set("X-Big", strings.Repeat("x", 12<<10))
-	res, err = ts.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
-	if res.StatusCode != 200 {
+	if res, _ := sendChecked(t, ts.Client(), req, nil); res.StatusCode != 200 {
 		t.Fatalf("12 KiB of headers: %d", res.StatusCode)
 	}
 }
@@ -277,11 +275,10 @@ func TestSlowClientIsCutOff(t *testing.T) {
 	if time.Since(start) >= 2*time.Second {
 		t.Fatalf("a slow client held its connection for %v (read err %v)", time.Since(start), err)
 	}
-	res, err := slow.Client().Get(slow.URL + "/healthz")
-	if err != nil || res.StatusCode != 200 {
-		t.Fatalf("health after a slow client: %v %v", res, err)
+	req, _ := http.NewRequest("GET", slow.URL+"/healthz", nil)
+	if res, body := sendChecked(t, slow.Client(), req, nil); res.StatusCode != 200 {
+		t.Fatalf("health after a slow client: %d %s", res.StatusCode, body)
 	}
-	res.Body.Close()
 }
 
 // TestConnectionCap: the 151st connection is 409 for whichever side is full.
@@ -431,6 +428,9 @@ func TestIDPathTricks(t *testing.T) {
 				if err := json.Unmarshal(body, &e); err != nil || e.Error.Code == "" || e.Error.Message == "" {
 					t.Errorf("%s %s: not the SPEC's error body: %.200s", rt.method, raw, body)
 				}
+				// No operation of openapi.json describes a path with a
+				// trick in it: only the answer can be checked.
+				checkErrorContract(t, rt.method+" "+raw, res, body)
 			case rt.console && strings.HasPrefix(res.Header.Get("Content-Type"), "text/html"):
 				if !strings.Contains(string(body), `role="alert"`) {
 					t.Errorf("%s %s: an HTML answer that is not the console's error page: %.200s", rt.method, raw, body)

@@ -78,6 +78,19 @@ func (c *counter) add(status string) {
 	c.mu.Unlock()
 }
 
+// send sends req and counts its answer, unless the mix ended meanwhile.
+func send(mctx context.Context, c *http.Client, req *http.Request, cn *counter) {
+	r, err := c.Do(req)
+	if mctx.Err() != nil {
+		return
+	}
+	cn.add(statusOf(r, err))
+	if err == nil {
+		io.Copy(io.Discard, r.Body)
+		r.Body.Close()
+	}
+}
+
 func statusOf(res *http.Response, err error) string {
 	if err != nil {
 		return "err"
@@ -103,28 +116,11 @@ func hostileCmd(ctx context.Context, args []string) error {
 	for _, s := range strings.Split(*skip, ",") {
 		skipped[s] = true
 	}
-	src, err := fixtureDir(ctx, *cache, f)
+	data, people, cleanup, err := copyFixture(ctx, *cache, f)
 	if err != nil {
 		return err
 	}
-	var people []fixture.Person
-	raw, err := os.ReadFile(filepath.Join(src, fixture.PeopleFile))
-	if err != nil {
-		return err
-	}
-	if err := json.Unmarshal(raw, &people); err != nil {
-		return err
-	}
-	work, err := os.MkdirTemp("", "nah-bench-hostile")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(work)
-	data := filepath.Join(work, "data")
-	fmt.Fprintf(os.Stderr, "copying %s\n", f.Name)
-	if err := copyDir(filepath.Join(src, fixture.DataDir), data); err != nil {
-		return err
-	}
+	defer cleanup()
 	res, err := hostile(ctx, *bin, data, f, people, *d)
 	if err != nil {
 		return err
@@ -313,30 +309,14 @@ func hostile(ctx context.Context, bin, data string, f fixture.Fixture, people []
 		form := url.Values{"name": {"mallory"}, "password": {"a-long-enough-password"}}
 		req, _ := http.NewRequestWithContext(mctx, "POST", base+path+base64.RawURLEncoding.EncodeToString(tok), strings.NewReader(form.Encode()))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		r, err := bogus.Do(req)
-		if mctx.Err() != nil {
-			return
-		}
-		cn.add(statusOf(r, err))
-		if err == nil {
-			io.Copy(io.Discard, r.Body)
-			r.Body.Close()
-		}
+		send(mctx, bogus, req, cn)
 	})
 	// 4. 50 concurrent wrong passwords for one person.
 	wrong := newClient(50)
 	attack("passwords", "50 wrong passwords", 50, func(mctx context.Context, rng *mrand.Rand, cn *counter) {
 		payload := fmt.Sprintf(`{"handle":%q,"password":"wrong-password-%d"}`, victim.Handle, rng.IntN(1e9))
 		req, _ := http.NewRequestWithContext(mctx, "POST", base+"/api/v1/sessions", strings.NewReader(payload))
-		r, err := wrong.Do(req)
-		if mctx.Err() != nil {
-			return
-		}
-		cn.add(statusOf(r, err))
-		if err == nil {
-			io.Copy(io.Discard, r.Body)
-			r.Body.Close()
-		}
+		send(mctx, wrong, req, cn)
 	})
 	// 5. 2,000 idle keep-alive connections: one request each, then silence.
 	var idle atomic.Int64

@@ -62,28 +62,11 @@ func runCmd(ctx context.Context, args []string) error {
 	if !ok {
 		usage()
 	}
-	src, err := fixtureDir(ctx, *cache, f)
+	data, people, cleanup, err := copyFixture(ctx, *cache, f)
 	if err != nil {
 		return err
 	}
-	var people []fixture.Person
-	raw, err := os.ReadFile(filepath.Join(src, fixture.PeopleFile))
-	if err != nil {
-		return err
-	}
-	if err := json.Unmarshal(raw, &people); err != nil {
-		return err
-	}
-	work, err := os.MkdirTemp("", "nah-bench-run")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(work)
-	data := filepath.Join(work, "data")
-	fmt.Fprintf(os.Stderr, "copying %s\n", f.Name)
-	if err := copyDir(filepath.Join(src, fixture.DataDir), data); err != nil {
-		return err
-	}
+	defer cleanup()
 	res, err := measure(ctx, *bin, data, f, people, *d, env...)
 	if err != nil {
 		return err
@@ -300,3 +283,32 @@ type envList []string
 
 func (e *envList) String() string     { return strings.Join(*e, " ") }
 func (e *envList) Set(v string) error { *e = append(*e, v); return nil }
+
+// copyFixture copies the cached fixture f (seeding it on first use) into a
+// fresh data directory, and returns it with the fixture's people and a
+// function that removes the copy.
+func copyFixture(ctx context.Context, cache string, f fixture.Fixture) (data string, people []fixture.Person, cleanup func(), err error) {
+	src, err := fixtureDir(ctx, cache, f)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	raw, err := os.ReadFile(filepath.Join(src, fixture.PeopleFile))
+	if err != nil {
+		return "", nil, nil, err
+	}
+	if err := json.Unmarshal(raw, &people); err != nil {
+		return "", nil, nil, err
+	}
+	work, err := os.MkdirTemp("", "nah-bench-run")
+	if err != nil {
+		return "", nil, nil, err
+	}
+	cleanup = func() { os.RemoveAll(work) }
+	data = filepath.Join(work, "data")
+	fmt.Fprintf(os.Stderr, "copying %s\n", f.Name)
+	if err := copyDir(filepath.Join(src, fixture.DataDir), data); err != nil {
+		cleanup()
+		return "", nil, nil, err
+	}
+	return data, people, cleanup, nil
+}

@@ -2,71 +2,20 @@ package app
 
 import (
 	"encoding/base64"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
+
+	"github.com/nah-app/nah/internal/testdisk"
 )
-
-// mountTmpfs mounts a tmpfs of size (such as "8m") on a fresh folder and
-// unmounts it with the test. Mounting needs root: without it the test is
-// skipped, except in CI, where a skipped test would pass off as a passing
-// one, so there it fails.
-func mountTmpfs(t *testing.T, size string) string {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), "tmpfs")
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size="+size+",mode=0700"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("mount a tmpfs to fill (CI runs as root and must run this test): %v", err)
-		}
-		t.Skipf("cannot mount a tmpfs to fill (%v): run the tests as root to test a full disk", err)
-	}
-	t.Cleanup(func() {
-		if err := syscall.Unmount(dir, 0); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
-	return dir
-}
-
-// fillDisk grows a filler file in dir until the file system is full. Call
-// it again before each write that must find the disk full: SQLite frees
-// space by itself (a file closed removes its WAL), and a write may fit in it.
-func fillDisk(t *testing.T, dir string) {
-	t.Helper()
-	f, err := os.OpenFile(filepath.Join(dir, "filler"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	buf := make([]byte, 64<<10)
-	for err == nil {
-		_, err = f.Write(buf)
-	}
-	if !errors.Is(err, syscall.ENOSPC) {
-		t.Fatalf("filling %s: %v, want ENOSPC", dir, err)
-	}
-}
-
-// freeDisk deletes the filler of fillDisk.
-func freeDisk(t *testing.T, dir string) {
-	t.Helper()
-	if err := os.Remove(filepath.Join(dir, "filler")); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // TestDiskFull: on a full disk every write answers 507 insufficient_storage
 // and reads go on, also of files that were closed; health says so; a
 // refused sign-up leaves no folder; and once space returns everything works
 // again by itself.
 func TestDiskFull(t *testing.T) {
-	dir := mountTmpfs(t, "8m")
+	dir := testdisk.Mount(t, "8m")
 	// One open file and no heads, so that feeds open closed files.
 	ts := newTestServer(t, func(c *serverConfig) { c.Dir, c.MaxOpenFiles, c.HeadCacheBytes = dir, 1, -1 })
 	ann, bob := ts.signup(t, "ann"), ts.signup(t, "bob")
@@ -96,7 +45,7 @@ func TestDiskFull(t *testing.T) {
 		{"sign up", "POST", "/api/v1/accounts", "", map[string]string{"handle": "cat", "password": "password-cat"}},
 		{"invite", "POST", "/api/v1/invites", bob.token, nil},
 	} {
-		fillDisk(t, dir)
+		testdisk.Fill(t, dir)
 		r := ts.do(t, w.method, w.path, w.token, w.body)
 		if r.status != 507 || r.errCode() != "insufficient_storage" {
 			t.Errorf("%s on a full disk: %d %s, want 507 insufficient_storage", w.name, r.status, r.raw)
@@ -124,7 +73,7 @@ func TestDiskFull(t *testing.T) {
 		t.Errorf("overview on a full disk: %d, does not say the disk is full", p.status)
 	}
 
-	freeDisk(t, dir)
+	testdisk.Free(t, dir)
 	ts.post(t, ann, []byte("ann again"))
 	cat := ts.signup(t, "cat")
 	ts.connect(t, cat, bob)

@@ -5,13 +5,15 @@ import (
 	"log/slog"
 	"testing"
 	"time"
+
+	"github.com/nah-app/nah/internal/testdisk"
 )
 
 // TestFlushBacksOff: a flush of newest times that fails on a full disk is
 // retried, and logged, one, two, four... seconds apart rather than every
 // second; a write that succeeds once space is back flushes at once.
 func TestFlushBacksOff(t *testing.T) {
-	dir := mountTmpfs(t, "8m")
+	dir := testdisk.Mount(t, "8m")
 	var logs lockedBuffer
 	s := MustOpen(t, Config{Dir: dir, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	ctx := context.Background()
@@ -20,13 +22,13 @@ func TestFlushBacksOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(1500 * time.Millisecond) // flushed
-	fillDisk(t, dir)
+	testdisk.Fill(t, dir)
 	s.markDirty(ann.ID, 1<<42, 1)
 	time.Sleep(3500 * time.Millisecond)
 	if n := logs.count("flush newest times"); n < 1 || n > 2 {
 		t.Errorf("%d flush failures logged in 3.5 s, want 1 or 2 (1 s, then 2 s later)", n)
 	}
-	freeDisk(t, dir)
+	testdisk.Free(t, dir)
 	if _, err := s.CreateMoment(ctx, ann.ID, []byte("space is back")); err != nil {
 		t.Fatal(err)
 	}

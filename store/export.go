@@ -50,7 +50,7 @@ type Manifest struct {
 		Handle    string `json:"handle"`
 		CreatedAt int64  `json:"created_at"`
 	} `json:"person"`
-	ExportedAt    int64 `json:"exported_at"`
+	ExportedAt    int64  `json:"exported_at"`
 	ServerVersion string `json:"server_version"`
 	// SchemaVersion is person.db's PRAGMA user_version.
 	SchemaVersion int                  `json:"schema_version"`

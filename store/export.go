@@ -40,7 +40,7 @@ const exportFormatVersion = 1
 // exportCopyBuffer is the one buffer an export streams through.
 const exportCopyBuffer = 32 << 10
 
-// Manifest is manifest.json of an export. Times are unix milliseconds, as
+// Manifest is manifest.json of an export. Times are in nah.TimeFormat, as
 // everywhere in the API.
 type Manifest struct {
 	Format        string `json:"format"`
@@ -48,9 +48,9 @@ type Manifest struct {
 	Person        struct {
 		ID        string `json:"id"`
 		Handle    string `json:"handle"`
-		CreatedAt int64  `json:"created_at"`
+		CreatedAt string `json:"created_at"`
 	} `json:"person"`
-	ExportedAt    int64  `json:"exported_at"`
+	ExportedAt    string `json:"exported_at"`
 	ServerVersion string `json:"server_version"`
 	// SchemaVersion is person.db's PRAGMA user_version.
 	SchemaVersion int                  `json:"schema_version"`
@@ -62,7 +62,7 @@ type Manifest struct {
 // ManifestConnection is one of the person's connections at export time.
 type ManifestConnection struct {
 	Handle      string `json:"handle"`
-	ConnectedAt int64  `json:"connected_at"`
+	ConnectedAt string `json:"connected_at"`
 }
 
 // ManifestFile is one entry of the tar besides the manifest.
@@ -116,12 +116,12 @@ func (s *Store) ExportPerson(ctx context.Context, id, serverVersion string) (*Ex
 	e := &Export{Person: p, At: s.now()}
 	m := &e.manifest
 	m.Format, m.FormatVersion = ExportFormat, exportFormatVersion
-	m.Person.ID, m.Person.Handle, m.Person.CreatedAt = p.ID, p.Handle, p.CreatedAt
-	m.ExportedAt = e.At.UnixMilli()
+	m.Person.ID, m.Person.Handle, m.Person.CreatedAt = p.ID, p.Handle, nah.FormatTime(p.CreatedAt)
+	m.ExportedAt = nah.FormatTime(e.At.UnixMilli())
 	m.ServerVersion = serverVersion
 	m.Connections = make([]ManifestConnection, 0, len(cs))
 	for _, c := range cs {
-		m.Connections = append(m.Connections, ManifestConnection{Handle: c.Handle, ConnectedAt: c.ConnectedAt})
+		m.Connections = append(m.Connections, ManifestConnection{Handle: c.Handle, ConnectedAt: nah.FormatTime(c.ConnectedAt)})
 	}
 	err = s.useFile(ctx, id, false, func(f *personFile) error {
 		var err error
@@ -194,10 +194,13 @@ func backupFile(ctx context.Context, p string) (_ *os.File, schema int, err erro
 	return f, schema, nil
 }
 
-// Filename is the name an export is downloaded under:
+// Filename is the name the export is downloaded under.
+func (e *Export) Filename() string { return ExportFilename(e.Person.Handle, e.At) }
+
+// ExportFilename is the name of an export of handle made at at:
 // nah-<handle>-<YYYYMMDD>.tar, the date in UTC.
-func (e *Export) Filename() string {
-	return "nah-" + e.Person.Handle + "-" + e.At.UTC().Format("20060102") + ".tar"
+func ExportFilename(handle string, at time.Time) string {
+	return "nah-" + handle + "-" + at.UTC().Format("20060102") + ".tar"
 }
 
 // WriteTo streams the tar to w through one small buffer: person.db, then
@@ -252,4 +255,37 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n += int64(n)
 	return n, err
+}
+
+// ExportedMoments opens the database of an export at path (person.db,
+// taken out of the tar), checks it with PRAGMA integrity_check, and
+// returns the ids of its moments: for tests outside this package, which
+// must not import the driver, and for an import's first look at a file.
+func ExportedMoments(ctx context.Context, path string) ([]string, error) {
+	db, err := openDB(path, true, 1, personCacheKiB)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	var check string
+	if err := db.QueryRowContext(ctx, "PRAGMA integrity_check").Scan(&check); err != nil {
+		return nil, err
+	}
+	if check != "ok" {
+		return nil, fmt.Errorf("%s: integrity_check: %s", path, check)
+	}
+	rows, err := db.QueryContext(ctx, "SELECT id FROM moments ORDER BY created_at, id")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
 }

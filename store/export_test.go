@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nah-app/nah"
 )
 
 // untar reads every entry of an export, in order.
@@ -107,11 +109,11 @@ func TestExportWhileWriting(t *testing.T) {
 	if len(m.Files) != 1 || m.Files[0].Name != "person.db" || m.Files[0].SHA256 != hex.EncodeToString(sum[:]) || m.Files[0].Size != int64(len(files["person.db"])) {
 		t.Errorf("manifest files %+v, want person.db with sha256 %x", m.Files, sum)
 	}
-	if m.Format != ExportFormat || m.Person.ID != a.ID || m.Person.Handle != "ann" || m.Person.CreatedAt != a.CreatedAt ||
-		m.ServerVersion != "v-test" || m.SchemaVersion != len(personMigrations) || m.ExportedAt == 0 {
+	if m.Format != ExportFormat || m.Person.ID != a.ID || m.Person.Handle != "ann" || m.Person.CreatedAt != nah.FormatTime(a.CreatedAt) ||
+		m.ServerVersion != "v-test" || m.SchemaVersion != len(personMigrations) || m.ExportedAt == "" {
 		t.Errorf("manifest %+v", m)
 	}
-	if len(m.Connections) != 1 || m.Connections[0] != (ManifestConnection{Handle: "bob", ConnectedAt: 1234}) {
+	if len(m.Connections) != 1 || m.Connections[0] != (ManifestConnection{Handle: "bob", ConnectedAt: "1970-01-01T00:00:01.234Z"}) {
 		t.Errorf("connections %+v, want bob at 1234", m.Connections)
 	}
 

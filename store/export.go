@@ -156,7 +156,6 @@ func backupFile(ctx context.Context, p string) (_ *os.File, schema int, err erro
 	defer func() {
 		// The copy is unlinked on success too: it lives on as the open file.
 		os.Remove(dst)
-		os.Remove(dst + "-journal")
 	}()
 
 	db, err := openDB(p, true, 1, personCacheKiB)
@@ -177,7 +176,10 @@ func backupFile(ctx context.Context, p string) (_ *os.File, schema int, err erro
 		if !ok {
 			return errors.New("sqlite: the driver's connection has no backup API")
 		}
-		b, err := bk.NewBackup(dst)
+		// The copy is a scratch file until it is read back: no journal,
+		// no fsync, and a small page cache, since the backup writes each
+		// page once.
+		b, err := bk.NewBackup(dst + "?_pragma=journal_mode(OFF)&_pragma=synchronous(OFF)&_pragma=cache_size(-64)")
 		if err != nil {
 			return err
 		}

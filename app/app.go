@@ -32,6 +32,7 @@ type App struct {
 	signupByAddr   *limiter
 	secretsByAddr  *limiter
 	exportByPerson *limiter
+	exports        chan struct{} // a slot per export in flight (export.go)
 
 	handler http.Handler
 
@@ -80,6 +81,7 @@ func New(cfg Config, s *store.Store, log *slog.Logger) *App {
 		signupByAddr:   newLimiter(cfg.SignupPerHour, time.Hour, cfg.Now),
 		secretsByAddr:  newLimiter(secretFailuresPerAddr, secretWindow, cfg.Now),
 		exportByPerson: newLimiter(exportsPerPerson, exportWindow, cfg.Now),
+		exports:        make(chan struct{}, maxExports),
 	}
 	if len(cfg.TLS.Domains) > 0 {
 		a.certs = newCertWatch(cfg.TLS, log)

@@ -26,6 +26,13 @@ const (
 	// database is on disk, and SQLite's pages during the backup are under
 	// its own soft heap limit.
 	exportCost = 64 << 10
+	// maxExports bounds the exports in flight across people; past it the
+	// answer is 503 overloaded. Each holds, beside exportCost, about
+	// 380 KB of SQLite memory (a read connection to the file and one to
+	// the copy; measured in TestExportMeasure), which is outside the
+	// request budget and not in store.SQLiteMemoryBound: 4 keep it under
+	// 2 MB, and an export is bound by the disk, which 4 already share.
+	maxExports = 4
 	// exportWriteTimeout replaces the server's 30 s WriteTimeout for an
 	// export, so that a large person file reaches a slow phone: 10 minutes
 	// is 100 MB at about 170 KB/s.
@@ -67,6 +74,14 @@ func (a *App) serveExport(w http.ResponseWriter, r *http.Request, id string, l *
 	at, err := l.take(id)
 	if err != nil {
 		fail(w, r, err)
+		return
+	}
+	select {
+	case a.exports <- struct{}{}:
+		defer func() { <-a.exports }()
+	default:
+		at.giveBack()
+		fail(w, r, errOverloaded())
 		return
 	}
 	if err := a.takeOrOverloaded(exportCost); err != nil {

@@ -165,8 +165,9 @@ func TestExportWhileWriting(t *testing.T) {
 }
 
 // TestExportLimits: no token is 401; a second export within the minute is
-// 429 with Retry-After, and after it the next one works; HEAD answers the
-// headers without counting.
+// 429 with Retry-After, and after it the next one works; past maxExports
+// in flight it is 503 without using up the person's export; HEAD answers
+// the headers without counting.
 func TestExportLimits(t *testing.T) {
 	ts := newTestServer(t)
 	ann := ts.signup(t, "ann")
@@ -188,6 +189,20 @@ func TestExportLimits(t *testing.T) {
 	ts.clock.Advance(31 * time.Second)
 	if res, b := sendChecked(t, ts.Client(), exportRequest(t, ts, "GET", ann.token), nil); res.StatusCode != 200 {
 		t.Errorf("export after the minute: %d %s", res.StatusCode, b)
+	}
+	ts.clock.Advance(time.Minute)
+	for range maxExports { // every slot taken by other people's exports
+		ts.app.exports <- struct{}{}
+	}
+	res, b = sendChecked(t, ts.Client(), exportRequest(t, ts, "GET", ann.token), nil)
+	if res.StatusCode != 503 || res.Header.Get("Retry-After") == "" || !strings.Contains(string(b), "overloaded") {
+		t.Errorf("export with every slot taken: %d Retry-After %q %s", res.StatusCode, res.Header.Get("Retry-After"), b)
+	}
+	for range maxExports {
+		<-ts.app.exports
+	}
+	if res, b := sendChecked(t, ts.Client(), exportRequest(t, ts, "GET", ann.token), nil); res.StatusCode != 200 {
+		t.Errorf("export once a slot is free (the 503 did not count): %d %s", res.StatusCode, b)
 	}
 	if used := ts.app.mem.used.Load(); used != 0 {
 		t.Errorf("the budget holds %d bytes after the exports", used)
@@ -261,6 +276,8 @@ func TestExportMeasure(t *testing.T) {
 			}
 		}
 	}()
+	store.ResetSQLiteMemoryPeak()
+	sqliteBefore, _ := store.SQLiteMemory()
 	t0 := time.Now()
 	res, err := ts.Client().Do(exportRequest(t, ts, "GET", ann.token))
 	if err != nil {
@@ -278,8 +295,8 @@ func TestExportMeasure(t *testing.T) {
 	_, sqlitePeak := store.SQLiteMemory()
 	allocated := after.TotalAlloc - before.TotalAlloc
 	held := int64(peak.Load()) - int64(before.HeapInuse)
-	t.Logf("export of %d moments of 400 bytes: %d bytes of tar in %v; Go heap allocated %d KB in all (client included), in use at most %d KB above before; SQLite high-water %d KB",
-		n, size, elapsed.Round(time.Millisecond), allocated>>10, held>>10, sqlitePeak>>10)
+	t.Logf("export of %d moments of 400 bytes: %d bytes of tar in %v; Go heap allocated %d KB in all (client included), in use at most %d KB above before; SQLite at most %d KB above before (%d KB before)",
+		n, size, elapsed.Round(time.Millisecond), allocated>>10, held>>10, (sqlitePeak-sqliteBefore)>>10, sqliteBefore>>10)
 	// Buffered whole, the tar alone would be allocated at least once.
 	if allocated >= uint64(size)/2 {
 		t.Errorf("the export allocated %d bytes for a tar of %d: it is not streamed", allocated, size)

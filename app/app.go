@@ -31,6 +31,8 @@ type App struct {
 	signinByAddr   *limiter
 	signupByAddr   *limiter
 	secretsByAddr  *limiter
+	exportByPerson *limiter
+	exports        chan struct{} // a slot per export in flight (export.go)
 
 	handler http.Handler
 
@@ -78,6 +80,8 @@ func New(cfg Config, s *store.Store, log *slog.Logger) *App {
 		signinByAddr:   newLimiter(signinFailuresPerAddr, signinWindow, cfg.Now),
 		signupByAddr:   newLimiter(cfg.SignupPerHour, time.Hour, cfg.Now),
 		secretsByAddr:  newLimiter(secretFailuresPerAddr, secretWindow, cfg.Now),
+		exportByPerson: newLimiter(exportsPerPerson, exportWindow, cfg.Now),
+		exports:        make(chan struct{}, maxExports),
 	}
 	if len(cfg.TLS.Domains) > 0 {
 		a.certs = newCertWatch(cfg.TLS, log)

@@ -45,6 +45,10 @@ type Config struct {
 	// Now is the clock of rate limits and metrics; nil means time.Now.
 	Now func() time.Time
 
+	// Version is the server's version (cmd/nah's, stamped at build), which
+	// a person's export records in its manifest.
+	Version string
+
 	// Settings lists every variable of the process with the value in force
 	// and where it came from, for the console's settings page.
 	Settings []Setting

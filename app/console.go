@@ -45,6 +45,7 @@ func (a *App) consoleRoutes(r chi.Router) {
 			r.Get("/console/people", a.handlePeople)
 			r.Post("/console/people", a.handlePersonCreate)
 			r.Get("/console/people/{id}", a.handlePerson)
+			r.Get("/console/people/{id}/export", a.handlePersonExport)
 			r.Post("/console/people/{id}/disable", a.handlePersonDisable)
 			r.Post("/console/people/{id}/enable", a.handlePersonEnable)
 			r.Post("/console/people/{id}/reset", a.handlePersonReset)

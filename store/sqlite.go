@@ -110,6 +110,14 @@ func SQLiteMemory() (now, peak int64) {
 	return sqlite3.Xsqlite3_memory_used(tls), sqlite3.Xsqlite3_memory_highwater(tls, 0)
 }
 
+// ResetSQLiteMemoryPeak starts SQLiteMemory's high-water mark afresh, for
+// the measurement of one operation.
+func ResetSQLiteMemoryPeak() {
+	tls := libc.NewTLS()
+	defer tls.Close()
+	sqlite3.Xsqlite3_memory_highwater(tls, 1)
+}
+
 // dsn builds the connection string for a database file. Each pragma runs on
 // every new connection, busy timeout first so the others can wait for locks.
 //

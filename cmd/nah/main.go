@@ -150,6 +150,7 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer, re
 		return usageError{fmt.Sprintf("NAH_ADDR=%q: %v", cfg.Addr, err)}
 	}
 	cfg.App.PublicURL = cfg.publicURL(ln.Addr().String())
+	cfg.App.Version = version
 	a := app.New(cfg.App, s, log)
 	srv := app.NewServer(cfg.Addr, a, log)
 	limited := a.LimitConnections(srv, ln, cfg.MaxConnections)

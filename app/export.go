@@ -1,0 +1,120 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/nah-app/nah/store"
+)
+
+// A person's export (issue 10): GET /api/v1/me/export for the person, and
+// the console's "Export" on their page for an operator. The store makes
+// the tar (store/export.go); this file only bounds it and answers.
+
+const (
+	// exportsPerPerson in exportWindow: an export copies the whole
+	// person file, where a feed reads a page of it.
+	exportsPerPerson = 1
+	exportWindow     = time.Minute
+	// exportCost is what an export in flight holds besides its request's
+	// base cost: its 32 KiB copy buffer, tar's header blocks, the sha256
+	// state and net/http's write buffer, rounded up. The copy of the
+	// database is on disk, and SQLite's pages during the backup are under
+	// its own soft heap limit.
+	exportCost = 64 << 10
+	// maxExports bounds the exports in flight across people; past it the
+	// answer is 503 overloaded. Each holds, beside exportCost, about
+	// 380 KB of SQLite memory (a read connection to the file and one to
+	// the copy; measured in TestExportMeasure), which is outside the
+	// request budget and not in store.SQLiteMemoryBound: 4 keep it under
+	// 2 MB, and an export is bound by the disk, which 4 already share.
+	maxExports = 4
+	// exportWriteTimeout replaces the server's 30 s WriteTimeout for an
+	// export, so that a large person file reaches a slow phone: 10 minutes
+	// is 100 MB at about 170 KB/s.
+	exportWriteTimeout = 10 * time.Minute
+)
+
+// handleExport streams the signed-in person's export.
+func (a *App) handleExport(w http.ResponseWriter, r *http.Request) {
+	a.serveExport(w, r, sessionOf(r).person.ID, a.exportByPerson, a.writeError)
+}
+
+// handlePersonExport is the console's "Export": the same tar, for an
+// operator. It is not counted against the person's limit (an operator's
+// download must not cost the person theirs); the memory budget still
+// bounds how many run at once.
+func (a *App) handlePersonExport(w http.ResponseWriter, r *http.Request) {
+	a.serveExport(w, r, chi.URLParam(r, "id"), nil, func(w http.ResponseWriter, r *http.Request, err error) {
+		a.consoleError(w, r, page(r, "Person", "people"), err)
+	})
+}
+
+// serveExport answers with person id's export. Every error before the
+// first byte goes to fail, the caller's one error path; after it, the
+// status is sent and a failure can only abort the connection, so that
+// the client sees a broken download rather than a truncated tar that
+// looks whole. A HEAD gets the headers without the work.
+func (a *App) serveExport(w http.ResponseWriter, r *http.Request, id string, l *limiter,
+	fail func(http.ResponseWriter, *http.Request, error)) {
+	if r.Method == http.MethodHead {
+		p, err := a.store.FindPersonByID(r.Context(), id)
+		if err != nil {
+			fail(w, r, err)
+			return
+		}
+		setExportHeaders(w, store.ExportFilename(p.Handle, a.now()))
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	at, err := l.take(id)
+	if err != nil {
+		fail(w, r, err)
+		return
+	}
+	select {
+	case a.exports <- struct{}{}:
+		defer func() { <-a.exports }()
+	default:
+		at.giveBack()
+		fail(w, r, errOverloaded())
+		return
+	}
+	if err := a.takeOrOverloaded(exportCost); err != nil {
+		at.giveBack()
+		fail(w, r, err)
+		return
+	}
+	defer a.mem.give(exportCost)
+	e, err := a.store.ExportPerson(r.Context(), id, a.cfg.Version)
+	if err != nil {
+		at.giveBack() // nothing was sent: trying again is not another export
+		fail(w, r, err)
+		return
+	}
+	defer e.Close()
+	if err := http.NewResponseController(w).SetWriteDeadline(time.Now().Add(exportWriteTimeout)); err != nil {
+		a.log.Warn("export: cannot extend the write deadline", "err", err)
+	}
+	setExportHeaders(w, e.Filename())
+	w.WriteHeader(http.StatusOK)
+	if _, err := e.WriteTo(w); err != nil {
+		if !errors.Is(r.Context().Err(), context.Canceled) {
+			a.log.Error("export: streaming failed", "person", id, "err", err)
+		}
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// setExportHeaders sets what a download of an export carries. The name
+// needs no escaping in quotes: handles are a-z, 0-9, '.', '_' and '-'.
+func setExportHeaders(w http.ResponseWriter, filename string) {
+	h := w.Header()
+	h.Set("Content-Type", "application/x-tar")
+	h.Set("Content-Disposition", `attachment; filename="`+filename+`"`)
+	h.Set("Cache-Control", "no-store")
+}

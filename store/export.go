@@ -1,0 +1,293 @@
+package store
+
+import (
+	"archive/tar"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	sqlite "modernc.org/sqlite"
+
+	"github.com/nah-app/nah"
+)
+
+// A person's export is a tar of their database and a manifest (issue 10):
+//
+//	person.db      a consistent copy of the person file
+//	manifest.json  who, when, which schema, their connections, and a
+//	               sha256 of every entry before it
+//
+// The manifest is the last entry so that its checksums are computed while
+// the entries before it stream, in one read of each: the alternative, a
+// manifest first, reads the copy twice. A reader of the tar (an import)
+// must extract everything before it can trust anything anyway, so it
+// loses nothing by finding the manifest at the end.
+
+// ExportFormat is Manifest.Format: what tells a nah export from any tar.
+const ExportFormat = "nah-export"
+
+// exportFormatVersion is Manifest.FormatVersion, raised when the layout
+// of the tar changes in a way an older import could not read.
+const exportFormatVersion = 1
+
+// exportCopyBuffer is the one buffer an export streams through.
+const exportCopyBuffer = 32 << 10
+
+// Manifest is manifest.json of an export. Times are in nah.TimeFormat, as
+// everywhere in the API.
+type Manifest struct {
+	Format        string `json:"format"`
+	FormatVersion int    `json:"format_version"`
+	Person        struct {
+		ID        string `json:"id"`
+		Handle    string `json:"handle"`
+		CreatedAt string `json:"created_at"`
+	} `json:"person"`
+	ExportedAt    string `json:"exported_at"`
+	ServerVersion string `json:"server_version"`
+	// SchemaVersion is person.db's PRAGMA user_version.
+	SchemaVersion int                  `json:"schema_version"`
+	Connections   []ManifestConnection `json:"connections"`
+	// Files lists every other entry of the tar, in its order.
+	Files []ManifestFile `json:"files"`
+}
+
+// ManifestConnection is one of the person's connections at export time.
+type ManifestConnection struct {
+	Handle      string `json:"handle"`
+	ConnectedAt string `json:"connected_at"`
+}
+
+// ManifestFile is one entry of the tar besides the manifest.
+type ManifestFile struct {
+	Name   string `json:"name"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// Export is a person's export made ready to stream: the copy of their
+// database is taken and every fact of the manifest known, so whatever can
+// fail before the first byte has failed already. WriteTo streams it once;
+// Close releases the copy. The copy's file is unlinked as soon as it is
+// open, so a crash while the tar streams leaves nothing behind.
+type Export struct {
+	Person nah.Person
+	At     time.Time
+
+	manifest Manifest
+	snap     *os.File
+	size     int64
+}
+
+// backuper is what modernc's connection offers for SQLite's online backup
+// API (sqlite3_backup_*).
+type backuper interface {
+	NewBackup(dstURI string) (*sqlite.Backup, error)
+}
+
+// ExportPerson copies person id's database with SQLite's online backup API
+// and gathers the manifest; serverVersion goes into the manifest as is.
+//
+// The copy is made through a second, read-only connection to the file, in
+// one backup step: that step is one read transaction, which in WAL mode
+// blocks no writer, and since it is one step it is never restarted by a
+// write from the file's own connection (a backup stepped a few pages at a
+// time is, and under steady posting might never finish). Copying through
+// the file's own connection instead would hold the one connection that
+// every post needs for the whole copy. The copy goes to a temporary file
+// in the person's folder (same disk, same permissions), which is unlinked
+// once opened for reading.
+func (s *Store) ExportPerson(ctx context.Context, id, serverVersion string) (*Export, error) {
+	p, err := s.FindPersonByID(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := s.Connections(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	e := &Export{Person: p, At: s.now()}
+	m := &e.manifest
+	m.Format, m.FormatVersion = ExportFormat, exportFormatVersion
+	m.Person.ID, m.Person.Handle, m.Person.CreatedAt = p.ID, p.Handle, nah.FormatTime(p.CreatedAt)
+	m.ExportedAt = nah.FormatTime(e.At.UnixMilli())
+	m.ServerVersion = serverVersion
+	m.Connections = make([]ManifestConnection, 0, len(cs))
+	for _, c := range cs {
+		m.Connections = append(m.Connections, ManifestConnection{Handle: c.Handle, ConnectedAt: nah.FormatTime(c.ConnectedAt)})
+	}
+	err = s.useFile(ctx, id, false, func(f *personFile) error {
+		var err error
+		e.snap, m.SchemaVersion, err = backupFile(ctx, f.path)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	st, err := e.snap.Stat()
+	if err != nil {
+		e.snap.Close()
+		return nil, err
+	}
+	e.size = st.Size()
+	return e, nil
+}
+
+// backupFile copies the database at p into a new file beside it and
+// returns that file open for reading (and already unlinked), with the
+// copy's schema version. The caller holds p open in the file cache, so the
+// read-only connection opened here is never the file's last one: its close
+// does not checkpoint, and the cache's own close stays the one that tells
+// replication.
+func backupFile(ctx context.Context, p string) (_ *os.File, schema int, err error) {
+	tmp, err := os.CreateTemp(filepath.Dir(p), "export-*.db")
+	if err != nil {
+		return nil, 0, err
+	}
+	dst := tmp.Name()
+	tmp.Close()
+	defer func() {
+		// The copy is unlinked on success too: it lives on as the open file.
+		os.Remove(dst)
+	}()
+
+	db, err := openDB(p, true, 1, personCacheKiB)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer db.Close()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer conn.Close()
+	if err := conn.QueryRowContext(ctx, "PRAGMA user_version").Scan(&schema); err != nil {
+		return nil, 0, err
+	}
+	err = conn.Raw(func(dc any) error {
+		bk, ok := dc.(backuper)
+		if !ok {
+			return errors.New("sqlite: the driver's connection has no backup API")
+		}
+		// The copy is a scratch file until it is read back: no journal,
+		// no fsync, and a small page cache, since the backup writes each
+		// page once.
+		b, err := bk.NewBackup(dst + "?_pragma=journal_mode(OFF)&_pragma=synchronous(OFF)&_pragma=cache_size(-64)")
+		if err != nil {
+			return err
+		}
+		_, err = b.Step(-1) // every page in one step: one read transaction
+		return errors.Join(err, b.Finish())
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s: backup: %w", p, err)
+	}
+	f, err := os.Open(dst)
+	if err != nil {
+		return nil, 0, err
+	}
+	return f, schema, nil
+}
+
+// Filename is the name the export is downloaded under.
+func (e *Export) Filename() string { return ExportFilename(e.Person.Handle, e.At) }
+
+// ExportFilename is the name of an export of handle made at at:
+// nah-<handle>-<YYYYMMDD>.tar, the date in UTC.
+func ExportFilename(handle string, at time.Time) string {
+	return "nah-" + handle + "-" + at.UTC().Format("20060102") + ".tar"
+}
+
+// WriteTo streams the tar to w through one small buffer: person.db, then
+// manifest.json with the checksum computed on the way.
+func (e *Export) WriteTo(w io.Writer) (int64, error) {
+	cw := &countingWriter{w: w}
+	tw := tar.NewWriter(cw)
+	h := sha256.New()
+	err := tw.WriteHeader(&tar.Header{
+		Typeflag: tar.TypeReg, Name: "person.db", Mode: 0o600, Size: e.size, ModTime: e.At,
+	})
+	if err != nil {
+		return cw.n, err
+	}
+	// The struct hides the file's WriteTo, which would copy through a
+	// buffer of its own.
+	n, err := io.CopyBuffer(io.MultiWriter(tw, h), struct{ io.Reader }{e.snap}, make([]byte, exportCopyBuffer))
+	if err != nil {
+		return cw.n, err
+	}
+	if n != e.size {
+		return cw.n, fmt.Errorf("export: person.db: copied %d bytes of %d", n, e.size)
+	}
+	m := e.manifest
+	m.Files = []ManifestFile{{Name: "person.db", Size: e.size, SHA256: hex.EncodeToString(h.Sum(nil))}}
+	body, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return cw.n, err
+	}
+	body = append(body, '\n')
+	err = tw.WriteHeader(&tar.Header{
+		Typeflag: tar.TypeReg, Name: "manifest.json", Mode: 0o600, Size: int64(len(body)), ModTime: e.At,
+	})
+	if err == nil {
+		_, err = tw.Write(body)
+	}
+	if err == nil {
+		err = tw.Close()
+	}
+	return cw.n, err
+}
+
+// Close releases the copy of the database.
+func (e *Export) Close() error { return e.snap.Close() }
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// ExportedMoments opens the database of an export at path (person.db,
+// taken out of the tar), checks it with PRAGMA integrity_check, and
+// returns the ids of its moments: for tests outside this package, which
+// must not import the driver, and for an import's first look at a file.
+func ExportedMoments(ctx context.Context, path string) ([]string, error) {
+	db, err := openDB(path, true, 1, personCacheKiB)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	var check string
+	if err := db.QueryRowContext(ctx, "PRAGMA integrity_check").Scan(&check); err != nil {
+		return nil, err
+	}
+	if check != "ok" {
+		return nil, fmt.Errorf("%s: integrity_check: %s", path, check)
+	}
+	rows, err := db.QueryContext(ctx, "SELECT id FROM moments ORDER BY created_at, id")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}

@@ -1,0 +1,159 @@
+package store
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nah-app/nah"
+)
+
+// untar reads every entry of an export, in order.
+func untar(t *testing.T, r io.Reader) (names []string, files map[string][]byte) {
+	t.Helper()
+	files = make(map[string][]byte)
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return names, files
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, h.Name)
+		files[h.Name] = b
+	}
+}
+
+// TestExportWhileWriting exports a person while four writers post to them:
+// the copy passes integrity_check, holds every moment acknowledged before
+// the export began, and the manifest's checksum and facts are right.
+func TestExportWhileWriting(t *testing.T) {
+	ctx := context.Background()
+	s := MustOpen(t, Config{})
+	a, b := mustPerson(t, s, "ann"), mustPerson(t, s, "bob")
+	if err := s.ImportConnections(ctx, [][2]string{{a.ID, b.ID}}, 1234); err != nil {
+		t.Fatal(err)
+	}
+
+	var (
+		mu    sync.Mutex
+		acked []string
+		stop  atomic.Bool
+		wg    sync.WaitGroup
+		errs  = make(chan error, 4)
+	)
+	for w := range 4 {
+		wg.Go(func() {
+			for i := 0; !stop.Load(); i++ {
+				m, err := s.CreateMoment(ctx, a.ID, fmt.Appendf(nil, "writer %d moment %d", w, i))
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				acked = append(acked, m.ID)
+				mu.Unlock()
+			}
+		})
+	}
+	time.Sleep(200 * time.Millisecond)
+	mu.Lock()
+	before := append([]string(nil), acked...)
+	mu.Unlock()
+	e, err := s.ExportPerson(ctx, a.ID, "v-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tarball bytes.Buffer
+	if _, err := e.WriteTo(&tarball); err != nil {
+		t.Fatal(err)
+	}
+	e.Close()
+	time.Sleep(50 * time.Millisecond) // writers go on after the export
+	stop.Store(true)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if len(before) == 0 {
+		t.Fatal("no moment was posted before the export")
+	}
+
+	names, files := untar(t, &tarball)
+	if len(names) != 2 || names[0] != "person.db" || names[1] != "manifest.json" {
+		t.Fatalf("entries %v, want [person.db manifest.json]", names)
+	}
+	var m Manifest
+	if err := json.Unmarshal(files["manifest.json"], &m); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(files["person.db"])
+	if len(m.Files) != 1 || m.Files[0].Name != "person.db" || m.Files[0].SHA256 != hex.EncodeToString(sum[:]) || m.Files[0].Size != int64(len(files["person.db"])) {
+		t.Errorf("manifest files %+v, want person.db with sha256 %x", m.Files, sum)
+	}
+	if m.Format != ExportFormat || m.Person.ID != a.ID || m.Person.Handle != "ann" || m.Person.CreatedAt != nah.FormatTime(a.CreatedAt) ||
+		m.ServerVersion != "v-test" || m.SchemaVersion != len(personMigrations) || m.ExportedAt == "" {
+		t.Errorf("manifest %+v", m)
+	}
+	if len(m.Connections) != 1 || m.Connections[0] != (ManifestConnection{Handle: "bob", ConnectedAt: "1970-01-01T00:00:01.234Z"}) {
+		t.Errorf("connections %+v, want bob at 1234", m.Connections)
+	}
+
+	p := filepath.Join(t.TempDir(), "person.db")
+	if err := os.WriteFile(p, files["person.db"], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	db, err := openDB(p, true, 1, personCacheKiB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var ok string
+	if err := db.QueryRow("PRAGMA integrity_check").Scan(&ok); err != nil || ok != "ok" {
+		t.Fatalf("integrity_check: %q, %v", ok, err)
+	}
+	have := make(map[string]bool)
+	rows, err := db.Query("SELECT id FROM moments")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		rows.Scan(&id)
+		have[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range before {
+		if !have[id] {
+			t.Fatalf("moment %s, acknowledged before the export, is not in it", id)
+		}
+	}
+	t.Logf("%d moments acknowledged before the export, %d in it, %d in all", len(before), len(have), len(acked))
+
+	// Nothing of the copy is left in the person's folder.
+	d, _ := s.files.personDir(a.ID)
+	left, _ := filepath.Glob(filepath.Join(d, "export-*"))
+	if len(left) != 0 {
+		t.Errorf("left behind: %v", left)
+	}
+}

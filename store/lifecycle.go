@@ -166,6 +166,10 @@ func (s *Store) RestorePerson(ctx context.Context, id string) error {
 	return nil
 }
 
+// DeleteGrace is how long a deletion can be undone before the purge; 0
+// when deletions purge at once.
+func (s *Store) DeleteGrace() time.Duration { return s.deleteGrace }
+
 // DeletedPerson is a deleted person waiting for the purge.
 type DeletedPerson struct {
 	ID        string

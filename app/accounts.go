@@ -223,3 +223,65 @@ func (a *App) handleHealth(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, h)
 }
+
+// handleMeDelete deletes the signed-in person, who confirms with their
+// password (store.DeletePerson says what goes at once and what waits for
+// the purge). The password check is a sign-in attempt: counted per address
+// and per handle before the hash, given back when the password is right,
+// so a stolen token cannot be used to guess the password at speed.
+func (a *App) handleMeDelete(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		Password jsonString `json:"password"`
+	}
+	if err := decodeJSON(w, r, smallBody, &in); err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	if in.Password == "" {
+		a.writeError(w, r, nah.Errorf(nah.Invalid, "password_required", "the password is required to delete the account"))
+		return
+	}
+	p := sessionOf(r).person
+	giveBack, err := a.takeSignin(a.clientAddr(r), p.Handle)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	wrong := nah.Errorf(nah.Forbidden, "wrong_password", "the password is wrong")
+	if len(in.Password) > nah.PasswordMaxBytes {
+		a.writeError(w, r, wrong)
+		return
+	}
+	_, hash, err := a.store.FindPersonByHandle(r.Context(), p.Handle)
+	if err != nil {
+		giveBack() // nothing was checked
+		if nah.ErrorCode(err) == nah.NotFound {
+			err = errPersonGone // deleted by a request that won the race
+		}
+		a.writeError(w, r, err)
+		return
+	}
+	ok, err := a.hasher.check(r.Context(), hash, string(in.Password))
+	if err != nil {
+		giveBack()
+		a.writeError(w, r, err)
+		return
+	}
+	if !ok {
+		a.writeError(w, r, wrong)
+		return
+	}
+	giveBack()
+	if err := a.store.DeletePerson(r.Context(), p.ID); err != nil {
+		if nah.ErrorCode(err) == nah.NotFound {
+			err = errPersonGone
+		}
+		a.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// errPersonGone answers a request of a person deleted since their token was
+// checked: the token is revoked by now.
+var errPersonGone = nah.Errorf(nah.Unauthorized, "invalid_token", "the token is missing, revoked or invalid")

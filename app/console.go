@@ -50,6 +50,9 @@ func (a *App) consoleRoutes(r chi.Router) {
 			r.Post("/console/people/{id}/enable", a.handlePersonEnable)
 			r.Post("/console/people/{id}/reset", a.handlePersonReset)
 			r.Post("/console/people/{id}/sessions/revoke", a.handleSessionsRevoke)
+			r.Post("/console/people/{id}/delete", a.handlePersonDelete)
+			r.Get("/console/deleted", a.handleDeleted)
+			r.Post("/console/deleted/{id}/restore", a.handlePersonRestore)
 			r.Get("/console/joincodes", a.handleJoinCodes)
 			r.Post("/console/joincodes", a.handleJoinCodeCreate)
 			r.Post("/console/joincodes/{id}/revoke", a.handleJoinCodeRevoke)
@@ -140,4 +143,6 @@ var flashes = map[string]string{
 	"enabled":  "Enabled.",
 	"revoked":  "Revoked.",
 	"saved":    "Saved.",
+	"deleted":  "Deleted: their sessions and connections are gone; the deletion can be undone here until the purge.",
+	"restored": "Restored with their moments. Their sessions stay revoked and their connections are gone; they sign in with their password.",
 }

@@ -76,7 +76,9 @@ func (a *App) handlePersonCreate(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/console/people/"+person.ID+"?m=created", http.StatusSeeOther)
 }
 
-func (a *App) personPage(w http.ResponseWriter, r *http.Request, status int, secret string) {
+// personPage renders a person's page with status; secret is a value shown
+// once, errMsg a refusal to show above the page.
+func (a *App) personPage(w http.ResponseWriter, r *http.Request, status int, secret, errMsg string) {
 	id := chi.URLParam(r, "id")
 	pg := page(r, "Person", "people")
 	p, err := a.store.FindPersonByID(r.Context(), id)
@@ -88,6 +90,7 @@ func (a *App) personPage(w http.ResponseWriter, r *http.Request, status int, sec
 	v.Title = p.Handle
 	v.Flash = flashes[r.URL.Query().Get("m")]
 	v.Secret = secret
+	v.Error = errMsg
 	ss, err1 := a.store.Sessions(r.Context(), id, sessionsPerPage)
 	cs, err2 := a.store.Connections(r.Context(), id)
 	var err3, err4 error
@@ -114,7 +117,7 @@ func (a *App) personPage(w http.ResponseWriter, r *http.Request, status int, sec
 }
 
 func (a *App) handlePerson(w http.ResponseWriter, r *http.Request) {
-	a.personPage(w, r, http.StatusOK, "")
+	a.personPage(w, r, http.StatusOK, "", "")
 }
 
 func (a *App) setDisabled(w http.ResponseWriter, r *http.Request, disabled bool, m string) {
@@ -147,7 +150,7 @@ func (a *App) handlePersonReset(w http.ResponseWriter, r *http.Request) {
 		a.consoleError(w, r, page(r, "Person", "people"), err)
 		return
 	}
-	a.personPage(w, r, http.StatusCreated, a.cfg.PublicURL+"/reset/"+token)
+	a.personPage(w, r, http.StatusCreated, a.cfg.PublicURL+"/reset/"+token, "")
 }
 
 func (a *App) handleSessionsRevoke(w http.ResponseWriter, r *http.Request) {
@@ -158,4 +161,69 @@ func (a *App) handleSessionsRevoke(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.Redirect(w, r, "/console/people/"+id+"?m=revoked", http.StatusSeeOther)
+}
+
+// deletedPerPage bounds the deleted people listed: deletions are rare, and
+// the list shows those purged soonest.
+const deletedPerPage = 200
+
+// handlePersonDelete deletes a person once the operator has typed their
+// handle; a wrong one shows the page again with the refusal.
+func (a *App) handlePersonDelete(w http.ResponseWriter, r *http.Request) {
+	id := chi.URLParam(r, "id")
+	r.Body = http.MaxBytesReader(w, r.Body, smallBody)
+	typed := strings.TrimSpace(r.PostFormValue("handle"))
+	p, err := a.store.FindPersonByID(r.Context(), id)
+	if err != nil {
+		a.consoleError(w, r, page(r, "Person", "people"), err)
+		return
+	}
+	if typed != p.Handle {
+		a.personPage(w, r, http.StatusBadRequest, "", "Type the handle "+p.Handle+" exactly to delete them.")
+		return
+	}
+	if err := a.store.DeletePerson(r.Context(), id); err != nil {
+		a.consoleError(w, r, page(r, "Person", "people"), err)
+		return
+	}
+	http.Redirect(w, r, "/console/deleted?m=deleted", http.StatusSeeOther)
+}
+
+// handleDeleted lists the people deleted and not yet purged, with an undo.
+func (a *App) handleDeleted(w http.ResponseWriter, r *http.Request) {
+	pg := page(r, "Deleted people", "deleted")
+	ds, err := a.store.DeletedPeople(r.Context(), deletedPerPage)
+	if err != nil {
+		a.consoleError(w, r, pg, err)
+		return
+	}
+	pg.Flash = flashes[r.URL.Query().Get("m")]
+	v := ui.Deleted{Page: pg, Grace: graceText(a.store.DeleteGrace())}
+	for _, d := range ds {
+		v.Rows = append(v.Rows, ui.DeletedRow{ID: d.ID, Handle: d.Handle, DeletedAt: d.DeletedAt, PurgeAt: d.PurgeAt})
+	}
+	a.render(w, r, http.StatusOK, ui.DeletedPage(v))
+}
+
+// handlePersonRestore undoes a deletion before the purge.
+func (a *App) handlePersonRestore(w http.ResponseWriter, r *http.Request) {
+	id := chi.URLParam(r, "id")
+	if err := a.store.RestorePerson(r.Context(), id); err != nil {
+		a.consoleError(w, r, page(r, "Deleted people", "deleted"), err)
+		return
+	}
+	http.Redirect(w, r, "/console/people/"+id+"?m=restored", http.StatusSeeOther)
+}
+
+// graceText says a grace period as an operator would: "7 days", "36h0m0s".
+func graceText(d time.Duration) string {
+	switch {
+	case d == 0:
+		return "none: deletions purge at once"
+	case d == 24*time.Hour:
+		return "1 day"
+	case d%(24*time.Hour) == 0:
+		return strconv.Itoa(int(d/(24*time.Hour))) + " days"
+	}
+	return d.String()
 }

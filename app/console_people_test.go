@@ -9,8 +9,10 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nah-app/nah/store"
+	"github.com/nah-app/nah/ui"
 )
 
 func TestConsolePeopleActions(t *testing.T) {
@@ -148,5 +150,77 @@ func TestResetLinkIgnoresHost(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestConsoleDeleteAndUndo: the person's page deletes only once the handle
+// is typed; the deleted list shows when the purge comes and undoes the
+// deletion: every moment is back, sessions stay revoked (the password still
+// signs in: no reset needed), connections do not come back.
+func TestConsoleDeleteAndUndo(t *testing.T) {
+	ts := newTestServer(t)
+	ann, bob := ts.signup(t, "ann"), ts.signup(t, "bob")
+	ts.connect(t, ann, bob)
+	var want []string
+	for i := range 5 {
+		ts.clock.Advance(time.Second)
+		want = append(want, ts.post(t, ann, []byte(fmt.Sprintf("moment %d", i))))
+	}
+	c := signedInAdmin(t, ts)
+	if p := get(t, c, ts.URL+"/console/people/"+ann.id); !strings.Contains(p.body, `action="/console/people/`+ann.id+`/delete"`) {
+		t.Fatal("no delete form on the person's page")
+	}
+	p := postForm(t, c, ts.URL+"/console/people/"+ann.id+"/delete", url.Values{"handle": {"bob"}})
+	if p.status != 400 || !strings.Contains(p.body, "Type the handle ann") {
+		t.Fatalf("wrong handle: %d", p.status)
+	}
+	if r := ts.do(t, "GET", "/api/v1/me", ann.token, nil); r.status != 200 {
+		t.Fatalf("a wrong handle deleted: %d", r.status)
+	}
+	if p := postForm(t, c, ts.URL+"/console/people/"+ann.id+"/delete", url.Values{"handle": {"ann"}}); p.status != 303 || p.header.Get("Location") != "/console/deleted?m=deleted" {
+		t.Fatalf("delete: %d %s", p.status, p.header.Get("Location"))
+	}
+	if r := ts.do(t, "GET", "/api/v1/me", ann.token, nil); r.status != 401 {
+		t.Fatalf("token after delete: %d", r.status)
+	}
+	if p := get(t, c, ts.URL+"/console/people/"+ann.id); p.status != 404 {
+		t.Fatalf("a deleted person's page: %d", p.status)
+	}
+	list := get(t, c, ts.URL+"/console/deleted?m=deleted")
+	if list.status != 200 || !strings.Contains(list.body, "ann") || !strings.Contains(list.body, "7 days") ||
+		!strings.Contains(list.body, ui.When(ts.clock.Now().Add(7*24*time.Hour).UnixMilli())) {
+		t.Fatalf("deleted list: %d %s", list.status, list.body)
+	}
+	if p := postForm(t, c, ts.URL+"/console/deleted/"+ann.id+"/restore", nil, "Origin", "https://evil.example"); p.status != 403 {
+		t.Fatalf("cross-origin undo: %d", p.status)
+	}
+	if p := postForm(t, c, ts.URL+"/console/deleted/"+ann.id+"/restore", nil); p.status != 303 {
+		t.Fatalf("undo: %d %s", p.status, p.body)
+	}
+	if p := postForm(t, c, ts.URL+"/console/deleted/"+ann.id+"/restore", nil); p.status != 404 {
+		t.Fatalf("undo twice: %d", p.status)
+	}
+	if r := ts.do(t, "GET", "/api/v1/me", ann.token, nil); r.status != 401 {
+		t.Fatalf("a session came back with the undo: %d", r.status)
+	}
+	r := ts.do(t, "POST", "/api/v1/sessions", "", map[string]string{"handle": "ann", "password": "password-ann"})
+	if r.status != 201 {
+		t.Fatalf("sign-in after undo: %d", r.status)
+	}
+	ann.token = r.str("token")
+	got := ts.readAll(t, ann.token, "/api/v1/people/"+ann.id+"/moments", 2)
+	if len(got) != len(want) {
+		t.Fatalf("%d moments after undo, want %d", len(got), len(want))
+	}
+	for i, it := range got {
+		if it.ID != want[len(want)-1-i] {
+			t.Fatalf("moment %d: %s, want %s", i, it.ID, want[len(want)-1-i])
+		}
+	}
+	if me := ts.do(t, "GET", "/api/v1/me", ann.token, nil); me.json["connections"].(float64) != 0 {
+		t.Fatalf("connections came back: %s", me.raw)
+	}
+	if items := ts.readAll(t, bob.token, "/api/v1/feed", 10); len(items) != 0 {
+		t.Fatalf("bob sees ann again without reconnecting: %v", items)
 	}
 }

@@ -87,7 +87,7 @@ func TestConsolePagesRender(t *testing.T) {
 	ts := newTestServer(t)
 	ann := ts.signup(t, "ann")
 	c := signedInAdmin(t, ts)
-	for _, path := range []string{"/console", "/console/people", "/console/people?q=an", "/console/people/" + ann.id, "/console/joincodes", "/console/settings"} {
+	for _, path := range []string{"/console", "/console/people", "/console/people?q=an", "/console/people/" + ann.id, "/console/joincodes", "/console/settings", "/console/deleted"} {
 		p := get(t, c, ts.URL+path)
 		if p.status != 200 || !strings.Contains(p.header.Get("Content-Type"), "text/html") {
 			t.Errorf("%s: %d %s", path, p.status, p.header.Get("Content-Type"))

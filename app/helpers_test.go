@@ -58,6 +58,7 @@ type serverConfig struct {
 	// MaxOpenFiles and HeadCacheBytes go to store.Config.
 	MaxOpenFiles   int
 	HeadCacheBytes int64
+	DeleteGrace    time.Duration
 	// Dir is the data directory; default a fresh t.TempDir(). A test of a
 	// full disk puts it on a small tmpfs.
 	Dir string
@@ -89,7 +90,7 @@ func newTestServer(t *testing.T, edit ...func(*serverConfig)) *testServer {
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(testWriter{t}, nil))
 	}
-	s, err := store.Open(context.Background(), store.Config{Dir: dir, MaxOpenFiles: cfg.MaxOpenFiles, HeadCacheBytes: cfg.HeadCacheBytes, Now: clock.Now, Logger: log})
+	s, err := store.Open(context.Background(), store.Config{Dir: dir, MaxOpenFiles: cfg.MaxOpenFiles, HeadCacheBytes: cfg.HeadCacheBytes, DeleteGrace: cfg.DeleteGrace, Now: clock.Now, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}

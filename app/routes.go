@@ -52,6 +52,7 @@ func (a *App) routes() http.Handler {
 			r.Use(a.requirePerson)
 			r.Delete("/sessions/current", a.handleSessionDelete)
 			r.Get("/me", a.handleMe)
+			r.Delete("/me", a.handleMeDelete)
 			r.Get("/me/export", a.handleExport)
 			r.Post("/moments", a.handleMomentCreate)
 			r.Delete("/moments/{id}", a.handleMomentDelete)

@@ -56,6 +56,7 @@ type fileCache struct {
 	lru     list.List // front is most recent; values are *personFile
 	byID    map[string]*personFile
 	closing map[string]*personFile // files out of the cache but not yet closed, by id
+	hidden  map[string]bool        // people being deleted or restored: opens are refused
 	closed  bool
 }
 
@@ -67,6 +68,7 @@ func newFileCache(dir string, max int, hooks Hooks, log *slog.Logger) *fileCache
 		hooks:   hooks,
 		byID:    make(map[string]*personFile),
 		closing: make(map[string]*personFile),
+		hidden:  make(map[string]bool),
 	}
 }
 
@@ -105,6 +107,10 @@ func (c *fileCache) acquire(ctx context.Context, id string, create bool) (*perso
 		e := nah.Errorf(nah.Unavailable, "shutting_down", "the server is shutting down")
 		e.RetryAfter = retryShuttingDown
 		return nil, e
+	}
+	if c.hidden[id] {
+		c.mu.Unlock()
+		return nil, nah.Errorf(nah.NotFound, "", "no such person")
 	}
 	if f := c.byID[id]; f != nil {
 		f.refs++
@@ -340,6 +346,45 @@ func (c *fileCache) forget(id string) {
 			c.closeFile(f)
 		}
 	}
+}
+
+// hide refuses every later open of person id (as NotFound) until unhide,
+// and returns once their file is closed: its users finish first, and the
+// last one closes it. A person's folder is moved between hide and unhide,
+// so that no request reopens the file (or recreates it) in the middle.
+func (c *fileCache) hide(id string) {
+	c.mu.Lock()
+	c.hidden[id] = true
+	f := c.byID[id]
+	last := false
+	if f != nil {
+		delete(c.byID, id)
+		c.lru.Remove(f.elem)
+		f.elem = nil
+		c.markClosingLocked(f) // the last release closes it
+		last = f.refs == 0
+	}
+	var wait chan struct{}
+	if old := c.closing[id]; old != nil {
+		wait = old.closed
+	}
+	c.mu.Unlock()
+	if last {
+		<-f.ready
+		if f.db != nil {
+			c.closeFile(f)
+		}
+	}
+	if wait != nil {
+		<-wait
+	}
+}
+
+// unhide lets person id's file be opened again.
+func (c *fileCache) unhide(id string) {
+	c.mu.Lock()
+	delete(c.hidden, id)
+	c.mu.Unlock()
 }
 
 // len returns the number of open (or opening) files.

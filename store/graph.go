@@ -89,6 +89,26 @@ func (g *graph) disconnect(a, b string) {
 	g.nodes[ib].conns = deleteSorted(g.nodes[ib].conns, ia)
 }
 
+// remove takes id out of the graph and off every side of its connections,
+// and returns its node (nil if unknown). Indexes are dense, so the node's
+// slot stays behind, empty and unreachable: a deletion costs one pointer
+// until the next start, and deletions are rare.
+func (g *graph) remove(id string) *node {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	i, ok := g.index[id]
+	if !ok {
+		return nil
+	}
+	n := g.nodes[i]
+	for _, j := range n.conns {
+		g.nodes[j].conns = deleteSorted(g.nodes[j].conns, i)
+	}
+	n.conns = nil
+	delete(g.index, id)
+	return n
+}
+
 // connected reports whether a and b are connected.
 func (g *graph) connected(a, b string) bool {
 	g.mu.RLock()

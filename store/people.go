@@ -90,7 +90,7 @@ func (s *Store) FindPersonByID(ctx context.Context, id string) (nah.Person, erro
 		return nah.Person{}, nah.Errorf(nah.NotFound, "", "no such person")
 	}
 	var p nah.Person
-	err := scanPerson(s.r.QueryRowContext(ctx, `SELECT `+personCols+` FROM people WHERE id = ?`, id), &p)
+	err := scanPerson(s.r.QueryRowContext(ctx, `SELECT `+personCols+` FROM people WHERE id = ? AND deleted_at IS NULL`, id), &p)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nah.Person{}, nah.Errorf(nah.NotFound, "", "no such person")
 	}
@@ -102,7 +102,7 @@ func (s *Store) FindPersonByID(ctx context.Context, id string) (nah.Person, erro
 func (s *Store) FindPersonByHandle(ctx context.Context, handle string) (nah.Person, string, error) {
 	var p nah.Person
 	var hash string
-	err := scanPerson(s.r.QueryRowContext(ctx, `SELECT `+personCols+`, password_hash FROM people WHERE handle = ?`, handle), &p, &hash)
+	err := scanPerson(s.r.QueryRowContext(ctx, `SELECT `+personCols+`, password_hash FROM people WHERE handle = ? AND deleted_at IS NULL`, handle), &p, &hash)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nah.Person{}, "", nah.Errorf(nah.NotFound, "", "no such person")
 	}
@@ -122,10 +122,10 @@ func (s *Store) freshNewest(p *nah.Person) {
 func (s *Store) ListPeople(ctx context.Context, prefix string, offset, limit int) ([]nah.Person, int, error) {
 	like := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(prefix) + "%"
 	var total int
-	if err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM people WHERE handle LIKE ? ESCAPE '\'`, like).Scan(&total); err != nil {
+	if err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM people WHERE handle LIKE ? ESCAPE '\' AND deleted_at IS NULL`, like).Scan(&total); err != nil {
 		return nil, 0, err
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT `+personCols+` FROM people WHERE handle LIKE ? ESCAPE '\' ORDER BY handle LIMIT ? OFFSET ?`, like, limit, offset)
+	rows, err := s.r.QueryContext(ctx, `SELECT `+personCols+` FROM people WHERE handle LIKE ? ESCAPE '\' AND deleted_at IS NULL ORDER BY handle LIMIT ? OFFSET ?`, like, limit, offset)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -197,7 +197,7 @@ type Totals struct {
 // behind) and the bytes of the data directory on disk.
 func (s *Store) Totals(ctx context.Context) (Totals, error) {
 	var t Totals
-	if err := s.r.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(moments), 0) FROM people`).Scan(&t.People, &t.Moments); err != nil {
+	if err := s.r.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(moments), 0) FROM people WHERE deleted_at IS NULL`).Scan(&t.People, &t.Moments); err != nil {
 		return t, err
 	}
 	var err error

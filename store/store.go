@@ -43,8 +43,12 @@ type Config struct {
 	// HeadCacheBytes bounds the in-memory heads of newest moments;
 	// DefaultHeadCacheBytes (head.go). Negative turns heads off.
 	HeadCacheBytes int64
-	Hooks          Hooks
-	Logger         *slog.Logger // default: discard
+	// DeleteGrace is how long a deleted person's folder and row wait, for
+	// an undo, before the sweep purges them; DefaultDeleteGrace when zero,
+	// negative to purge at once (lifecycle.go).
+	DeleteGrace time.Duration
+	Hooks       Hooks
+	Logger      *slog.Logger // default: discard
 }
 
 // DefaultStaleAfter is Config.StaleAfter when zero: a post by another
@@ -71,6 +75,10 @@ type Store struct {
 	headBytes  atomic.Int64
 	sessions   sessionCache
 	connMu     sync.Mutex // serialises connection changes with their graph updates
+
+	lifeMu      sync.Mutex // serialises deletions, undos and purges (lifecycle.go)
+	deleteGrace time.Duration
+	swept       chan struct{} // closed when the purge sweep has stopped
 
 	dirtyMu sync.Mutex
 	dirty   map[string]dirtyPerson // what the directory has not heard yet
@@ -112,6 +120,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.HeadCacheBytes == 0 {
 		cfg.HeadCacheBytes = DefaultHeadCacheBytes
 	}
+	if cfg.DeleteGrace == 0 {
+		cfg.DeleteGrace = DefaultDeleteGrace
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -126,11 +137,14 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		staleAfter: cfg.StaleAfter,
 		headBudget: cfg.HeadCacheBytes,
 		log:        cfg.Logger,
-		graph:      newGraph(),
-		dirty:      make(map[string]dirtyPerson),
-		wake:       make(chan struct{}, 1),
-		stop:       make(chan struct{}),
-		stopped:    make(chan struct{}),
+		swept:      make(chan struct{}),
+
+		deleteGrace: max(cfg.DeleteGrace, 0),
+		graph:       newGraph(),
+		dirty:       make(map[string]dirtyPerson),
+		wake:        make(chan struct{}, 1),
+		stop:        make(chan struct{}),
+		stopped:     make(chan struct{}),
 	}
 	var err error
 	// The directory is small and hot: a 2 MB cache per connection.
@@ -146,6 +160,14 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		}
 		return nil, err
 	}
+	// secure_delete on the writer (its one connection lives as long as the
+	// store): what a delete or an update frees is zeroed, so that a purged
+	// person's id and handle leave no stale copy in free space. It costs
+	// a little on a few writes; the directory's writes are few.
+	if _, err = s.w.ExecContext(ctx, `PRAGMA secure_delete = ON`); err != nil {
+		s.w.Close()
+		return nil, err
+	}
 	if s.r, err = openDB(path, true, directoryReaders, 2048); err != nil {
 		s.w.Close()
 		return nil, err
@@ -157,6 +179,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	s.files = newFileCache(cfg.Dir, cfg.MaxOpenFiles, cfg.Hooks, cfg.Logger)
 	go s.flushLoop()
+	go s.sweepLoop()
 	return s, nil
 }
 
@@ -222,7 +245,7 @@ func (s *Store) load(ctx context.Context) error {
 		return fmt.Errorf("store: cursor key: %w", err)
 	}
 	now := s.now().UnixMilli()
-	rows, err := s.r.QueryContext(ctx, `SELECT id, newest_at FROM people`)
+	rows, err := s.r.QueryContext(ctx, `SELECT id, newest_at FROM people WHERE deleted_at IS NULL`)
 	if err != nil {
 		return fmt.Errorf("store: load people: %w", err)
 	}
@@ -417,6 +440,7 @@ func (s *Store) Close() error {
 	s.once.Do(func() {
 		close(s.stop)
 		<-s.stopped
+		<-s.swept
 		errs := []error{s.flushDirty(context.Background())}
 		s.files.closeAll()
 		errs = append(errs, s.r.Close(), s.w.Close())

@@ -93,6 +93,20 @@ type Person struct {
 	AttentionSince int64
 }
 
+// Deleted lists the people deleted and not yet purged.
+type Deleted struct {
+	Page
+	Rows []DeletedRow
+	// Grace is how long a deletion can be undone, such as "7 days".
+	Grace string
+}
+
+// DeletedRow is one deleted person.
+type DeletedRow struct {
+	ID, Handle         string
+	DeletedAt, PurgeAt int64
+}
+
 // SessionRow is one signed-in device.
 type SessionRow struct {
 	ID        string

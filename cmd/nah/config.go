@@ -241,6 +241,17 @@ var variables = []variable{
 		}
 		return nil
 	}},
+	{"NAH_DELETE_GRACE", store.DefaultDeleteGrace.String(), "how long a deleted person can be restored from the console before their files and rows are purged; 0 purges at once", func(c *config, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return errors.New("want a duration such as 168h, 0 to purge at once")
+		}
+		c.Store.DeleteGrace = d
+		if d == 0 {
+			c.Store.DeleteGrace = -1 // the store's zero is its default
+		}
+		return nil
+	}},
 	{"NAH_LOG_LEVEL", strings.ToLower(defaultLogLevel.String()), "debug, info, warn or error", func(c *config, v string) error {
 		if err := c.LogLevel.UnmarshalText([]byte(v)); err != nil {
 			return errors.New("want debug, info, warn or error")

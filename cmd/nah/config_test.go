@@ -55,6 +55,7 @@ func TestConfigFromEnvironment(t *testing.T) {
 		"NAH_TRUSTED_PROXIES":  "10.0.0.1, 192.168.0.0/16",
 		"NAH_MAX_MOMENT_BYTES": "1000",
 		"NAH_SHUTDOWN_TIMEOUT": "1m",
+		"NAH_DELETE_GRACE":     "0",
 		"NAH_LOG_LEVEL":        "debug",
 		"NAH_METRICS_ADDR":     "127.0.0.1:9090",
 	}))
@@ -64,7 +65,7 @@ func TestConfigFromEnvironment(t *testing.T) {
 	if c.Addr != "0.0.0.0:80" || c.MetricsAddr != "127.0.0.1:9090" || c.ShutdownTimeout != time.Minute || c.LogLevel != slog.LevelDebug {
 		t.Errorf("process: %+v", c)
 	}
-	if c.Store.Dir != "/srv/data" || c.Store.MaxOpenFiles != 1000 || c.Store.HeadCacheBytes != -1 {
+	if c.Store.Dir != "/srv/data" || c.Store.MaxOpenFiles != 1000 || c.Store.HeadCacheBytes != -1 || c.Store.DeleteGrace != -1 {
 		t.Errorf("store: %+v", c.Store)
 	}
 	if !c.App.OpenSignup || c.App.SignupPerHour != 0 || len(c.App.TrustedProxies) != 2 || c.App.TrustedProxies[0].String() != "10.0.0.1/32" ||
@@ -87,6 +88,7 @@ func TestConfigErrors(t *testing.T) {
 		"NAH_TRUSTED_PROXIES":  {"10.0.0.1, proxy", `NAH_TRUSTED_PROXIES="10.0.0.1, proxy": "proxy" is neither an address nor a CIDR`},
 		"NAH_MAX_MOMENT_BYTES": {"0", `NAH_MAX_MOMENT_BYTES="0": want a whole number of bytes from 1 to 16777216`},
 		"NAH_SHUTDOWN_TIMEOUT": {"soon", `NAH_SHUTDOWN_TIMEOUT="soon": want a positive duration such as 10s`},
+		"NAH_DELETE_GRACE":     {"x", `NAH_DELETE_GRACE="x": want a duration such as 168h, 0 to purge at once`},
 		"NAH_LOG_LEVEL":        {"loud", `NAH_LOG_LEVEL="loud": want debug, info, warn or error`},
 		"NAH_METRICS_ADDR":     {"9090", `NAH_METRICS_ADDR="9090": want host:port, such as 127.0.0.1:9090`},
 		"NAH_MEMORY_LIMIT":     {"lots", `NAH_MEMORY_LIMIT="lots": want a size such as 320MiB or 1GiB`},

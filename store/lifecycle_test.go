@@ -1,0 +1,204 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nah-app/nah"
+)
+
+// testClock is a store clock that tests move.
+type testClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *testClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// TestDeleteUndoPurge follows one person through deletion, undo, deletion
+// again and the purge once the clock passes the grace: every moment comes
+// back with the undo, connections do not, and after the purge no file name
+// and no byte under the data directory holds the person's id.
+func TestDeleteUndoPurge(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	clock := &testClock{now: time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)}
+	s, err := Open(ctx, Config{Dir: dir, Now: clock.Now, DeleteGrace: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ann, bob := mustPerson(t, s, "ann"), mustPerson(t, s, "bob")
+	if err := s.ImportConnections(ctx, [][2]string{{ann.ID, bob.ID}}, 1); err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for i := range 5 {
+		clock.Advance(time.Millisecond)
+		m, err := s.CreateMoment(ctx, ann.ID, []byte{'a' + byte(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, m.ID)
+	}
+	token, err := s.CreateSession(ctx, ann.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PersonForToken(ctx, token); err != nil { // cached now
+		t.Fatal(err)
+	}
+	if _, err := s.CreateInvite(ctx, ann.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := s.DeletePerson(ctx, ann.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PersonForToken(ctx, token); nah.ErrorCode(err) != nah.Unauthorized {
+		t.Fatalf("token after delete: %v, want unauthorized", err)
+	}
+	if s.Connected(ann.ID, bob.ID) || s.ConnectionCount(bob.ID) != 0 {
+		t.Fatal("still connected after delete")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "people", ann.ID)); !os.IsNotExist(err) {
+		t.Fatalf("people/<id> after delete: %v", err)
+	}
+	if _, err := s.CreateMoment(ctx, ann.ID, []byte("x")); nah.ErrorCode(err) != nah.NotFound {
+		t.Fatalf("post after delete: %v, want not found", err)
+	}
+	if _, _, err := s.FindPersonByHandle(ctx, "ann"); nah.ErrorCode(err) != nah.NotFound {
+		t.Fatalf("find by handle after delete: %v", err)
+	}
+	if _, err := s.CreatePerson(ctx, NewPerson{Handle: "ann", PasswordHash: "x"}); nah.ErrorCode(err) != nah.Conflict {
+		t.Fatalf("sign-up with a deleted handle: %v, want conflict", err)
+	}
+	if err := s.DeletePerson(ctx, ann.ID); nah.ErrorCode(err) != nah.NotFound {
+		t.Fatalf("second delete: %v", err)
+	}
+
+	// Undo: every moment back, no connection, no session.
+	if err := s.RestorePerson(ctx, ann.ID); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := s.Moments(ctx, ann.ID, nil, 100, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) != len(want) {
+		t.Fatalf("%d moments after undo, want %d", len(ms), len(want))
+	}
+	p, err := s.FindPersonByID(ctx, ann.ID)
+	if err != nil || p.NewestAt != ms[0].CreatedAt {
+		t.Fatalf("after undo: %+v %v, want newest %d", p, err, ms[0].CreatedAt)
+	}
+	if s.Connected(ann.ID, bob.ID) {
+		t.Fatal("the connection came back with the undo")
+	}
+	if _, err := s.PersonForToken(ctx, token); nah.ErrorCode(err) != nah.Unauthorized {
+		t.Fatalf("token after undo: %v, want unauthorized", err)
+	}
+
+	// Delete again; nothing is purged within the grace, all of it after.
+	if err := s.DeletePerson(ctx, ann.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.PurgeDeleted(ctx); err != nil || n != 0 {
+		t.Fatalf("purge within the grace: %d, %v", n, err)
+	}
+	ds, err := s.DeletedPeople(ctx, 10)
+	if err != nil || len(ds) != 1 || ds[0].ID != ann.ID || ds[0].PurgeAt != ds[0].DeletedAt+time.Hour.Milliseconds() {
+		t.Fatalf("deleted people: %+v, %v", ds, err)
+	}
+	clock.Advance(time.Hour)
+	if n, err := s.PurgeDeleted(ctx); err != nil || n != 1 {
+		t.Fatalf("purge after the grace: %d, %v", n, err)
+	}
+	if _, err := s.CreatePerson(ctx, NewPerson{Handle: "ann", PasswordHash: "x"}); err != nil {
+		t.Fatalf("sign-up with a purged handle: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	assertNoTrace(t, dir, ann.ID)
+}
+
+// assertNoTrace fails if any file name under dir, or any file's bytes,
+// holds id.
+func assertNoTrace(t *testing.T, dir, id string) {
+	t.Helper()
+	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if strings.Contains(p, id) {
+			t.Errorf("file name holds the id: %s", p)
+		}
+		if !e.Type().IsRegular() {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if bytes.Contains(b, []byte(id)) {
+			t.Errorf("%s holds the id", p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDeleteWhilePosting deletes a person while goroutines post as them: each
+// post succeeds or is NotFound, and the folder is never recreated.
+func TestDeleteWhilePosting(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := MustOpen(t, Config{Dir: dir})
+	ann := mustPerson(t, s, "ann")
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range 8 {
+		wg.Go(func() {
+			<-start
+			for range 50 {
+				_, err := s.CreateMoment(ctx, ann.ID, []byte("x"))
+				if err != nil && nah.ErrorCode(err) != nah.NotFound {
+					t.Errorf("post: %v", err)
+					return
+				}
+			}
+		})
+	}
+	close(start)
+	time.Sleep(5 * time.Millisecond)
+	if err := s.DeletePerson(ctx, ann.ID); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if _, err := os.Stat(filepath.Join(dir, "people", ann.ID)); !os.IsNotExist(err) {
+		t.Fatalf("people/<id> after delete: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "deleted", ann.ID, "person.db")); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -204,6 +205,31 @@ func TestImportHostile(t *testing.T) {
 	notSQLiteManifest := remanifest(func(m *Manifest) {
 		m.Files[0].Size, m.Files[0].SHA256 = int64(len(notSQLite)), hex.EncodeToString(sum[:])
 	})
+	// A good SQLite file with a moment whose id is not one: refused only
+	// after the new person's folder is made, which must go again.
+	badID := func() []byte {
+		p := filepath.Join(t.TempDir(), "person.db")
+		if err := os.WriteFile(p, db, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		w, err := openDB(p, false, 1, personCacheKiB)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Exec(`UPDATE moments SET id = 'not-an-id' WHERE id = (SELECT max(id) FROM moments)`); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}()
+	badIDSum := sha256.Sum256(badID)
+	badIDManifest := remanifest(func(m *Manifest) {
+		m.Files[0].Size, m.Files[0].SHA256 = int64(len(badID)), hex.EncodeToString(badIDSum[:])
+	})
 	link := func(flag byte, name string) entry {
 		return entry{hdr: tar.Header{Typeflag: flag, Name: name, Linkname: "/etc/passwd", Mode: 0o600}}
 	}
@@ -239,6 +265,7 @@ func TestImportHostile(t *testing.T) {
 		{"manifest not JSON", makeTar(t, reg("person.db", db), reg("manifest.json", []byte("{"))), nah.Invalid, "manifest.json"},
 		{"not a tar", bytes.Repeat([]byte("hello, world\n"), 100), nah.Invalid, "reading the tar"},
 		{"empty", nil, nah.Invalid, "both needed"},
+		{"a moment without a valid id", makeTar(t, reg("person.db", badID), reg("manifest.json", badIDManifest)), nah.Invalid, "invalid id"},
 		{"not SQLite", makeTar(t, reg("person.db", notSQLite), reg("manifest.json", notSQLiteManifest)), nah.Invalid, "not a readable SQLite database"},
 	}
 

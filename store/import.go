@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -60,6 +61,33 @@ type ImportResult struct {
 	Connections []string
 }
 
+// importTmpPattern names an import's temporary folder in the data
+// directory.
+const importTmpPattern = "import-tmp-"
+
+// staleImportAge is when a temporary folder of an import is surely left by
+// a crash: an import in the console gives up after 30 minutes, and one
+// from the command line reads a local file.
+const staleImportAge = 24 * time.Hour
+
+// removeStaleImports removes what imports cut off by a crash left in dir.
+// A folder younger than staleImportAge may be an import running in another
+// process (`nah person import` beside a server) and is left alone.
+func removeStaleImports(dir string, now time.Time, log *slog.Logger) {
+	ms, _ := filepath.Glob(filepath.Join(dir, importTmpPattern+"*"))
+	for _, m := range ms {
+		info, err := os.Lstat(m)
+		if err != nil || now.Sub(info.ModTime()) < staleImportAge {
+			continue
+		}
+		if err := os.RemoveAll(m); err != nil {
+			log.Warn("cannot remove what an interrupted import left", "path", m, "err", err)
+		} else {
+			log.Info("removed what an interrupted import left", "path", m)
+		}
+	}
+}
+
 func badExport(format string, args ...any) error {
 	return nah.Errorf(nah.Invalid, "invalid_export", "not a usable nah export: "+format, args...)
 }
@@ -83,7 +111,7 @@ func (s *Store) ImportPerson(ctx context.Context, r io.Reader, opts ImportOption
 			return ImportResult{}, err
 		}
 	}
-	tmp, err := os.MkdirTemp(s.dir, "import-tmp-")
+	tmp, err := os.MkdirTemp(s.dir, importTmpPattern)
 	if err != nil {
 		return ImportResult{}, s.spaceErr(err)
 	}

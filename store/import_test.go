@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nah-app/nah"
 )
@@ -293,5 +294,32 @@ func TestImportHostile(t *testing.T) {
 	// The good tar goes in after all that.
 	if _, err := s.ImportPerson(ctx, bytes.NewReader(makeTar(t, reg("person.db", db), reg("manifest.json", manifest))), ImportOptions{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestStaleImportsRemoved: Open removes the temporary folder of an import
+// cut off by a crash a day ago, and leaves a young one, which may be an
+// import running in another process.
+func TestStaleImportsRemoved(t *testing.T) {
+	dir := t.TempDir()
+	old, young := filepath.Join(dir, "import-tmp-1"), filepath.Join(dir, "import-tmp-2")
+	for _, d := range []string{old, young} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "person.db"), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	day := time.Now().Add(-25 * time.Hour)
+	if err := os.Chtimes(old, day, day); err != nil {
+		t.Fatal(err)
+	}
+	MustOpen(t, Config{Dir: dir})
+	if _, err := os.Stat(old); !os.IsNotExist(err) {
+		t.Errorf("the stale import folder is still there: %v", err)
+	}
+	if _, err := os.Stat(young); err != nil {
+		t.Errorf("the young import folder is gone: %v", err)
 	}
 }

@@ -33,6 +33,7 @@ type App struct {
 	secretsByAddr  *limiter
 	exportByPerson *limiter
 	exports        chan struct{} // a slot per export in flight (export.go)
+	imports        chan struct{} // the one slot for an import (console_import.go)
 
 	handler http.Handler
 
@@ -82,6 +83,7 @@ func New(cfg Config, s *store.Store, log *slog.Logger) *App {
 		secretsByAddr:  newLimiter(secretFailuresPerAddr, secretWindow, cfg.Now),
 		exportByPerson: newLimiter(exportsPerPerson, exportWindow, cfg.Now),
 		exports:        make(chan struct{}, maxExports),
+		imports:        make(chan struct{}, 1),
 	}
 	if len(cfg.TLS.Domains) > 0 {
 		a.certs = newCertWatch(cfg.TLS, log)

@@ -44,6 +44,7 @@ func (a *App) consoleRoutes(r chi.Router) {
 			r.Get("/console", a.handleOverview)
 			r.Get("/console/people", a.handlePeople)
 			r.Post("/console/people", a.handlePersonCreate)
+			r.Post("/console/people/import", a.handlePersonImport)
 			r.Get("/console/people/{id}", a.handlePerson)
 			r.Get("/console/people/{id}/export", a.handlePersonExport)
 			r.Post("/console/people/{id}/disable", a.handlePersonDisable)

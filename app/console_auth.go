@@ -179,6 +179,12 @@ func (a *App) handleReset(w http.ResponseWriter, r *http.Request) {
 	a.render(w, r, http.StatusOK, ui.MessagePage(p))
 }
 
+// ResetLink is the address of the one-time link token that sets a
+// person's password, on the server reached at base.
+func ResetLink(base, token string) string {
+	return strings.TrimSuffix(base, "/") + "/reset/" + token
+}
+
 // SetupLink makes a one-time link (valid an hour) that creates an admin;
 // base is the server's address as the operator reaches it.
 func SetupLink(ctx context.Context, s *store.Store, base string) (string, error) {

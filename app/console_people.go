@@ -150,7 +150,7 @@ func (a *App) handlePersonReset(w http.ResponseWriter, r *http.Request) {
 		a.consoleError(w, r, page(r, "Person", "people"), err)
 		return
 	}
-	a.personPage(w, r, http.StatusCreated, a.cfg.PublicURL+"/reset/"+token, "")
+	a.personPage(w, r, http.StatusCreated, ResetLink(a.cfg.PublicURL, token), "")
 }
 
 func (a *App) handleSessionsRevoke(w http.ResponseWriter, r *http.Request) {

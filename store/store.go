@@ -131,6 +131,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	path := filepath.Join(cfg.Dir, "directory.db")
 	tightenDataDir(cfg.Dir, cfg.Logger)
+	removeStaleImports(cfg.Dir, cfg.Now(), cfg.Logger)
 	s := &Store{
 		dir:        cfg.Dir,
 		now:        cfg.Now,

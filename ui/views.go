@@ -79,6 +79,17 @@ type People struct {
 	PageCount int
 }
 
+// Imported is the page after a person is imported: Page.Secret holds
+// their one-time link.
+type Imported struct {
+	Page
+	Person  PersonRow
+	Moments int
+	// FormerConnections are the handles of the person's connections on
+	// their old server that have an account here.
+	FormerConnections []string
+}
+
 // Person is one person's page.
 type Person struct {
 	Page

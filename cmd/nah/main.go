@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -64,6 +65,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return joincode(ctx, args, getenv, stdout, stderr)
 	case "admin":
 		return adminCmd(ctx, args, getenv, stdout, stderr)
+	case "person":
+		return personCmd(ctx, args, getenv, stdout, stderr)
 	case "service":
 		return service(args, getenv, stdout, stderr)
 	default:
@@ -78,6 +81,11 @@ Commands:
   nah serve                      run the server (the default)
   nah joincode create [-ttl D]   make a single-use sign-up code (default 168h)
   nah admin create               print a one-time link (valid an hour) that creates a console admin
+  nah person import [-handle NEW] FILE.tar
+                                 recreate a person from their export (made on another server) under
+                                 a new id, and print a one-time link (valid 24h) that sets their
+                                 password; a running server sees them only after a restart, so on
+                                 a running server use the console's "Import a person" instead
   nah service [-user nah] [-env-file /etc/nah/nah.env]
                                  print a hardened systemd unit for this binary and NAH_DATA_DIR
                                  (else /var/lib/nah), with MemoryMax agreeing with NAH_MEMORY_LIMIT
@@ -277,6 +285,45 @@ func adminCmd(ctx context.Context, args []string, getenv func(string) string, st
 			return err
 		}
 		fmt.Fprintf(stdout, "Open this link within the hour to create a console admin (it works once):\n\n  %s\n", link)
+		return nil
+	})
+}
+
+const personImportUsage = "usage: nah person import [-handle NEW] FILE.tar"
+
+// personCmd is `nah person import`. The person is written to the data
+// directory; a server already running on it keeps its in-memory graph of
+// people, loaded at start, and so does not see them until it restarts:
+// the console's import form is the way on a running server.
+func personCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "import" {
+		return usageError{personImportUsage}
+	}
+	fs := flag.NewFlagSet("person import", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	handle := fs.String("handle", "", "the handle here, when the export's is taken")
+	if err := fs.Parse(args[1:]); err != nil || fs.NArg() != 1 {
+		return usageError{personImportUsage}
+	}
+	f, err := os.Open(fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return withStore(ctx, getenv, stderr, func(cfg config, s *store.Store) error {
+		res, err := s.ImportPerson(ctx, f, store.ImportOptions{Handle: *handle})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "Imported %s as %s with %d moments.\n", res.Person.Handle, res.Person.ID, res.Moments)
+		fmt.Fprintf(stdout, "Give them this link to set their password (valid 24h, it works once):\n\n  %s\n\n",
+			app.ResetLink(cfg.publicURL(cfg.Addr), res.Link))
+		if len(res.Connections) == 0 {
+			fmt.Fprintln(stdout, "None of their former connections has an account here.")
+		} else {
+			fmt.Fprintf(stdout, "Former connections with an account here (connections are not recreated: each asks again): %s\n", strings.Join(res.Connections, ", "))
+		}
+		fmt.Fprintln(stdout, "A server already running on this data directory sees them only after a restart.")
 		return nil
 	})
 }

@@ -1,0 +1,397 @@
+package store
+
+import (
+	"archive/tar"
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/nah-app/nah"
+)
+
+// An import (issue 10, "move") recreates a person from their export,
+// another server's tar (export.go). Everything in the tar is untrusted: it
+// is copied into a temporary folder under the data directory, checked whole
+// (entries, sizes, checksums, schema, SQLite's integrity check), and only
+// then does anything reach the directory or people/. The moments are copied
+// row by row into a fresh person file rather than the file being moved in:
+// the new file then holds this binary's schema and nothing else the tar's
+// file might carry (triggers, views, other tables).
+
+// ImportLinkTTL is how long the one-time link of an imported person works.
+const ImportLinkTTL = 24 * time.Hour
+
+// DefaultImportMaxBytes is ImportOptions.MaxBytes when zero: the most
+// person.db may hold. Five posts a day for ten years of 4 KB bodies is
+// about 75 MB; 1 GiB leaves room for far chattier people and is still a
+// size that a data directory's disk should never be surprised by.
+const DefaultImportMaxBytes = 1 << 30
+
+// manifestMaxBytes bounds manifest.json: a few hundred bytes plus ~70 per
+// connection, and a person has at most a few hundred connections.
+const manifestMaxBytes = 1 << 20
+
+// ImportOptions tunes ImportPerson.
+type ImportOptions struct {
+	// Handle, when set, replaces the export's handle (when that one is
+	// taken here).
+	Handle string
+	// MaxBytes bounds person.db; DefaultImportMaxBytes when zero.
+	MaxBytes int64
+}
+
+// ImportResult is what an import made.
+type ImportResult struct {
+	Person nah.Person
+	// Link is the token of a one-time reset link (LinkReset, valid
+	// ImportLinkTTL): the imported person has no password until they use it.
+	Link    string
+	Moments int
+	// Connections are the handles of the person's former connections that
+	// have an account here. Connections are mutual consent: they are not
+	// recreated, only named.
+	Connections []string
+}
+
+// importTmpPattern names an import's temporary folder in the data
+// directory.
+const importTmpPattern = "import-tmp-"
+
+// staleImportAge is when a temporary folder of an import is surely left by
+// a crash: an import in the console gives up after 30 minutes, and one
+// from the command line reads a local file.
+const staleImportAge = 24 * time.Hour
+
+// removeStaleImports removes what imports cut off by a crash left in dir.
+// A folder younger than staleImportAge may be an import running in another
+// process (`nah person import` beside a server) and is left alone.
+func removeStaleImports(dir string, now time.Time, log *slog.Logger) {
+	ms, _ := filepath.Glob(filepath.Join(dir, importTmpPattern+"*"))
+	for _, m := range ms {
+		info, err := os.Lstat(m)
+		if err != nil || now.Sub(info.ModTime()) < staleImportAge {
+			continue
+		}
+		if err := os.RemoveAll(m); err != nil {
+			log.Warn("cannot remove what an interrupted import left", "path", m, "err", err)
+		} else {
+			log.Info("removed what an interrupted import left", "path", m)
+		}
+	}
+}
+
+func badExport(format string, args ...any) error {
+	return nah.Errorf(nah.Invalid, "invalid_export", "not a usable nah export: "+format, args...)
+}
+
+// ImportPerson reads an export's tar from r and creates its person under a
+// new id, with the export's handle (or opts.Handle) and creation time, every
+// moment with its own id, time and body, and a one-time reset link. A
+// password hash that matches nothing is stored: the person sets a password
+// through the link. On any failure nothing is left: no temporary folder, no
+// person folder, no directory row.
+//
+// The store's in-memory graph learns of the person at once; another process
+// on the same data directory (a running server, when this runs from the
+// command line) does not until it restarts.
+func (s *Store) ImportPerson(ctx context.Context, r io.Reader, opts ImportOptions) (ImportResult, error) {
+	if opts.MaxBytes <= 0 {
+		opts.MaxBytes = DefaultImportMaxBytes
+	}
+	if opts.Handle != "" {
+		if err := nah.CheckHandle(opts.Handle); err != nil {
+			return ImportResult{}, err
+		}
+	}
+	tmp, err := os.MkdirTemp(s.dir, importTmpPattern)
+	if err != nil {
+		return ImportResult{}, s.spaceErr(err)
+	}
+	defer os.RemoveAll(tmp)
+
+	m, err := readExport(r, tmp, opts.MaxBytes)
+	if err != nil {
+		return ImportResult{}, s.spaceErr(err)
+	}
+	src := filepath.Join(tmp, "person.db")
+	handle := m.Person.Handle
+	if opts.Handle != "" {
+		handle = opts.Handle
+	}
+	if err := nah.CheckHandle(handle); err != nil {
+		return ImportResult{}, badExport("the manifest's handle %q is not a valid handle", handle)
+	}
+	created, err := time.Parse(nah.TimeFormat, m.Person.CreatedAt)
+	if err != nil {
+		return ImportResult{}, badExport("the manifest's created_at %q is not a time", m.Person.CreatedAt)
+	}
+	if _, _, err := s.FindPersonByHandle(ctx, handle); err == nil {
+		return ImportResult{}, handleTaken(handle)
+	} else if nah.ErrorCode(err) != nah.NotFound {
+		return ImportResult{}, err
+	}
+	db, err := openExportedDB(ctx, src)
+	if err != nil {
+		return ImportResult{}, err
+	}
+	defer db.Close()
+
+	res := ImportResult{Person: nah.Person{ID: nah.NewPersonID(), Handle: handle, CreatedAt: created.UnixMilli()}}
+	id := res.Person.ID
+	f, err := s.files.acquire(ctx, id, true)
+	if err != nil {
+		s.removePersonFiles(id) // the folder is made before the file
+		return ImportResult{}, s.spaceErr(err)
+	}
+	s.files.release(f)
+	var newest int64
+	err = s.useFile(ctx, id, true, func(f *personFile) error {
+		var err error
+		res.Moments, newest, err = copyMoments(ctx, db, f.db)
+		return err
+	})
+	if err == nil {
+		res.Person.NewestAt = newest
+		res.Link, err = s.insertImported(ctx, res.Person, res.Moments)
+	}
+	if err != nil {
+		s.removePersonFiles(id)
+		return ImportResult{}, err
+	}
+	s.graph.add(id, newest, s.now().UnixMilli())
+
+	for _, c := range m.Connections {
+		if _, _, err := s.FindPersonByHandle(ctx, c.Handle); err == nil && c.Handle != handle {
+			res.Connections = append(res.Connections, c.Handle)
+		}
+	}
+	return res, nil
+}
+
+func handleTaken(handle string) error {
+	return nah.Errorf(nah.Conflict, "handle_taken",
+		"the handle %q is taken on this server: import under another handle (the -handle option, or the form's new handle)", handle)
+}
+
+// insertImported writes the person's directory row and their reset link in
+// one transaction, so that either both exist or neither.
+func (s *Store) insertImported(ctx context.Context, p nah.Person, moments int) (string, error) {
+	token := newSecret(32)
+	now := s.now()
+	// bcrypt of nothing, and an empty string matches no password: the
+	// password is set through the link.
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO people(id, handle, password_hash, created_at, newest_at, moments) VALUES (?, ?, '', ?, ?, ?)`,
+			p.ID, p.Handle, p.CreatedAt, p.NewestAt, moments)
+		if isUniqueViolation(err) {
+			return handleTaken(p.Handle)
+		}
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO links(token_hash, kind, person_id, created_at, expires_at) VALUES (?, ?, ?, ?, ?)`,
+			hashSecret(token), LinkReset, p.ID, now.UnixMilli(), now.Add(ImportLinkTTL).UnixMilli())
+		return err
+	})
+	return token, err
+}
+
+// readExport extracts the tar from r into dir, which must be empty,
+// accepting exactly two regular files, person.db then manifest.json, and
+// checks person.db against the manifest. Sizes in headers are never
+// trusted: a header over the limit is refused, and copying stops at the
+// limit and at what the header promised, whichever comes first.
+func readExport(r io.Reader, dir string, maxBytes int64) (*Manifest, error) {
+	tr := tar.NewReader(r)
+	var (
+		m       *Manifest
+		dbSize  int64
+		dbSum   string
+		seenDB  bool
+		entries int
+	)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, badExport("reading the tar: %v", err)
+		}
+		entries++
+		if entries > 2 {
+			return nil, badExport("more entries than person.db and manifest.json (%q)", h.Name)
+		}
+		if h.Typeflag != tar.TypeReg {
+			return nil, badExport("entry %q is not a regular file", h.Name)
+		}
+		if h.Size < 0 {
+			return nil, badExport("entry %q has a negative size", h.Name)
+		}
+		switch h.Name {
+		case "person.db":
+			if seenDB || m != nil {
+				return nil, badExport("person.db appears twice, or after the manifest")
+			}
+			seenDB = true
+			if h.Size > maxBytes {
+				return nil, nah.Errorf(nah.TooLarge, "too_large", "person.db claims %d bytes, over the limit of %d", h.Size, maxBytes)
+			}
+			dbSize, dbSum, err = copyEntry(tr, filepath.Join(dir, "person.db"), h.Size)
+			if err != nil {
+				return nil, err
+			}
+		case "manifest.json":
+			if m != nil {
+				return nil, badExport("manifest.json appears twice")
+			}
+			if h.Size > manifestMaxBytes {
+				return nil, badExport("manifest.json claims %d bytes, over the limit of %d", h.Size, manifestMaxBytes)
+			}
+			b, err := io.ReadAll(io.LimitReader(tr, h.Size))
+			if err != nil || int64(len(b)) != h.Size {
+				return nil, badExport("manifest.json is truncated")
+			}
+			m = new(Manifest)
+			if err := json.Unmarshal(b, m); err != nil {
+				return nil, badExport("manifest.json: %v", err)
+			}
+		default:
+			return nil, badExport("unexpected entry %q (an export holds person.db and manifest.json)", h.Name)
+		}
+	}
+	if m == nil || !seenDB {
+		return nil, badExport("person.db and manifest.json are both needed")
+	}
+	if m.Format != ExportFormat {
+		return nil, badExport("the manifest's format is %q, not %q", m.Format, ExportFormat)
+	}
+	if m.FormatVersion != exportFormatVersion {
+		return nil, badExport("format version %d; this server reads version %d", m.FormatVersion, exportFormatVersion)
+	}
+	if m.SchemaVersion > len(personMigrations) {
+		return nil, nah.Errorf(nah.Invalid, "export_too_new",
+			"the export's schema version is %d and this server knows up to %d: upgrade this server first", m.SchemaVersion, len(personMigrations))
+	}
+	var want *ManifestFile
+	for i := range m.Files {
+		if m.Files[i].Name == "person.db" {
+			want = &m.Files[i]
+		}
+	}
+	if want == nil || len(m.Files) != 1 {
+		return nil, badExport("the manifest must list person.db and only it")
+	}
+	if want.Size != dbSize || want.SHA256 != dbSum {
+		return nil, badExport("person.db does not match the manifest's size and sha256: the file is damaged or was changed")
+	}
+	return m, nil
+}
+
+// copyEntry copies the current tar entry, which claims size bytes, to a new
+// file at p, and returns its size and sha256. It never copies more than
+// size; fewer bytes than size is a truncated export.
+func copyEntry(r io.Reader, p string, size int64) (int64, string, error) {
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, privateFile)
+	if err != nil {
+		return 0, "", err
+	}
+	h := sha256.New()
+	n, err := io.CopyBuffer(io.MultiWriter(f, h), io.LimitReader(r, size), make([]byte, exportCopyBuffer))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return 0, "", badExport("person.db is truncated")
+		}
+		return 0, "", err
+	}
+	if n != size {
+		return 0, "", badExport("person.db is truncated: %d bytes of %d", n, size)
+	}
+	return n, hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// openExportedDB opens the copied person.db read-only and checks it: SQLite
+// at all, its own schema version (the manifest's is not trusted), and
+// PRAGMA integrity_check.
+func openExportedDB(ctx context.Context, p string) (*sql.DB, error) {
+	db, err := openDB(p, true, 1, personCacheKiB)
+	if err != nil {
+		return nil, err
+	}
+	var v int
+	var check string
+	err = db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v)
+	if err == nil {
+		err = db.QueryRowContext(ctx, "PRAGMA integrity_check").Scan(&check)
+	}
+	switch {
+	case err != nil:
+		db.Close()
+		return nil, badExport("person.db is not a readable SQLite database: %v", err)
+	case check != "ok":
+		db.Close()
+		return nil, badExport("person.db fails SQLite's integrity check: %s", check)
+	case v > len(personMigrations):
+		db.Close()
+		return nil, nah.Errorf(nah.Invalid, "export_too_new",
+			"person.db's schema version is %d and this server knows up to %d: upgrade this server first", v, len(personMigrations))
+	}
+	return db, nil
+}
+
+// copyMoments copies every moment of src into dst in one transaction and
+// returns how many and the newest time. Ids are checked again here: they
+// come from another machine.
+func copyMoments(ctx context.Context, src, dst *sql.DB) (n int, newest int64, err error) {
+	rows, err := src.QueryContext(ctx, `SELECT id, created_at, body FROM moments`)
+	if err != nil {
+		return 0, 0, badExport("person.db has no readable moments: %v", err)
+	}
+	defer rows.Close()
+	tx, err := dst.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer tx.Rollback()
+	stmt, err := tx.PrepareContext(ctx, `INSERT INTO moments(id, created_at, body) VALUES (?, ?, ?)`)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer stmt.Close()
+	var (
+		id   string
+		at   int64
+		body []byte
+	)
+	for rows.Next() {
+		if err := rows.Scan(&id, &at, &body); err != nil {
+			return 0, 0, badExport("a moment of person.db: %v", err)
+		}
+		if !nah.ValidMomentID(id) || at <= 0 {
+			return 0, 0, badExport("a moment of person.db has an invalid id or time (%q)", id)
+		}
+		if _, err := stmt.ExecContext(ctx, id, at, body); err != nil {
+			if isUniqueViolation(err) {
+				return 0, 0, badExport("person.db holds moment %q twice", id)
+			}
+			return 0, 0, err
+		}
+		n++
+		newest = max(newest, at)
+	}
+	if err := rows.Err(); err != nil {
+		return 0, 0, badExport("reading person.db's moments: %v", err)
+	}
+	return n, newest, tx.Commit()
+}

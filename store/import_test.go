@@ -1,0 +1,325 @@
+package store
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nah-app/nah"
+)
+
+// exportOf exports person id of s and returns the tar's bytes.
+func exportOf(t *testing.T, s *Store, id string) []byte {
+	t.Helper()
+	e, err := s.ExportPerson(context.Background(), id, "v-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	var b bytes.Buffer
+	if _, err := e.WriteTo(&b); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// sampleMoments makes n moments at fixed times, every third body binary.
+func sampleMoments(n int) []nah.Moment {
+	ms := make([]nah.Moment, n)
+	for i := range ms {
+		at := int64(1_700_000_000_000 + i*60_000)
+		body := []byte("moment " + strings.Repeat("x", i))
+		if i%3 == 0 {
+			body = []byte{0, 0xff, byte(i), 0xfe, 0, '\n', 0x80}
+		}
+		ms[i] = nah.Moment{ID: nah.NewMomentID(at), CreatedAt: at, Body: body}
+	}
+	return ms
+}
+
+// TestImportRoundTrip exports a person with 50 moments (some binary) and a
+// connection from one store and imports them into another: every moment
+// equal, a new id, the link works once, the former connection present here
+// is named, and a taken handle is a clear conflict that -handle gets round.
+func TestImportRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	old := MustOpen(t, Config{})
+	ann, bob := mustPerson(t, old, "ann"), mustPerson(t, old, "bob")
+	mustPerson(t, old, "cyd") // a connection that has no account on the new server
+	cy, _, _ := old.FindPersonByHandle(ctx, "cyd")
+	if err := old.ImportConnections(ctx, [][2]string{{ann.ID, bob.ID}, {ann.ID, cy.ID}}, 1234); err != nil {
+		t.Fatal(err)
+	}
+	want := sampleMoments(50)
+	if err := old.ImportMoments(ctx, ann.ID, want); err != nil {
+		t.Fatal(err)
+	}
+	tarball := exportOf(t, old, ann.ID)
+
+	s := MustOpen(t, Config{})
+	mustPerson(t, s, "bob")
+	res, err := s.ImportPerson(ctx, bytes.NewReader(tarball), ImportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Person.ID == ann.ID || res.Person.Handle != "ann" || res.Person.CreatedAt != ann.CreatedAt || res.Moments != 50 {
+		t.Errorf("imported %+v (%d moments), want a new id for ann created at %d", res.Person, res.Moments, ann.CreatedAt)
+	}
+	if !slices.Equal(res.Connections, []string{"bob"}) {
+		t.Errorf("former connections here %v, want [bob]", res.Connections)
+	}
+	got, err := s.Moments(ctx, res.Person.ID, nil, 100, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d moments, want %d", len(got), len(want))
+	}
+	byID := make(map[string]nah.Moment)
+	for _, m := range got {
+		byID[m.ID] = m
+	}
+	for _, w := range want {
+		g, ok := byID[w.ID]
+		if !ok || g.CreatedAt != w.CreatedAt || !bytes.Equal(g.Body, w.Body) {
+			t.Fatalf("moment %s: got %+v, want %+v", w.ID, g, w)
+		}
+	}
+	p, hash, err := s.FindPersonByHandle(ctx, "ann")
+	if err != nil || p.ID != res.Person.ID {
+		t.Fatalf("ann here: %+v, %v", p, err)
+	}
+	if CheckPassword([]byte(hash), "") || CheckPassword([]byte(hash), "password") {
+		t.Error("the imported person's password hash matches a password")
+	}
+	if who, err := s.CheckLink(ctx, LinkReset, res.Link); err != nil || who != res.Person.ID {
+		t.Errorf("link: %q, %v; want %s", who, err, res.Person.ID)
+	}
+	if s.graph.node(res.Person.ID) == nil || s.graph.node(res.Person.ID).newest.Load() != want[49].CreatedAt {
+		t.Error("the graph does not know the imported person's newest moment")
+	}
+
+	_, err = s.ImportPerson(ctx, bytes.NewReader(tarball), ImportOptions{})
+	if nah.ErrorCode(err) != nah.Conflict || !strings.Contains(err.Error(), "-handle") {
+		t.Fatalf("second import: %v, want a conflict naming -handle", err)
+	}
+	res2, err := s.ImportPerson(ctx, bytes.NewReader(tarball), ImportOptions{Handle: "ann.two"})
+	if err != nil || res2.Person.Handle != "ann.two" || res2.Moments != 50 || res2.Person.ID == res.Person.ID {
+		t.Fatalf("import as ann.two: %+v, %v", res2, err)
+	}
+}
+
+// entry is one entry of a hand-made tar.
+type entry struct {
+	hdr  tar.Header
+	body []byte
+	// short, when set, writes only that many bytes of body and leaves the
+	// tar unclosed: a truncated file.
+	short int
+}
+
+func reg(name string, body []byte) entry {
+	return entry{hdr: tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o600, Size: int64(len(body))}, body: body}
+}
+
+func makeTar(t *testing.T, es ...entry) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	for _, e := range es {
+		if err := tw.WriteHeader(&e.hdr); err != nil {
+			t.Fatal(err)
+		}
+		if e.short > 0 {
+			tw.Write(e.body[:e.short])
+			return b.Bytes()
+		}
+		if _, err := tw.Write(e.body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// tree lists every path under dir.
+func tree(t *testing.T, dir string) []string {
+	t.Helper()
+	var names []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		names = append(names, rel)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+// TestImportHostile feeds ImportPerson tars that must be refused: paths out
+// of the folder, links, devices, folders, unknown, duplicate, oversized and
+// truncated entries, checksums and schema versions that do not match, not a
+// tar, not SQLite. Each is refused with a clear error, and the data
+// directory then holds exactly the names it held before: no temporary
+// folder, no person folder, no person row.
+func TestImportHostile(t *testing.T) {
+	ctx := context.Background()
+	old := MustOpen(t, Config{})
+	ann := mustPerson(t, old, "ann")
+	if err := old.ImportMoments(ctx, ann.ID, sampleMoments(5)); err != nil {
+		t.Fatal(err)
+	}
+	_, files := untar(t, bytes.NewReader(exportOf(t, old, ann.ID)))
+	db, manifest := files["person.db"], files["manifest.json"]
+	var m Manifest
+	if err := json.Unmarshal(manifest, &m); err != nil {
+		t.Fatal(err)
+	}
+	remanifest := func(change func(m *Manifest)) []byte {
+		c := m
+		c.Files = slices.Clone(m.Files)
+		change(&c)
+		b, err := json.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	notSQLite := bytes.Repeat([]byte("this is not a database. "), 200)
+	sum := sha256.Sum256(notSQLite)
+	notSQLiteManifest := remanifest(func(m *Manifest) {
+		m.Files[0].Size, m.Files[0].SHA256 = int64(len(notSQLite)), hex.EncodeToString(sum[:])
+	})
+	// A good SQLite file with a moment whose id is not one: refused only
+	// after the new person's folder is made, which must go again.
+	badID := func() []byte {
+		p := filepath.Join(t.TempDir(), "person.db")
+		if err := os.WriteFile(p, db, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		w, err := openDB(p, false, 1, personCacheKiB)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Exec(`UPDATE moments SET id = 'not-an-id' WHERE id = (SELECT max(id) FROM moments)`); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}()
+	badIDSum := sha256.Sum256(badID)
+	badIDManifest := remanifest(func(m *Manifest) {
+		m.Files[0].Size, m.Files[0].SHA256 = int64(len(badID)), hex.EncodeToString(badIDSum[:])
+	})
+	link := func(flag byte, name string) entry {
+		return entry{hdr: tar.Header{Typeflag: flag, Name: name, Linkname: "/etc/passwd", Mode: 0o600}}
+	}
+	huge := reg("person.db", db)
+	huge.hdr.Size = 10 << 30
+	huge.short = len(db)
+	truncated := reg("person.db", db)
+	truncated.short = len(db) / 2
+
+	cases := []struct {
+		name    string
+		tar     []byte
+		code    nah.Code
+		message string // a part of the error's text
+	}{
+		{"dot-dot path", makeTar(t, reg("../person.db", db), reg("manifest.json", manifest)), nah.Invalid, `unexpected entry "../person.db"`},
+		{"absolute path", makeTar(t, reg("/etc/person.db", db), reg("manifest.json", manifest)), nah.Invalid, `unexpected entry "/etc/person.db"`},
+		{"symlink", makeTar(t, link(tar.TypeSymlink, "person.db"), reg("manifest.json", manifest)), nah.Invalid, "not a regular file"},
+		{"hard link", makeTar(t, link(tar.TypeLink, "person.db"), reg("manifest.json", manifest)), nah.Invalid, "not a regular file"},
+		{"device", makeTar(t, entry{hdr: tar.Header{Typeflag: tar.TypeChar, Name: "person.db", Devmajor: 1, Devminor: 3}}), nah.Invalid, "not a regular file"},
+		{"directory", makeTar(t, entry{hdr: tar.Header{Typeflag: tar.TypeDir, Name: "people/", Mode: 0o700}}, reg("person.db", db), reg("manifest.json", manifest)), nah.Invalid, "not a regular file"},
+		{"extra file", makeTar(t, reg("person.db", db), reg("notes.txt", []byte("hi")), reg("manifest.json", manifest)), nah.Invalid, `unexpected entry "notes.txt"`},
+		{"extra file after", makeTar(t, reg("person.db", db), reg("manifest.json", manifest), reg("x", nil)), nah.Invalid, "more entries"},
+		{"duplicate person.db", makeTar(t, reg("person.db", db), reg("person.db", db)), nah.Invalid, "twice"},
+		{"claims 10 GB", makeTar(t, huge), nah.TooLarge, "over the limit"},
+		{"truncated person.db", makeTar(t, truncated), nah.Invalid, "truncated"},
+		{"no manifest", makeTar(t, reg("person.db", db)), nah.Invalid, "both needed"},
+		{"wrong sha256", makeTar(t, reg("person.db", db), reg("manifest.json", remanifest(func(m *Manifest) { m.Files[0].SHA256 = strings.Repeat("0", 64) }))), nah.Invalid, "sha256"},
+		{"changed person.db", makeTar(t, reg("person.db", append(slices.Clone(db[:len(db)-1]), db[len(db)-1]^1)), reg("manifest.json", manifest)), nah.Invalid, "sha256"},
+		{"schema too new", makeTar(t, reg("person.db", db), reg("manifest.json", remanifest(func(m *Manifest) { m.SchemaVersion = len(personMigrations) + 1 }))), nah.Invalid, "upgrade this server"},
+		{"not a nah export", makeTar(t, reg("person.db", db), reg("manifest.json", remanifest(func(m *Manifest) { m.Format = "zip" }))), nah.Invalid, "format"},
+		{"format too new", makeTar(t, reg("person.db", db), reg("manifest.json", remanifest(func(m *Manifest) { m.FormatVersion = 99 }))), nah.Invalid, "format version"},
+		{"manifest not JSON", makeTar(t, reg("person.db", db), reg("manifest.json", []byte("{"))), nah.Invalid, "manifest.json"},
+		{"not a tar", bytes.Repeat([]byte("hello, world\n"), 100), nah.Invalid, "reading the tar"},
+		{"empty", nil, nah.Invalid, "both needed"},
+		{"a moment without a valid id", makeTar(t, reg("person.db", badID), reg("manifest.json", badIDManifest)), nah.Invalid, "invalid id"},
+		{"not SQLite", makeTar(t, reg("person.db", notSQLite), reg("manifest.json", notSQLiteManifest)), nah.Invalid, "not a readable SQLite database"},
+	}
+
+	dir := t.TempDir()
+	s := MustOpen(t, Config{Dir: dir})
+	mustPerson(t, s, "bob")
+	before := tree(t, dir)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := s.ImportPerson(ctx, bytes.NewReader(c.tar), ImportOptions{MaxBytes: 1 << 20})
+			if err == nil {
+				t.Fatal("imported")
+			}
+			if nah.ErrorCode(err) != c.code || !strings.Contains(err.Error(), c.message) {
+				t.Errorf("error %q (%s), want %s containing %q", err, nah.ErrorCode(err), c.code, c.message)
+			}
+			if after := tree(t, dir); !slices.Equal(before, after) {
+				t.Errorf("the data directory changed:\nbefore %v\nafter  %v", before, after)
+			}
+			if _, _, err := s.FindPersonByHandle(ctx, "ann"); nah.ErrorCode(err) != nah.NotFound {
+				t.Errorf("ann exists after a refused import: %v", err)
+			}
+		})
+	}
+	// The good tar goes in after all that.
+	if _, err := s.ImportPerson(ctx, bytes.NewReader(makeTar(t, reg("person.db", db), reg("manifest.json", manifest))), ImportOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestStaleImportsRemoved: Open removes the temporary folder of an import
+// cut off by a crash a day ago, and leaves a young one, which may be an
+// import running in another process.
+func TestStaleImportsRemoved(t *testing.T) {
+	dir := t.TempDir()
+	old, young := filepath.Join(dir, "import-tmp-1"), filepath.Join(dir, "import-tmp-2")
+	for _, d := range []string{old, young} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "person.db"), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	day := time.Now().Add(-25 * time.Hour)
+	if err := os.Chtimes(old, day, day); err != nil {
+		t.Fatal(err)
+	}
+	MustOpen(t, Config{Dir: dir})
+	if _, err := os.Stat(old); !os.IsNotExist(err) {
+		t.Errorf("the stale import folder is still there: %v", err)
+	}
+	if _, err := os.Stat(young); err != nil {
+		t.Errorf("the young import folder is gone: %v", err)
+	}
+}

@@ -74,7 +74,7 @@ func TestImportRoundTrip(t *testing.T) {
 	}
 
 	ts := newTestServer(t)
-	ts.signup(t, "bob")
+	bobHere := ts.signup(t, "bob")
 	c := signedInAdmin(t, ts)
 	if p := get(t, c, ts.URL+"/console/people"); !strings.Contains(p.body, `action="/console/people/import"`) || !strings.Contains(p.body, `enctype="multipart/form-data"`) {
 		t.Fatal("the people page has no import form")
@@ -112,6 +112,19 @@ func TestImportRoundTrip(t *testing.T) {
 		if got[i].ID != want[i].ID || got[i].CreatedAt != want[i].CreatedAt || got[i].Body != want[i].Body || got[i].Author != newID {
 			t.Fatalf("moment %d: got %+v, want %+v by %s", i, got[i], want[i], newID)
 		}
+	}
+
+	// Their console page names the former connections here, until they
+	// connect again.
+	page := get(t, c, ts.URL+"/console/people/"+newID)
+	former = regexp.MustCompile(`(?s)<p id="former">(.*?)</p>`).FindStringSubmatch(page.body)
+	if page.status != 200 || former == nil || !strings.Contains(former[1], "bob") || strings.Contains(former[1], "cyd") {
+		t.Fatalf("the person page's former connections: %d %v", page.status, former)
+	}
+	annHere := account{id: newID, handle: "ann", token: r.str("token")}
+	ts.connect(t, annHere, bobHere)
+	if page := get(t, c, ts.URL+"/console/people/"+newID); strings.Contains(page.body, `id="former"`) {
+		t.Fatal("bob is still a former connection once connected again")
 	}
 
 	// A taken handle names the way out; the new handle works.

@@ -93,7 +93,8 @@ func (a *App) personPage(w http.ResponseWriter, r *http.Request, status int, sec
 	v.Error = errMsg
 	ss, err1 := a.store.Sessions(r.Context(), id, sessionsPerPage)
 	cs, err2 := a.store.Connections(r.Context(), id)
-	var err3, err4 error
+	var err3, err4, err5 error
+	v.FormerConnections, err5 = a.store.FormerConnections(r.Context(), id)
 	v.Moments, err3 = a.store.MomentCount(r.Context(), id)
 	v.StorageBytes, err4 = a.store.StorageUsed(id)
 	// A file that cannot be read is what this page must show, not fail on.
@@ -103,7 +104,7 @@ func (a *App) personPage(w http.ResponseWriter, r *http.Request, status int, sec
 			err3 = nil
 		}
 	}
-	if err := errors.Join(err1, err2, err3, err4); err != nil {
+	if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
 		a.consoleError(w, r, pg, err)
 		return
 	}

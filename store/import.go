@@ -160,7 +160,7 @@ func (s *Store) ImportPerson(ctx context.Context, r io.Reader, opts ImportOption
 	})
 	if err == nil {
 		res.Person.NewestAt = newest
-		res.Link, err = s.insertImported(ctx, res.Person, res.Moments)
+		res.Link, err = s.insertImported(ctx, res.Person, res.Moments, m.Connections)
 	}
 	if err != nil {
 		s.removePersonFiles(id)
@@ -181,9 +181,10 @@ func handleTaken(handle string) error {
 		"the handle %q is taken on this server: import under another handle (the -handle option, or the form's new handle)", handle)
 }
 
-// insertImported writes the person's directory row and their reset link in
-// one transaction, so that either both exist or neither.
-func (s *Store) insertImported(ctx context.Context, p nah.Person, moments int) (string, error) {
+// insertImported writes the person's directory row, their former
+// connections and their reset link in one transaction, so that either all
+// exist or none.
+func (s *Store) insertImported(ctx context.Context, p nah.Person, moments int, former []ManifestConnection) (string, error) {
 	token := newSecret(32)
 	now := s.now()
 	// bcrypt of nothing, and an empty string matches no password: the
@@ -196,6 +197,12 @@ func (s *Store) insertImported(ctx context.Context, p nah.Person, moments int) (
 		}
 		if err != nil {
 			return err
+		}
+		for _, c := range former {
+			if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO former_connections(person_id, handle, connected_at) VALUES (?, ?, ?)`,
+				p.ID, c.Handle, c.ConnectedAt); err != nil {
+				return err
+			}
 		}
 		_, err = tx.ExecContext(ctx, `INSERT INTO links(token_hash, kind, person_id, created_at, expires_at) VALUES (?, ?, ?, ?, ?)`,
 			hashSecret(token), LinkReset, p.ID, now.UnixMilli(), now.Add(ImportLinkTTL).UnixMilli())
@@ -276,6 +283,14 @@ func readExport(r io.Reader, dir string, maxBytes int64) (*Manifest, error) {
 	}
 	if m.FormatVersion != exportFormatVersion {
 		return nil, badExport("format version %d; this server reads version %d", m.FormatVersion, exportFormatVersion)
+	}
+	if len(m.Connections) > nah.MaxConnections {
+		return nil, badExport("the manifest lists %d connections; a person has at most %d", len(m.Connections), nah.MaxConnections)
+	}
+	for _, c := range m.Connections {
+		if !nah.ValidHandle(c.Handle) || len(c.ConnectedAt) > len(nah.TimeFormat) {
+			return nil, badExport("the manifest lists a connection %q that is not a valid handle", c.Handle)
+		}
 	}
 	if m.SchemaVersion > len(personMigrations) {
 		return nil, nah.Errorf(nah.Invalid, "export_too_new",
@@ -394,4 +409,28 @@ func copyMoments(ctx context.Context, src, dst *sql.DB) (n int, newest int64, er
 		return 0, 0, badExport("reading person.db's moments: %v", err)
 	}
 	return n, newest, tx.Commit()
+}
+
+// FormerConnections returns the handles of person id's connections on the
+// server they were imported from that have an account here and are not
+// connected to them now, by handle.
+func (s *Store) FormerConnections(ctx context.Context, id string) ([]string, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT f.handle FROM former_connections f
+		JOIN people p ON p.handle = f.handle AND p.deleted_at IS NULL
+		WHERE f.person_id = ?1 AND p.id != ?1
+		AND NOT EXISTS (SELECT 1 FROM connections c WHERE c.person_id = ?1 AND c.other_id = p.id)
+		ORDER BY f.handle`, id)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var hs []string
+	for rows.Next() {
+		var h string
+		if err := rows.Scan(&h); err != nil {
+			return nil, err
+		}
+		hs = append(hs, h)
+	}
+	return hs, rows.Err()
 }

@@ -260,6 +260,7 @@ func (s *Store) purge(ctx context.Context, id string) error {
 			`DELETE FROM invites WHERE person_id = ?1 OR used_by = ?1`,
 			`DELETE FROM join_codes WHERE used_by = ?1`,
 			`DELETE FROM links WHERE person_id = ?1`,
+			`DELETE FROM former_connections WHERE person_id = ?1`,
 			`DELETE FROM people WHERE id = ?1`,
 		} {
 			if _, err := tx.ExecContext(ctx, q, id); err != nil {

@@ -94,10 +94,13 @@ type Imported struct {
 type Person struct {
 	Page
 	PersonRow
-	Connections  []PersonRow
-	Moments      int
-	StorageBytes int64
-	Sessions     []SessionRow
+	Connections []PersonRow
+	// FormerConnections are the handles, here, of connections they had on
+	// the server they were imported from and do not have now.
+	FormerConnections []string
+	Moments           int
+	StorageBytes      int64
+	Sessions          []SessionRow
 	// Attention, when set, is what is wrong with the person's file, which
 	// cannot be read since AttentionSince; Moments is then unknown.
 	Attention      string

@@ -147,6 +147,7 @@ func (s *Store) ExportPerson(ctx context.Context, id, serverVersion string) (*Ex
 // does not checkpoint, and the cache's own close stays the one that tells
 // replication.
 func backupFile(ctx context.Context, p string) (_ *os.File, schema int, err error) {
+	removeStaleExports(filepath.Dir(p))
 	tmp, err := os.CreateTemp(filepath.Dir(p), "export-*.db")
 	if err != nil {
 		return nil, 0, err
@@ -290,4 +291,19 @@ func ExportedMoments(ctx context.Context, path string) ([]string, error) {
 		ids = append(ids, id)
 	}
 	return ids, rows.Err()
+}
+
+// staleExport is how old a scratch copy must be before the next export of
+// the same person removes it: a copy lives milliseconds and is unlinked at
+// once, so one still there an hour later was left by a crash mid-copy.
+const staleExport = time.Hour
+
+// removeStaleExports removes scratch copies in dir that a crash left.
+func removeStaleExports(dir string) {
+	old, _ := filepath.Glob(filepath.Join(dir, "export-*.db"))
+	for _, f := range old {
+		if fi, err := os.Stat(f); err == nil && time.Since(fi.ModTime()) > staleExport {
+			os.Remove(f)
+		}
+	}
 }

@@ -157,3 +157,37 @@ func TestExportWhileWriting(t *testing.T) {
 		t.Errorf("left behind: %v", left)
 	}
 }
+
+// TestStaleExportCopiesRemoved: a scratch copy that a crash left in a
+// person's folder is removed by their next export once it is an hour old;
+// a fresh one (an export running now) is left alone.
+func TestStaleExportCopiesRemoved(t *testing.T) {
+	s := MustOpen(t, Config{})
+	ctx := context.Background()
+	a := mustPerson(t, s, "ann")
+	dir, err := s.files.personDir(a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale, fresh := filepath.Join(dir, "export-111.db"), filepath.Join(dir, "export-222.db")
+	for _, f := range []string{stale, fresh} {
+		if err := os.WriteFile(f, []byte("left by a crash"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := time.Now().Add(-2 * time.Hour)
+	os.Chtimes(stale, old, old)
+	e, err := s.ExportPerson(ctx, a.ID, "v-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.WriteTo(io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("the hour-old copy is still there: %v", err)
+	}
+	if _, err := os.Stat(fresh); err != nil {
+		t.Errorf("a fresh copy was removed: %v", err)
+	}
+}

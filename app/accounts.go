@@ -2,6 +2,7 @@ package app
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/nah-app/nah"
 	"github.com/nah-app/nah/store"
@@ -208,7 +209,9 @@ func (a *App) handleMe(w http.ResponseWriter, r *http.Request) {
 func (a *App) handleHealth(w http.ResponseWriter, r *http.Request) {
 	if err := a.store.Ping(r.Context()); err != nil {
 		a.log.Error("health check", "err", err)
-		a.writeError(w, r, nah.Errorf(nah.Unavailable, "", "the directory database cannot be read"))
+		e := nah.Errorf(nah.Unavailable, "", "the directory database cannot be read")
+		e.RetryAfter = 5 * time.Second // like every other 503: a load balancer asks again
+		a.writeError(w, r, e)
 		return
 	}
 	st := a.store.Stats()

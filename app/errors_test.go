@@ -134,7 +134,11 @@ func TestRouterErrorsAreSPECErrors(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	check("health failure", serve(http.HandlerFunc(ts.app.handleHealth), httptest.NewRequest("GET", "/healthz", nil).WithContext(ctx)), 503, "unavailable")
+	rec = serve(http.HandlerFunc(ts.app.handleHealth), httptest.NewRequest("GET", "/healthz", nil).WithContext(ctx))
+	check("health failure", rec, 503, "unavailable")
+	if rec.Header().Get("Retry-After") == "" {
+		t.Error("health's 503 has no Retry-After, unlike every other 503")
+	}
 	boom := ts.app.recoverer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("boom") }))
 	check("panic", serve(boom, httptest.NewRequest("GET", "/api/v1/me", nil)), 500, "internal")
 }

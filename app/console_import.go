@@ -32,7 +32,8 @@ const (
 	// the 32 KiB copy buffer, multipart's 4 KiB reader and part headers,
 	// the tar reader's blocks, the sha256 state, the manifest (at most
 	// 1 MiB, read whole) and one moment's body at a time while the moments
-	// are copied (SQLite's pages are under its own soft heap limit).
+	// are copied, at most NAH_MAX_MOMENT_BYTES (64 KiB by default: larger
+	// ones are refused; SQLite's pages are under its own soft heap limit).
 	// Rounded up to 2 MiB, a sliver of the budget, taken once since one
 	// import runs at a time.
 	importCost = 2 << 20
@@ -101,7 +102,7 @@ func (a *App) handlePersonImport(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *App) importFrom(w http.ResponseWriter, r *http.Request, pg ui.Page, part *multipart.Part, handle string) {
-	res, err := a.store.ImportPerson(r.Context(), part, store.ImportOptions{Handle: handle, MaxBytes: importMaxBytes})
+	res, err := a.store.ImportPerson(r.Context(), part, store.ImportOptions{Handle: handle, MaxBytes: importMaxBytes, MaxMomentBytes: a.cfg.MaxMomentBytes})
 	if err != nil {
 		a.consoleError(w, r, pg, uploadErr(err))
 		return

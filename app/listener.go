@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"container/list"
 	"context"
 	"crypto/tls"
@@ -81,7 +82,8 @@ type connLimiter struct {
 	idle   list.List // of *limitedConn, idle longest first
 
 	evicted, shedTotal, refused atomic.Int64
-	lastWarn                    atomic.Int64 // unix ns
+	lastWarn                    atomic.Int64  // unix ns
+	headerTimeout               time.Duration // the server's ReadHeaderTimeout
 }
 
 // limitedConn is a connection the limiter admitted.
@@ -107,6 +109,12 @@ func (c *limitedConn) Read(b []byte) (int, error) {
 		c.l.mu.Lock()
 		c.unlistLocked()
 		c.l.mu.Unlock()
+		// net/http waits for the rest of the request's first line under the
+		// idle timeout (30 s), not the header timeout: without this, a byte
+		// after each answer would hold an unevictable slot six times as long
+		// as a silent new connection does. net/http sets its own deadline
+		// again once the line has begun.
+		c.Conn.SetReadDeadline(time.Now().Add(c.l.headerTimeout))
 	}
 	return n, err
 }
@@ -128,7 +136,7 @@ type shedKey struct{}
 // srv.Serve. It takes srv's ConnState and ConnContext hooks and wraps its
 // handler; call it once, after NewServer and before Serve.
 func (a *App) LimitConnections(srv *http.Server, ln net.Listener, max int) net.Listener {
-	l := &connLimiter{max: max, overflow: (max + 15) / 16, log: a.log}
+	l := &connLimiter{max: max, overflow: (max + 15) / 16, log: a.log, headerTimeout: cmp.Or(srv.ReadHeaderTimeout, readHeaderTimeout)}
 	state, connCtx, next := srv.ConnState, srv.ConnContext, srv.Handler
 	srv.ConnState = func(c net.Conn, s http.ConnState) {
 		l.connState(c, s)

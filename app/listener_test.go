@@ -262,3 +262,29 @@ func TestRequestInFlightIsNotEvicted(t *testing.T) {
 		t.Fatalf("new connection while a is busy: %v %v", res, err)
 	}
 }
+
+// TestStalledRequestLineIsCutAtHeaderTimeout: a connection that sends a
+// byte of its next request and stalls leaves the idle list, so it cannot be
+// evicted; it must then be closed at the header timeout, not hold its slot
+// for the whole idle timeout.
+func TestStalledRequestLineIsCutAtHeaderTimeout(t *testing.T) {
+	ts := newTestServer(t)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	addr, _ := limitedServer(t, ts.app, 4, h, func(s *http.Server) {
+		s.ReadHeaderTimeout = 200 * time.Millisecond
+		s.IdleTimeout = 10 * time.Second
+	})
+	c := dial(t, addr)
+	if res, _, err := c.get("/"); err != nil || res.StatusCode != 204 {
+		t.Fatalf("first request: %v", err)
+	}
+	time.Sleep(50 * time.Millisecond) // idle now
+	fmt.Fprint(c, "G")
+	start := time.Now()
+	if !c.closedByServer(3 * time.Second) {
+		t.Fatal("a stalled request line held its connection past the header timeout")
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("closed after %v, the header timeout is 200 ms", d)
+	}
+}

@@ -35,6 +35,16 @@ func (s *Store) RedeemInvite(ctx context.Context, id, code string) (nah.Connecti
 		if err != nil {
 			return err
 		}
+		// Either side deleted meanwhile (a session checked just before the
+		// deletion): no connection. DeletePerson holds connMu too, so this
+		// reads the truth.
+		var alive int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM people WHERE id IN (?, ?) AND deleted_at IS NULL`, id, maker).Scan(&alive); err != nil {
+			return err
+		}
+		if alive != 2 && maker != id {
+			return notFound
+		}
 		if maker == id {
 			return nah.Errorf(nah.Invalid, "own_invite", "you cannot redeem your own invite")
 		}
@@ -78,7 +88,7 @@ func (s *Store) RedeemInvite(ctx context.Context, id, code string) (nah.Connecti
 func (s *Store) Connections(ctx context.Context, id string) ([]nah.Connection, error) {
 	rows, err := s.r.QueryContext(ctx, `SELECT c.other_id, p.handle, c.created_at, p.newest_at
 		FROM connections c JOIN people p ON p.id = c.other_id
-		WHERE c.person_id = ? ORDER BY c.created_at, c.other_id`, id)
+		WHERE c.person_id = ? AND p.deleted_at IS NULL ORDER BY c.created_at, c.other_id`, id)
 	if err != nil {
 		return nil, err
 	}

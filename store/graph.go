@@ -90,9 +90,10 @@ func (g *graph) disconnect(a, b string) {
 }
 
 // remove takes id out of the graph and off every side of its connections,
-// and returns its node (nil if unknown). Indexes are dense, so the node's
-// slot stays behind, empty and unreachable: a deletion costs one pointer
-// until the next start, and deletions are rare.
+// and returns its node (nil if unknown). Indexes are dense, so the slot
+// keeps the node (without connections; its head is dropped by the caller)
+// until the next start: a deletion costs a few hundred bytes, and
+// deletions are rare.
 func (g *graph) remove(id string) *node {
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -46,6 +46,11 @@ type ImportOptions struct {
 	Handle string
 	// MaxBytes bounds person.db; DefaultImportMaxBytes when zero.
 	MaxBytes int64
+	// MaxMomentBytes bounds each moment's body, as posting does;
+	// nah.DefaultMaxMomentBytes when zero. A larger one is refused: it
+	// would be read whole into memory here, and by every head and page
+	// that holds it afterwards.
+	MaxMomentBytes int
 }
 
 // ImportResult is what an import made.
@@ -106,6 +111,9 @@ func (s *Store) ImportPerson(ctx context.Context, r io.Reader, opts ImportOption
 	if opts.MaxBytes <= 0 {
 		opts.MaxBytes = DefaultImportMaxBytes
 	}
+	if opts.MaxMomentBytes <= 0 {
+		opts.MaxMomentBytes = nah.DefaultMaxMomentBytes
+	}
 	if opts.Handle != "" {
 		if err := nah.CheckHandle(opts.Handle); err != nil {
 			return ImportResult{}, err
@@ -155,7 +163,7 @@ func (s *Store) ImportPerson(ctx context.Context, r io.Reader, opts ImportOption
 	var newest int64
 	err = s.useFile(ctx, id, true, func(f *personFile) error {
 		var err error
-		res.Moments, newest, err = copyMoments(ctx, db, f.db)
+		res.Moments, newest, err = copyMoments(ctx, db, f.db, opts.MaxMomentBytes, s.now().Add(time.Minute).UnixMilli())
 		return err
 	})
 	if err == nil {
@@ -368,8 +376,43 @@ func openExportedDB(ctx context.Context, p string) (*sql.DB, error) {
 // copyMoments copies every moment of src into dst in one transaction and
 // returns how many and the newest time. Ids are checked again here: they
 // come from another machine.
-func copyMoments(ctx context.Context, src, dst *sql.DB) (n int, newest int64, err error) {
-	rows, err := src.QueryContext(ctx, `SELECT id, created_at, body FROM moments`)
+func copyMoments(ctx context.Context, src, dst *sql.DB, maxBody int, latest int64) (n int, newest int64, err error) {
+	// moments must be the table an export holds, not a view that could
+	// make rows without end from a small file.
+	var kind string
+	if err := src.QueryRowContext(ctx, `SELECT type FROM sqlite_schema WHERE name = 'moments'`).Scan(&kind); err != nil || kind != "table" {
+		return 0, 0, badExport("person.db's moments is not a table")
+	}
+	// Lengths first: a body over the bound is refused before it is read.
+	rows, err := src.QueryContext(ctx, `SELECT id, created_at, length(body), typeof(body) FROM moments`)
+	if err != nil {
+		return 0, 0, badExport("person.db has no readable moments: %v", err)
+	}
+	var (
+		id   string
+		at   int64
+		size int
+		typ  string
+	)
+	for rows.Next() {
+		if err := rows.Scan(&id, &at, &size, &typ); err != nil {
+			rows.Close()
+			return 0, 0, badExport("a moment of person.db: %v", err)
+		}
+		if !nah.ValidMomentID(id) || at <= 0 || at > latest {
+			rows.Close()
+			return 0, 0, badExport("a moment of person.db has an invalid id or time (%q)", id)
+		}
+		if typ != "blob" || size < 1 || size > maxBody {
+			rows.Close()
+			return 0, 0, badExport("moment %q of person.db has a body of %d bytes (%s); a moment is 1 to %d bytes", id, size, typ, maxBody)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, 0, badExport("reading person.db's moments: %v", err)
+	}
+	rows, err = src.QueryContext(ctx, `SELECT id, created_at, body FROM moments`)
 	if err != nil {
 		return 0, 0, badExport("person.db has no readable moments: %v", err)
 	}
@@ -384,17 +427,13 @@ func copyMoments(ctx context.Context, src, dst *sql.DB) (n int, newest int64, er
 		return 0, 0, err
 	}
 	defer stmt.Close()
-	var (
-		id   string
-		at   int64
-		body []byte
-	)
+	var body []byte
 	for rows.Next() {
 		if err := rows.Scan(&id, &at, &body); err != nil {
 			return 0, 0, badExport("a moment of person.db: %v", err)
 		}
-		if !nah.ValidMomentID(id) || at <= 0 {
-			return 0, 0, badExport("a moment of person.db has an invalid id or time (%q)", id)
+		if !nah.ValidMomentID(id) || at <= 0 || at > latest || len(body) < 1 || len(body) > maxBody {
+			return 0, 0, badExport("a moment of person.db changed while it was read (%q)", id)
 		}
 		if _, err := stmt.ExecContext(ctx, id, at, body); err != nil {
 			if isUniqueViolation(err) {

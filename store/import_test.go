@@ -206,9 +206,9 @@ func TestImportHostile(t *testing.T) {
 	notSQLiteManifest := remanifest(func(m *Manifest) {
 		m.Files[0].Size, m.Files[0].SHA256 = int64(len(notSQLite)), hex.EncodeToString(sum[:])
 	})
-	// A good SQLite file with a moment whose id is not one: refused only
+	// A good SQLite file changed by sql, with its manifest: refused only
 	// after the new person's folder is made, which must go again.
-	badID := func() []byte {
+	altered := func(sql string) (file, manifest []byte) {
 		p := filepath.Join(t.TempDir(), "person.db")
 		if err := os.WriteFile(p, db, 0o600); err != nil {
 			t.Fatal(err)
@@ -217,7 +217,7 @@ func TestImportHostile(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := w.Exec(`UPDATE moments SET id = 'not-an-id' WHERE id = (SELECT max(id) FROM moments)`); err != nil {
+		if _, err := w.Exec(sql); err != nil {
 			t.Fatal(err)
 		}
 		w.Close()
@@ -225,12 +225,16 @@ func TestImportHostile(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return b
-	}()
-	badIDSum := sha256.Sum256(badID)
-	badIDManifest := remanifest(func(m *Manifest) {
-		m.Files[0].Size, m.Files[0].SHA256 = int64(len(badID)), hex.EncodeToString(badIDSum[:])
-	})
+		sum := sha256.Sum256(b)
+		return b, remanifest(func(m *Manifest) {
+			m.Files[0].Size, m.Files[0].SHA256 = int64(len(b)), hex.EncodeToString(sum[:])
+		})
+	}
+	badID, badIDManifest := altered(`UPDATE moments SET id = 'not-an-id' WHERE id = (SELECT max(id) FROM moments)`)
+	bigBody, bigBodyManifest := altered(`UPDATE moments SET body = zeroblob(65537) WHERE id = (SELECT max(id) FROM moments)`)
+	future, futureManifest := altered(`UPDATE moments SET created_at = 253402300799000 WHERE id = (SELECT max(id) FROM moments)`)
+	view, viewManifest := altered(`DROP TABLE moments; CREATE VIEW moments AS
+		WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT '06f80une588vsk1m6147d3leds' AS id, i AS created_at, x'00' AS body FROM n`)
 	link := func(flag byte, name string) entry {
 		return entry{hdr: tar.Header{Typeflag: flag, Name: name, Linkname: "/etc/passwd", Mode: 0o600}}
 	}
@@ -268,6 +272,9 @@ func TestImportHostile(t *testing.T) {
 		{"empty", nil, nah.Invalid, "both needed"},
 		{"a moment without a valid id", makeTar(t, reg("person.db", badID), reg("manifest.json", badIDManifest)), nah.Invalid, "invalid id"},
 		{"not SQLite", makeTar(t, reg("person.db", notSQLite), reg("manifest.json", notSQLiteManifest)), nah.Invalid, "not a readable SQLite database"},
+		{"a body over the moment bound", makeTar(t, reg("person.db", bigBody), reg("manifest.json", bigBodyManifest)), nah.Invalid, "a moment is 1 to 65536 bytes"},
+		{"a moment from the future", makeTar(t, reg("person.db", future), reg("manifest.json", futureManifest)), nah.Invalid, "invalid id or time"},
+		{"moments is an endless view", makeTar(t, reg("person.db", view), reg("manifest.json", viewManifest)), nah.Invalid, "not a table"},
 	}
 
 	dir := t.TempDir()

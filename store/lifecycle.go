@@ -86,18 +86,21 @@ func (s *Store) DeletePerson(ctx context.Context, id string) error {
 		return err
 	}
 	s.sessions.removePerson(id) // no grace: cached tokens stop now
-	if n := s.graph.remove(id); n != nil {
-		s.dropHead(n)
-	}
+	n := s.graph.remove(id)
 	s.connMu.Unlock()
 	s.noteReadable(id) // no longer a problem to list
 
 	s.files.hide(id)
+	if n != nil {
+		// After hide: a feed that still holds the node can no longer load
+		// a head onto it, so the head budget gets back all it gave.
+		s.dropHead(n)
+	}
 	err = s.moveFolder(s.mustPersonDir(id), s.deletedDir(id))
 	s.files.unhide(id)
 	if err != nil {
-		// The deletion stands (the row says so); the sweep moves or purges
-		// the folder later.
+		// The deletion stands (the row says so); the purge removes the
+		// folder from people/ or deleted/, wherever it is.
 		s.log.Error("move a deleted person's folder", "person", id, "err", err)
 	}
 	if s.deleteGrace == 0 {
@@ -144,7 +147,16 @@ func (s *Store) RestorePerson(ctx context.Context, id string) error {
 	if err := s.moveFolder(s.deletedDir(id), s.mustPersonDir(id)); err != nil {
 		return err
 	}
-	if _, err := s.exec(ctx, `UPDATE people SET deleted_at = NULL WHERE id = ?`, id); err != nil {
+	// Sessions stay revoked: also one a sign-in made while the deletion
+	// committed (its password check ran before, its insert after).
+	err = s.writeTx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM sessions WHERE person_id = ?`, id); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `UPDATE people SET deleted_at = NULL WHERE id = ?`, id)
+		return err
+	})
+	if err != nil {
 		if err2 := s.moveFolder(s.mustPersonDir(id), s.deletedDir(id)); err2 != nil {
 			s.log.Error("move a person's folder back after a failed undo", "person", id, "err", err2)
 		}

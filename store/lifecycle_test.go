@@ -202,3 +202,108 @@ func TestDeleteWhilePosting(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestOnlyTheServerSweeps: a store opened without Sweep (a command-line
+// tool on the same data directory) never purges, even a person long past
+// their grace; the serving store does, at its start.
+func TestOnlyTheServerSweeps(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	clock := &testClock{now: time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)}
+	s, err := Open(ctx, Config{Dir: dir, Now: clock.Now, DeleteGrace: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ann := mustPerson(t, s, "ann")
+	if err := s.DeletePerson(ctx, ann.ID); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	clock.Advance(24 * time.Hour)
+	count := func() int {
+		t.Helper()
+		s, err := Open(ctx, Config{Dir: dir, Now: clock.Now, DeleteGrace: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		ds, err := s.DeletedPeople(ctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ds)
+	}
+	tool, err := Open(ctx, Config{Dir: dir, Now: clock.Now, DeleteGrace: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	tool.Close()
+	if n := count(); n != 1 {
+		t.Fatalf("a store without Sweep purged: %d deleted people left, want 1", n)
+	}
+	server, err := Open(ctx, Config{Dir: dir, Now: clock.Now, DeleteGrace: time.Hour, Sweep: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ds, err := server.DeletedPeople(ctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ds) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the serving store did not purge a person past their grace")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	server.Close()
+}
+
+// TestDeletedPersonCannotComeBackThroughARace: a session or an invite made
+// by a request that checked the person just before their deletion gives
+// them nothing: the token is refused, a redeem finds no invite, and an
+// undo keeps that session revoked too.
+func TestDeletedPersonCannotComeBackThroughARace(t *testing.T) {
+	ctx := context.Background()
+	s := MustOpen(t, Config{DeleteGrace: time.Hour})
+	ann, bob := mustPerson(t, s, "ann"), mustPerson(t, s, "bob")
+	inv, err := s.CreateInvite(ctx, bob.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	annInv, err := s.CreateInvite(ctx, ann.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeletePerson(ctx, ann.ID); err != nil {
+		t.Fatal(err)
+	}
+	// What a sign-in whose password check ran before the deletion writes
+	// after it.
+	token, err := s.CreateSession(ctx, ann.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PersonForToken(ctx, token); nah.ErrorCode(err) != nah.Unauthorized {
+		t.Fatalf("a deleted person's late session: %v", err)
+	}
+	if _, err := s.RedeemInvite(ctx, ann.ID, inv.Code); nah.ErrorCode(err) != nah.NotFound {
+		t.Fatalf("a deleted person redeemed an invite: %v", err)
+	}
+	if _, err := s.RedeemInvite(ctx, bob.ID, annInv.Code); nah.ErrorCode(err) != nah.NotFound {
+		t.Fatalf("an invite of a deleted person connected bob: %v", err)
+	}
+	if cs, err := s.Connections(ctx, bob.ID); err != nil || len(cs) != 0 {
+		t.Fatalf("bob's connections: %v %v", cs, err)
+	}
+	if err := s.RestorePerson(ctx, ann.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PersonForToken(ctx, token); nah.ErrorCode(err) != nah.Unauthorized {
+		t.Fatalf("after the undo, the late session works: %v", err)
+	}
+}

@@ -41,7 +41,7 @@ func (s *Store) PersonForToken(ctx context.Context, token string) (nah.Person, e
 	var p nah.Person
 	err := scanPerson(s.r.QueryRowContext(ctx, `SELECT p.id, p.handle, p.created_at, p.disabled, p.newest_at
 		FROM sessions s JOIN people p ON p.id = s.person_id
-		WHERE s.token_hash = ? AND p.disabled = 0`, h[:]), &p)
+		WHERE s.token_hash = ? AND p.disabled = 0 AND p.deleted_at IS NULL`, h[:]), &p)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nah.Person{}, errBadToken
 	}

@@ -127,6 +127,10 @@ func ResetSQLiteMemoryPeak() {
 //     acknowledged with 201 survives power loss, not only a crash.
 //   - _txlock=immediate: write transactions take the write lock at BEGIN, so
 //     two writers queue on the busy timeout instead of failing to upgrade.
+//   - secure_delete on writers: what a delete or an update frees is zeroed,
+//     so a deleted moment or a purged person (id, handle) leaves no stale
+//     copy in free space. Inserts, the hot path, free nothing and pay
+//     nothing; on every new connection, so a replaced one keeps it.
 func dsn(file string, readOnly bool, cacheKiB int) string {
 	var b strings.Builder
 	b.WriteString(file)
@@ -140,6 +144,7 @@ func dsn(file string, readOnly bool, cacheKiB int) string {
 	if readOnly {
 		b.WriteString("&_pragma=query_only(1)")
 	} else {
+		b.WriteString("&_pragma=secure_delete(1)")
 		b.WriteString("&_txlock=immediate")
 	}
 	return b.String()

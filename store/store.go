@@ -47,8 +47,13 @@ type Config struct {
 	// an undo, before the sweep purges them; DefaultDeleteGrace when zero,
 	// negative to purge at once (lifecycle.go).
 	DeleteGrace time.Duration
-	Hooks       Hooks
-	Logger      *slog.Logger // default: discard
+	// Sweep runs the purge of deleted people due one (at start, then every
+	// minute). Only the serving process sets it: a command-line tool opening
+	// the same data directory must not purge by its own reading of the
+	// grace, nor race the server's undo.
+	Sweep  bool
+	Hooks  Hooks
+	Logger *slog.Logger // default: discard
 }
 
 // DefaultStaleAfter is Config.StaleAfter when zero: a post by another
@@ -161,14 +166,6 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		}
 		return nil, err
 	}
-	// secure_delete on the writer (its one connection lives as long as the
-	// store): what a delete or an update frees is zeroed, so that a purged
-	// person's id and handle leave no stale copy in free space. It costs
-	// a little on a few writes; the directory's writes are few.
-	if _, err = s.w.ExecContext(ctx, `PRAGMA secure_delete = ON`); err != nil {
-		s.w.Close()
-		return nil, err
-	}
 	if s.r, err = openDB(path, true, directoryReaders, 2048); err != nil {
 		s.w.Close()
 		return nil, err
@@ -180,7 +177,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	s.files = newFileCache(cfg.Dir, cfg.MaxOpenFiles, cfg.Hooks, cfg.Logger)
 	go s.flushLoop()
-	go s.sweepLoop()
+	if cfg.Sweep {
+		go s.sweepLoop()
+	} else {
+		close(s.swept)
+	}
 	return s, nil
 }
 

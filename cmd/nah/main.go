@@ -143,6 +143,7 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer, re
 		debug.SetMemoryLimit(cfg.GoMemoryLimit)
 	}
 	start := time.Now()
+	cfg.Store.Sweep = true // this process purges deleted people; tools do not
 	s, err := store.Open(ctx, cfg.Store)
 	if err != nil {
 		return err
@@ -311,7 +312,7 @@ func personCmd(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	defer f.Close()
 	return withStore(ctx, getenv, stderr, func(cfg config, s *store.Store) error {
-		res, err := s.ImportPerson(ctx, f, store.ImportOptions{Handle: *handle})
+		res, err := s.ImportPerson(ctx, f, store.ImportOptions{Handle: *handle, MaxMomentBytes: cfg.App.MaxMomentBytes})
 		if err != nil {
 			return err
 		}

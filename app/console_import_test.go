@@ -31,13 +31,7 @@ func postImport(t *testing.T, c *http.Client, ts *testServer, handle string, tar
 	mw.Close()
 	req, _ := http.NewRequest("POST", ts.URL+"/console/people/import", &body)
 	req.Header.Set("Content-Type", mw.FormDataContentType())
-	res, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
-	return htmlPage{res.StatusCode, res.Header, string(b)}
+	return send(t, c, req)
 }
 
 // TestImportRoundTrip moves a person with 50 moments (some binary) from one

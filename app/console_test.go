@@ -29,7 +29,14 @@ type htmlPage struct {
 
 func get(t *testing.T, c *http.Client, u string) htmlPage {
 	t.Helper()
-	res, err := c.Get(u)
+	req, _ := http.NewRequest("GET", u, nil)
+	return send(t, c, req)
+}
+
+// send sends req with c and reads the whole answer.
+func send(t *testing.T, c *http.Client, req *http.Request) htmlPage {
+	t.Helper()
+	res, err := c.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,13 +52,7 @@ func postForm(t *testing.T, c *http.Client, u string, form url.Values, header ..
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
-	res, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
-	return htmlPage{res.StatusCode, res.Header, string(b)}
+	return send(t, c, req)
 }
 
 // mustAdmin makes an admin the way the server does: through a one-time

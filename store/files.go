@@ -30,16 +30,28 @@ type personFile struct {
 	err    error
 	closed chan struct{} // closed once db is closed and replication told
 
-	refs int           // guarded by fileCache.mu
-	elem *list.Element // guarded by fileCache.mu; nil once evicted
+	refs    int           // guarded by fileCache.mu
+	elem    *list.Element // guarded by fileCache.mu; nil once evicted
+	watched chan struct{} // guarded by fileCache.mu; non-nil once replication was asked to watch, closed when it answered
 }
 
-// Hooks let replication follow the open-file cache: BeforeOpen runs before a
-// person file is opened (and may refuse it), AfterClose after its last handle
-// is closed and its WAL checkpointed. Both may be nil.
+// Hooks let replication follow the open-file cache. BeforeOpen runs before
+// a person file is opened (and may refuse it), AfterClose after its last
+// handle is closed. Watch runs before the first write to an open person
+// file: replication starts watching it (an error is logged and the write
+// goes on: the file is then behind, never lost locally). Unwatch runs once
+// the app's handle on a watched file is closed (Litestream's close drops
+// the process's locks on the file, so it must come after ours), and before
+// anyone may open the file again. At most MaxWatched files are watched at
+// once (0: no bound): watching one more closes the least recently used idle
+// watched file. Any of them may be nil.
 type Hooks struct {
 	BeforeOpen func(path string) error
 	AfterClose func(path string)
+
+	Watch      func(ctx context.Context, path string) error
+	Unwatch    func(path string)
+	MaxWatched int
 }
 
 // fileCache is the one place where person files are opened and closed: a
@@ -58,6 +70,9 @@ type fileCache struct {
 	closing map[string]*personFile // files out of the cache but not yet closed, by id
 	hidden  map[string]bool        // people being deleted or restored: opens are refused
 	closed  bool
+	watched int // files in the cache that replication watches
+
+	closers sync.WaitGroup // closes running off the request path
 }
 
 func newFileCache(dir string, max int, hooks Hooks, log *slog.Logger) *fileCache {
@@ -133,11 +148,7 @@ func (c *fileCache) acquire(ctx context.Context, id string, create bool) (*perso
 	}
 	c.mu.Unlock()
 
-	// Closing in the background instead was tried: post p95 on people-1k
-	// did not improve (fsync throughput is the bound), so it stays simple.
-	for _, v := range victims {
-		c.closeFile(v)
-	}
+	c.closeLater(victims)
 	if wait != nil {
 		<-wait // the same file is still being closed: replication must see close, then open
 	}
@@ -185,15 +196,68 @@ func (c *fileCache) evictLocked() []*personFile {
 		f := e.Value.(*personFile)
 		prev := e.Prev()
 		if f.refs == 0 {
-			c.lru.Remove(e)
-			f.elem = nil
-			delete(c.byID, f.id)
-			c.markClosingLocked(f)
+			c.removeLocked(f)
 			victims = append(victims, f)
 		}
 		e = prev
 	}
 	return victims
+}
+
+// removeLocked takes f out of the cache; it closes with its last user.
+func (c *fileCache) removeLocked(f *personFile) {
+	c.lru.Remove(f.elem)
+	f.elem = nil
+	delete(c.byID, f.id)
+	c.markClosingLocked(f)
+	if f.watched != nil {
+		c.watched--
+	}
+}
+
+// closeLater closes evicted files off the request path. Without
+// replication a close was measured fast enough inline; with it a close
+// includes Litestream's last sync, a network round trip on S3. A reopen of
+// the same person still waits for the close (markClosingLocked).
+func (c *fileCache) closeLater(fs []*personFile) {
+	for _, f := range fs {
+		c.closers.Go(func() { c.closeFile(f) })
+	}
+}
+
+// watch makes sure replication watches f before the caller writes to it,
+// first closing the least recently used idle watched file if the watched
+// set is full. Concurrent writers of one file wait for the first one's
+// Watch to answer.
+func (c *fileCache) watch(ctx context.Context, f *personFile) {
+	if c.hooks.Watch == nil {
+		return
+	}
+	c.mu.Lock()
+	if w := f.watched; w != nil {
+		c.mu.Unlock()
+		<-w
+		return
+	}
+	done := make(chan struct{})
+	f.watched = done
+	c.watched++
+	var victims []*personFile
+	for e := c.lru.Back(); e != nil && c.hooks.MaxWatched > 0 && c.watched > c.hooks.MaxWatched; {
+		v := e.Value.(*personFile)
+		prev := e.Prev()
+		if v.refs == 0 && v.watched != nil {
+			c.removeLocked(v)
+			victims = append(victims, v)
+		}
+		e = prev
+	}
+	c.mu.Unlock()
+	c.closeLater(victims)
+	if err := c.hooks.Watch(ctx, f.path); err != nil {
+		c.log.Warn("replication: watch", "path", f.path, "err", err)
+	}
+	close(done)
 }
 
 // markClosingLocked records that f left the cache and will be closed, so
@@ -204,11 +268,27 @@ func (c *fileCache) markClosingLocked(f *personFile) {
 }
 
 // closeFile closes f's database (which checkpoints its WAL and removes it)
-// and then tells replication.
+// and then tells replication. A watched file's WAL cannot be checkpointed
+// by our close (Litestream holds a read transaction on it) and outlives
+// Litestream's close at its largest size, which would make the next open
+// slow and leave a -wal behind at shutdown: it is checkpointed again once
+// replication let go.
 func (c *fileCache) closeFile(f *personFile) {
 	if err := f.db.Close(); err != nil {
 		// The data is safe in the WAL; the next open recovers it.
 		c.log.Error("close person file", "path", f.path, "err", err)
+	}
+	c.mu.Lock()
+	watched := f.watched
+	c.mu.Unlock()
+	if watched != nil {
+		<-watched
+		if c.hooks.Unwatch != nil {
+			c.hooks.Unwatch(f.path)
+		}
+		if err := checkpointClosed(f.path); err != nil {
+			c.log.Warn("checkpoint after replication", "path", f.path, "err", err)
+		}
 	}
 	if c.hooks.AfterClose != nil {
 		c.hooks.AfterClose(f.path)
@@ -318,10 +398,7 @@ func (c *fileCache) drop(f *personFile) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.byID[f.id] == f {
-		delete(c.byID, f.id)
-		c.lru.Remove(f.elem)
-		f.elem = nil
-		c.markClosingLocked(f)
+		c.removeLocked(f)
 	}
 }
 
@@ -334,10 +411,7 @@ func (c *fileCache) forget(id string) {
 		c.mu.Unlock()
 		return
 	}
-	delete(c.byID, id)
-	c.lru.Remove(f.elem)
-	f.elem = nil
-	c.markClosingLocked(f) // a reopen waits, even while users still hold it
+	c.removeLocked(f) // a reopen waits, even while users still hold it
 	last := f.refs == 0
 	c.mu.Unlock()
 	if last {
@@ -358,10 +432,7 @@ func (c *fileCache) hide(id string) {
 	f := c.byID[id]
 	last := false
 	if f != nil {
-		delete(c.byID, id)
-		c.lru.Remove(f.elem)
-		f.elem = nil
-		c.markClosingLocked(f) // the last release closes it
+		c.removeLocked(f) // the last release closes it
 		last = f.refs == 0
 	}
 	var wait chan struct{}
@@ -410,6 +481,7 @@ func (c *fileCache) closeAll() {
 	}
 	c.lru.Init()
 	c.byID = make(map[string]*personFile)
+	c.watched = 0
 	c.mu.Unlock()
 	// Each close checkpoints and fsyncs; a few at a time use both cores
 	// without queueing a thousand fsyncs at once.
@@ -423,6 +495,7 @@ func (c *fileCache) closeAll() {
 		})
 	}
 	wg.Wait()
+	c.closers.Wait() // evictions still closing
 }
 
 // useFile runs fn on the open file of person id, and turns what goes wrong
@@ -439,6 +512,9 @@ func (s *Store) useFile(ctx context.Context, id string, write bool, fn func(f *p
 			return nil
 		}
 		return s.fileErr(id, err)
+	}
+	if write {
+		s.files.watch(ctx, f)
 	}
 	err = fn(f)
 	if err != nil && s.kindOf(err) == unreadable {

@@ -1,0 +1,211 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/nah-app/nah"
+)
+
+// What replication (package replica) needs from the store: the files to
+// copy, consistent copies of them, a way to bring a file back into the
+// watched set, and a person's file swapped for a restored one while the
+// server runs. Paths are relative to the data directory, slash-separated:
+// directory.db and people/<id>/person.db.
+
+// DirectoryRel is the directory database's path under the data directory.
+const DirectoryRel = "directory.db"
+
+// PersonRel is person id's file under the data directory.
+func PersonRel(id string) string { return "people/" + id + "/person.db" }
+
+// PersonOfRel is the person whose file rel is, or "" if rel is not one.
+func PersonOfRel(rel string) string {
+	id, ok := strings.CutPrefix(rel, "people/")
+	if !ok {
+		return ""
+	}
+	id, ok = strings.CutSuffix(id, "/person.db")
+	if !ok || !nah.ValidPersonID(id) {
+		return ""
+	}
+	return id
+}
+
+// Path is rel's path on this machine.
+func (s *Store) Path(rel string) string { return filepath.Join(s.dir, filepath.FromSlash(rel)) }
+
+// Databases lists every database of the data directory: the directory and
+// every person's file (deleted people waiting for their purge included:
+// an undo needs them), sorted.
+func (s *Store) Databases(ctx context.Context) ([]string, error) {
+	es, err := os.ReadDir(filepath.Join(s.dir, "people"))
+	if err != nil {
+		return nil, err
+	}
+	out := []string{DirectoryRel}
+	for _, e := range es {
+		if !e.IsDir() || !nah.ValidPersonID(e.Name()) {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(s.dir, "people", e.Name(), "person.db")); err == nil {
+			out = append(out, PersonRel(e.Name()))
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// Backup makes a consistent copy of database rel with SQLite's online
+// backup API (one read transaction: no writer waits) and returns it open
+// for reading and already unlinked. A person's file is copied through the
+// open-file cache, like an export.
+func (s *Store) Backup(ctx context.Context, rel string) (*os.File, error) {
+	if rel == DirectoryRel {
+		f, _, err := backupFile(ctx, s.Path(rel))
+		return f, err
+	}
+	id := PersonOfRel(rel)
+	if id == "" {
+		return nil, fmt.Errorf("store: not a database: %q", rel)
+	}
+	var out *os.File
+	err := s.useFile(ctx, id, false, func(f *personFile) error {
+		var err error
+		out, _, err = backupFile(ctx, f.path)
+		return err
+	})
+	return out, err
+}
+
+// Rewatch brings person file rel back into replication's watched set, as
+// a write would: for a file whose last sync failed while the target was
+// away, so that it catches up once the target is back.
+func (s *Store) Rewatch(ctx context.Context, rel string) error {
+	id := PersonOfRel(rel)
+	if id == "" {
+		return fmt.Errorf("store: not a person's file: %q", rel)
+	}
+	f, err := s.files.acquire(ctx, id, false)
+	if err != nil {
+		return err
+	}
+	s.files.watch(ctx, f)
+	s.files.release(f)
+	return nil
+}
+
+// CheckpointClosed empties the WAL of database p, which nobody in this
+// process has open any more: Litestream's close leaves it at its largest.
+func CheckpointClosed(p string) error { return checkpointClosed(p) }
+
+func checkpointClosed(p string) error {
+	if st, err := os.Stat(p + "-wal"); err != nil || st.Size() == 0 {
+		return nil
+	}
+	db, err := openDB(p, false, 1, 64)
+	if err != nil {
+		return err
+	}
+	_, err = db.Exec("PRAGMA wal_checkpoint(TRUNCATE)")
+	return errors.Join(err, db.Close())
+}
+
+// IntegrityCheck runs SQLite's full integrity check on the database at p
+// (a restored file) and says what it found.
+func IntegrityCheck(ctx context.Context, p string) error {
+	db, err := openDB(p, true, 1, 256)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	var res string
+	if err := db.QueryRowContext(ctx, "PRAGMA integrity_check").Scan(&res); err != nil {
+		return fmt.Errorf("%s: %w", p, err)
+	}
+	if res != "ok" {
+		return fmt.Errorf("%s: integrity check: %s", p, res)
+	}
+	return nil
+}
+
+// ReplacePersonFile swaps person id's file for another while the server
+// runs, for a restore to a point in time. Their file is closed first (its
+// users finish; replication lets go of it through the hooks), and opens of
+// it wait meanwhile; make is then called with the path the new file must
+// be made at (beside the old one, same disk) and makes it. The new file
+// takes the old one's place, the old -wal and -shm go, and the person's
+// cached head and newest time are read again from the new file. Everyone
+// else goes on posting and reading. A failing make leaves the old file.
+func (s *Store) ReplacePersonFile(ctx context.Context, id string, make func(path string) error) error {
+	if !nah.ValidPersonID(id) || s.graph.node(id) == nil {
+		return nah.Errorf(nah.NotFound, "", "no such person")
+	}
+	s.lifeMu.Lock()
+	defer s.lifeMu.Unlock()
+	p, err := s.files.personPath(id)
+	if err != nil {
+		return err
+	}
+	s.files.hide(id)
+	defer s.files.unhide(id)
+	tmp := p + ".restoring"
+	for _, q := range []string{tmp, tmp + "-wal", tmp + "-shm"} {
+		os.Remove(q)
+	}
+	if err := make(tmp); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Chmod(tmp, privateFile); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	for _, q := range []string{p + "-wal", p + "-shm"} {
+		if err := os.Remove(q); err != nil && !errors.Is(err, os.ErrNotExist) {
+			os.Remove(tmp)
+			return err
+		}
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if d, err := os.Open(filepath.Dir(p)); err == nil {
+		d.Sync() // the rename is durable before the restore is reported
+		d.Close()
+	}
+	s.files.unhide(id)
+	n := s.graph.node(id)
+	if n == nil {
+		return nil
+	}
+	s.dropHead(n)
+	var newest, count int64
+	if _, err := s.withFile(ctx, id, func(f *personFile) error {
+		var err error
+		if newest, err = readNewest(ctx, f.db); err != nil {
+			return err
+		}
+		return f.db.QueryRowContext(ctx, `SELECT count(*) FROM moments`).Scan(&count)
+	}); err != nil {
+		n.checked.Store(0) // re-read at the next feed
+		return err
+	}
+	n.newest.Store(newest)
+	n.checked.Store(s.now().UnixMilli())
+	// The directory's row says what the new file holds, not the old one.
+	s.dirtyMu.Lock()
+	delete(s.dirty, id)
+	s.dirtyMu.Unlock()
+	return s.writeTx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `UPDATE people SET newest_at = ?, moments = ? WHERE id = ?`, newest, count, id)
+		return err
+	})
+}

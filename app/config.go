@@ -3,12 +3,17 @@ package app
 import (
 	"net/netip"
 	"time"
+
+	"github.com/nah-app/nah/replica"
 )
 
 // Config is what app needs to know of the process's configuration. cmd/nah
 // reads the environment once and fills it; zero values take the defaults
 // noted.
 type Config struct {
+	// Backups is replication, the sweep and restores (nil: NAH_REPLICA_URL
+	// is off): the console's Backups page and health read it.
+	Backups *replica.Backups
 	// OpenSignup accepts sign-ups without a join code, unless the console
 	// has saved an override.
 	OpenSignup bool

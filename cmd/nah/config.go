@@ -20,6 +20,7 @@ import (
 
 	"github.com/nah-app/nah"
 	"github.com/nah-app/nah/app"
+	"github.com/nah-app/nah/replica"
 	"github.com/nah-app/nah/store"
 )
 
@@ -44,6 +45,14 @@ type config struct {
 	Store store.Config // Dir is NAH_DATA_DIR
 	App   app.Config   // App.Settings lists every variable for the console
 
+	// Replication (NAH_REPLICA_*, NAH_SWEEP_*): Target is nil when
+	// NAH_REPLICA_URL is off.
+	ReplicaURL      string
+	ReplicaTarget   *replica.Target
+	ReplicaMaxFiles int
+	SweepEvery      time.Duration // 0: no sweep
+	SweepKeep       int
+
 	// MemoryLimit is NAH_MEMORY_LIMIT, and GoMemoryLimit the Go runtime's
 	// share of it (GOMEMLIMIT), from the memory plan (plan).
 	MemoryLimit   int64
@@ -60,6 +69,9 @@ type config struct {
 //     half again at GOGC 50 (64 MB of heads ~ 96 MB);
 //   - a base of 40 MB: the runtime, the graph of people and connections
 //     (6 MB for 10,000 people), token and rate-limit caches, metrics;
+//   - replication: each watched file costs ~404 KiB at peak
+//     (replica.PerFileBytes: Litestream's own connection, read transaction
+//     and LTX encoder), 25 MiB at the default NAH_REPLICA_MAX_FILES of 64;
 //   - the open connections, idle or not: 45 KB each under churn
 //     (app/listener.go), 22.5 MB at the default 512, and with HTTPS the
 //     redirect listener's 64 (2.9 MB). TLS changes nothing here: measured
@@ -70,7 +82,7 @@ type config struct {
 //   - what is left is the budget that requests take from before they
 //     allocate (app/budget.go), and past which they are answered 503.
 //
-// The default, 320 MiB, leaves 92 MiB for requests with the default caches
+// The default, 320 MiB, leaves 67 MiB for requests with the default caches
 // and keeps 65 MB of the 400 MB limit for the kernel's view of the process
 // (stacks, socket buffers, the allocator's slack).
 const (
@@ -88,12 +100,16 @@ func (c *config) plan() error {
 	if c.HTTPAddr != "" {
 		conns += app.RedirectMaxConnections * connectionBytes
 	}
+	var repl int64
+	if c.ReplicaTarget != nil {
+		repl = int64(c.ReplicaMaxFiles) * replica.PerFileBytes
+	}
 	c.GoMemoryLimit = c.MemoryLimit - sqlite
-	c.App.MemoryBudget = c.GoMemoryLimit - heads*3/2 - memoryBase - conns
+	c.App.MemoryBudget = c.GoMemoryLimit - heads*3/2 - memoryBase - conns - repl
 	if c.App.MemoryBudget < minRequestBudget {
-		need := sqlite + heads*3/2 + memoryBase + conns + minRequestBudget
-		return fmt.Errorf("too small for NAH_MAX_OPEN_FILES=%d, NAH_HEAD_CACHE_MB=%d and NAH_MAX_CONNECTIONS=%d: want at least %dMiB, or fewer files, connections or a smaller head cache",
-			c.Store.MaxOpenFiles, heads>>20, c.MaxConnections, (need+1<<20-1)>>20)
+		need := sqlite + heads*3/2 + memoryBase + conns + repl + minRequestBudget
+		return fmt.Errorf("too small for NAH_MAX_OPEN_FILES=%d, NAH_HEAD_CACHE_MB=%d, NAH_MAX_CONNECTIONS=%d and NAH_REPLICA_MAX_FILES=%d: want at least %dMiB, or fewer files, connections or a smaller head cache",
+			c.Store.MaxOpenFiles, heads>>20, c.MaxConnections, c.ReplicaMaxFiles, (need+1<<20-1)>>20)
 	}
 	// The largest page, 100 moments of the largest size read from files,
 	// is charged twice its bodies (app/budget.go) and must fit in the bulk
@@ -133,6 +149,10 @@ const (
 	defaultDataDir         = "./data"
 	defaultShutdownTimeout = 10 * time.Second
 	defaultLogLevel        = slog.LevelInfo
+	defaultReplicaURL      = "./replica"
+	// defaultReplicaMaxFiles: 25 MiB of the memory plan. On people-1k
+	// under the write benchmark 64 kept peak under 200 MB (bench/THRESHOLDS.md).
+	defaultReplicaMaxFiles = 64
 )
 
 // variable is one environment variable: its name, default and meaning as
@@ -249,6 +269,35 @@ var variables = []variable{
 		c.Store.DeleteGrace = d
 		if d == 0 {
 			c.Store.DeleteGrace = -1 // the store's zero is its default
+		}
+		return nil
+	}},
+	{"NAH_REPLICA_URL", defaultReplicaURL, "where every database is replicated with Litestream and swept nightly: a directory (another disk), file:///path, or s3://bucket/prefix (endpoint, region and keys from AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY); off = no backups", func(c *config, v string) error {
+		if v != "off" {
+			c.ReplicaURL = v
+		}
+		return nil
+	}},
+	{"NAH_REPLICA_MAX_FILES", strconv.Itoa(defaultReplicaMaxFiles), "person files replicated at once (~404 KiB each: 64 ~ 25 MiB); files written recently are watched, the others wait for their next write or the nightly sweep", func(c *config, v string) (err error) {
+		if c.ReplicaMaxFiles, err = strconv.Atoi(v); err != nil || c.ReplicaMaxFiles < 1 || c.ReplicaMaxFiles > 4096 {
+			return errors.New("want a whole number from 1 to 4096")
+		}
+		return nil
+	}},
+	{"NAH_SWEEP_EVERY", "24h", "how often every database is copied whole to NAH_REPLICA_URL/sweeps/ (at 03:00 UTC for 24h); off = never", func(c *config, v string) error {
+		if v == "off" {
+			return nil
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Minute {
+			return errors.New("want a duration of a minute or more such as 24h, or off")
+		}
+		c.SweepEvery = d
+		return nil
+	}},
+	{"NAH_SWEEP_KEEP", "7", "how many sweeps are kept on the target", func(c *config, v string) (err error) {
+		if c.SweepKeep, err = strconv.Atoi(v); err != nil || c.SweepKeep < 1 || c.SweepKeep > 1000 {
+			return errors.New("want a whole number from 1 to 1000")
 		}
 		return nil
 	}},
@@ -485,6 +534,13 @@ func readConfig(getenv func(string) string) (config, error) {
 	if err := c.https(getenv); err != nil {
 		return config{}, err
 	}
+	if c.ReplicaURL != "" {
+		t, err := replica.ParseTarget(c.ReplicaURL, getenv)
+		if err != nil {
+			return config{}, fmt.Errorf("NAH_REPLICA_URL=%q: %v", c.ReplicaURL, err)
+		}
+		c.ReplicaTarget = t
+	}
 	if err := c.plan(); err != nil {
 		return config{}, fmt.Errorf("NAH_MEMORY_LIMIT=%q: %v", getenv("NAH_MEMORY_LIMIT"), err)
 	}
@@ -550,7 +606,17 @@ func (c config) LogValue() slog.Value {
 		slog.Int64("request_budget", c.App.MemoryBudget),
 		slog.String("https", c.httpsMode()),
 		slog.String("http_addr", c.HTTPAddr),
+		slog.String("replica", c.replicaLog()),
+		slog.Int("replica_max_files", c.ReplicaMaxFiles),
 	)
+}
+
+// replicaLog is the replica target without secrets, for the log.
+func (c config) replicaLog() string {
+	if c.ReplicaTarget == nil {
+		return "off"
+	}
+	return c.ReplicaTarget.Redacted()
 }
 
 // httpsMode says how the server serves HTTPS, for the log.

@@ -144,16 +144,41 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer, re
 	}
 	start := time.Now()
 	cfg.Store.Sweep = true // this process purges deleted people; tools do not
-	s, err := store.Open(ctx, cfg.Store)
+	repl, err := startReplication(ctx, &cfg, log)
 	if err != nil {
 		return err
 	}
+	s, err := store.Open(ctx, cfg.Store)
+	if err != nil {
+		if repl != nil {
+			repl.Close(context.Background())
+		}
+		return err
+	}
+	// In this order: the store closes every file (and replication lets go
+	// of each after it), then replication stops with a last sync of the
+	// directory, whose WAL is emptied once Litestream let go of it.
 	defer func() {
 		if err := s.Close(); err != nil {
 			log.Error("close store", "err", err)
 		}
+		if repl != nil {
+			if err := repl.Close(context.Background()); err != nil {
+				log.Error("stop replication", "err", err)
+			}
+			if err := store.CheckpointClosed(s.Path(store.DirectoryRel)); err != nil {
+				log.Error("checkpoint the directory", "err", err)
+			}
+		}
 		log.Info("stopped")
 	}()
+	if repl != nil {
+		b, err := startBackups(ctx, cfg, s, repl, log)
+		if err != nil {
+			return err
+		}
+		cfg.App.Backups = b
+	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return usageError{fmt.Sprintf("NAH_ADDR=%q: %v", cfg.Addr, err)}

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/nah-app/nah/replica"
+	"github.com/nah-app/nah/store"
+)
+
+// sweepAt is the time of day (UTC) of the daily sweep: at night in Europe
+// and the Americas, when families post least.
+const sweepAt = 3 * time.Hour
+
+// sweepPace is the pause between two files of a sweep: 1,000 people take
+// about a minute more, and the backup copies never crowd requests off the
+// two cores.
+const sweepPace = 20 * time.Millisecond
+
+// behindAfter is how far behind a file may be before health says so: a
+// write reaches the target within about two seconds when all is well.
+const behindAfter = time.Minute
+
+// startReplication checks the replica target (a wrong key, a missing bucket
+// or a directory that cannot be made stops the start, naming the variable)
+// and starts the replicator, which the store's hooks then feed. nil when
+// NAH_REPLICA_URL is off.
+func startReplication(ctx context.Context, cfg *config, log *slog.Logger) (*replica.Replicator, error) {
+	t := cfg.ReplicaTarget
+	if t == nil {
+		log.Warn("NAH_REPLICA_URL is off: no backups are made")
+		return nil, nil
+	}
+	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := t.Init(ictx); err != nil {
+		return nil, usageError{fmt.Sprintf("NAH_REPLICA_URL=%q: %v", cfg.ReplicaURL, err)}
+	}
+	meta := filepath.Join(cfg.Store.Dir, "replication")
+	if err := os.MkdirAll(meta, 0o700); err != nil {
+		return nil, err
+	}
+	r, err := replica.Open(ctx, replica.Config{Target: t, DataDir: cfg.Store.Dir, MetaDir: meta, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	cfg.Store.Hooks.Watch = r.Watch
+	cfg.Store.Hooks.Unwatch = func(p string) {
+		if err := r.Unwatch(p); err != nil {
+			log.Warn("replication: last sync", "err", err)
+		}
+	}
+	cfg.Store.Hooks.MaxWatched = cfg.ReplicaMaxFiles
+	return r, nil
+}
+
+// startBackups watches the directory (always: it holds every account) and
+// starts the sweep and catch-up loop, which stops with ctx.
+func startBackups(ctx context.Context, cfg config, s *store.Store, r *replica.Replicator, log *slog.Logger) (*replica.Backups, error) {
+	if err := r.Watch(ctx, s.Path(store.DirectoryRel)); err != nil {
+		log.Warn("replication: the directory", "err", err)
+	}
+	b := &replica.Backups{
+		Repl:    r,
+		Every:   cfg.SweepEvery,
+		At:      sweepAt,
+		Behind:  behindAfter,
+		Rewatch: s.Rewatch,
+		Log:     log,
+	}
+	if cfg.SweepEvery > 0 {
+		b.Sweep = &replica.Sweeper{Target: cfg.ReplicaTarget, Keep: cfg.SweepKeep, Pace: sweepPace, Copy: s.Backup, List: s.Databases}
+	}
+	go b.Run(ctx)
+	return b, nil
+}

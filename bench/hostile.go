@@ -143,7 +143,7 @@ func hostile(ctx context.Context, bin, data string, f fixture.Fixture, people []
 	// The attacker is a stranger to everyone, as one would be: a new account
 	// made with a join code, so that no honest feed holds its 64 KiB posts.
 	jc := exec.Command(bin, "joincode", "create")
-	jc.Env = []string{"NAH_DATA_DIR=" + data, "NAH_LOG_LEVEL=warn"}
+	jc.Env = []string{"NAH_DATA_DIR=" + data, "NAH_REPLICA_URL=" + data + ".replica", "NAH_LOG_LEVEL=warn"}
 	jcOut, err := jc.Output()
 	if err != nil {
 		return res, fmt.Errorf("join code: %w", err)
@@ -155,7 +155,7 @@ func hostile(ctx context.Context, bin, data string, f fixture.Fixture, people []
 	}
 	base := "http://" + port
 	cmd := exec.Command(bin, "serve")
-	cmd.Env = []string{"NAH_ADDR=" + port, "NAH_DATA_DIR=" + data, "NAH_LOG_LEVEL=warn"}
+	cmd.Env = []string{"NAH_ADDR=" + port, "NAH_DATA_DIR=" + data, "NAH_REPLICA_URL=" + data + ".replica", "NAH_LOG_LEVEL=warn"}
 	cmd.Stderr = io.Discard // the flood's own log lines are not the point
 	if err := cmd.Start(); err != nil {
 		return res, err

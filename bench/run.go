@@ -134,7 +134,7 @@ func measure(ctx context.Context, bin, data string, f fixture.Fixture, people []
 	}
 	base := "http://" + port
 	cmd := exec.Command(bin, "serve")
-	cmd.Env = append([]string{"NAH_ADDR=" + port, "NAH_DATA_DIR=" + data, "NAH_LOG_LEVEL=warn"}, env...)
+	cmd.Env = append([]string{"NAH_ADDR=" + port, "NAH_DATA_DIR=" + data, "NAH_REPLICA_URL=" + data + ".replica", "NAH_LOG_LEVEL=warn"}, env...)
 	cmd.Stderr = os.Stderr
 	t0 := time.Now()
 	if err := cmd.Start(); err != nil {

@@ -46,6 +46,22 @@ import (
 // on people-1k, 512 files peaked at 118 MB in all, 1,000 at 160 MB with post
 // p95 22 ms instead of 54 ms (bench/THRESHOLDS.md). mmap stays off (it maps
 // each file per connection and measured worse).
+//
+// Replication adds its own cost per watched file, on top of the open file
+// it watches (../shared/notes/litestream-nah.md, measured under these
+// settings): Litestream's own connection (under the same soft heap limit),
+// a long read transaction, a raw descriptor and an LTX encoder, ~384 KiB
+// settled and ~404 KiB at peak (replica.PerFileBytes), 4 goroutines and 4
+// descriptors. Watching every open file would cost 512 x 404 KiB ~ 200 MB,
+// so only files written recently are watched, a subset of the open ones
+// (files.go's watched set, Hooks.MaxWatched = NAH_REPLICA_MAX_FILES):
+//
+//	watched x ~404 KiB
+//
+// 25 MiB at the default of 64, which cmd/nah's memory plan sets apart
+// from the request budget. A watched file's WAL cannot be reset by our
+// checkpoints while Litestream reads it, so it grows under steady writes
+// (to a few MB) until the file leaves the set and is checkpointed again.
 const (
 	// DefaultMaxOpenFiles is Config.MaxOpenFiles when zero.
 	DefaultMaxOpenFiles = 512

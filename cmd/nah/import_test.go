@@ -52,7 +52,7 @@ func TestPersonImportCommand(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	env := map[string]string{"NAH_DATA_DIR": dir, "NAH_ADDR": "127.0.0.1:8123"}
+	env := map[string]string{"NAH_DATA_DIR": dir, "NAH_ADDR": "127.0.0.1:8123", "NAH_REPLICA_URL": dir + ".replica"}
 	getenv := func(k string) string { return env[k] }
 	cmd := func(args ...string) (string, error) {
 		var out, errOut bytes.Buffer

@@ -35,6 +35,11 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "build: %v\n%s", err, out)
 		os.Exit(1)
 	}
+	// Servers started with the default NAH_REPLICA_URL (./replica) keep
+	// their replica in this temporary directory, not in the source tree.
+	if err := os.Chdir(dir); err != nil {
+		panic(err)
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -69,6 +74,7 @@ func startCmd(t *testing.T, cmd *exec.Cmd, dataDir string, env ...string) *proc 
 	cmd.Env = append([]string{
 		"NAH_ADDR=127.0.0.1:0",
 		"NAH_DATA_DIR=" + dataDir,
+		"NAH_REPLICA_URL=" + filepath.Clean(dataDir) + ".replica",
 		"NAH_OPEN_SIGNUP=true",
 		"NAH_SIGNUP_PER_HOUR=0",
 		"PATH=" + os.Getenv("PATH"),

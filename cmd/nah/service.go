@@ -77,8 +77,22 @@ func service(args []string, getenv func(string) string, stdout, stderr io.Writer
 			}
 		}
 	}
-	if rest, ok := strings.CutPrefix(u.DataDir, "/var/lib/"); ok && !strings.Contains(rest, "/") {
-		u.StateDirectory = rest
+	// The replica: the default ./replica means nothing to systemd either;
+	// a service's goes beside its data directory (another disk or S3 is
+	// better: README), and a local one must be writable in the sandbox.
+	switch r := strings.TrimSpace(getenv("NAH_REPLICA_URL")); {
+	case r == "":
+		u.ReplicaDir, u.ReplicaEnv = u.DataDir+"-replica", true
+	case cfg.ReplicaTarget != nil && !cfg.ReplicaTarget.IsS3():
+		u.ReplicaDir = cfg.ReplicaTarget.Dir()
+	}
+	if u.ReplicaDir != "" && !unitValue.MatchString(u.ReplicaDir) {
+		return usageError{fmt.Sprintf("NAH_REPLICA_URL=%q: a unit needs a path without spaces, quotes, %% or $", u.ReplicaDir)}
+	}
+	for _, d := range []string{u.DataDir, u.ReplicaDir} {
+		if rest, ok := strings.CutPrefix(d, "/var/lib/"); ok && !strings.Contains(rest, "/") {
+			u.StateDirectory = strings.TrimSpace(u.StateDirectory + " " + rest)
+		}
 	}
 	u.MemoryLimitMiB, u.MemoryMaxMiB = serviceMemory(cfg.MemoryLimit)
 	return unitTemplate.Execute(stdout, u)
@@ -96,7 +110,9 @@ func serviceMemory(limit int64) (limitMiB, maxMiB int64) {
 // unit is what the unit template is filled with.
 type unit struct {
 	Version, User, EnvFile, DataDir, Exec string
-	StateDirectory                        string // when DataDir is /var/lib/<one name>
+	StateDirectory                        string // DataDir's and ReplicaDir's that are /var/lib/<one name>
+	ReplicaDir                            string // a local replica: writable in the sandbox
+	ReplicaEnv                            bool   // NAH_REPLICA_URL was unset: the unit sets ReplicaDir
 	MemoryLimitMiB, MemoryMaxMiB          int64
 }
 
@@ -125,6 +141,9 @@ User={{.User}}
 ExecStart={{.Exec}} serve
 EnvironmentFile=-{{.EnvFile}}
 Environment=NAH_DATA_DIR={{.DataDir}}
+{{- if .ReplicaEnv}}
+Environment=NAH_REPLICA_URL={{.ReplicaDir}}
+{{- end}}
 
 # Memory. Past MemoryMax the kernel kills the server; past NAH_MEMORY_LIMIT
 # the server answers 503 instead. NAH_MEMORY_LIMIT is at most 4/5 of
@@ -148,10 +167,10 @@ CapabilityBoundingSet=CAP_NET_BIND_SERVICE
 AmbientCapabilities=CAP_NET_BIND_SERVICE
 NoNewPrivileges=yes
 
-# The data directory is the one writable path{{if .StateDirectory}}; systemd makes it, owned by {{.User}}{{else}}: make it first, owned by {{.User}}
+# The data directory (and a local replica) are the only writable paths{{if .StateDirectory}}; systemd makes them, owned by {{.User}}{{else}}: make them first, owned by {{.User}}
 # (install -d -o {{.User}} -g {{.User}} -m 700 {{.DataDir}}){{end}}.
 ProtectSystem=strict
-ReadWritePaths={{.DataDir}}
+ReadWritePaths={{.DataDir}}{{if .ReplicaDir}} {{.ReplicaDir}}{{end}}
 {{- if .StateDirectory}}
 StateDirectory={{.StateDirectory}}
 StateDirectoryMode=0700

@@ -33,7 +33,8 @@ func TestServiceUnit(t *testing.T) {
 	unit, warnings := serviceUnit(t, []string{"NAH_DATA_DIR=" + dataDir})
 	for _, line := range []string{
 		"ExecStart=" + binary + " serve", "User=nah", "EnvironmentFile=-/etc/nah/nah.env",
-		"Environment=NAH_DATA_DIR=" + dataDir, "ReadWritePaths=" + dataDir,
+		"Environment=NAH_DATA_DIR=" + dataDir, "ReadWritePaths=" + dataDir + " " + dataDir + "-replica",
+		"Environment=NAH_REPLICA_URL=" + dataDir + "-replica",
 		"NoNewPrivileges=yes", "ProtectSystem=strict", "PrivateTmp=yes", "ProtectHome=yes",
 		"CapabilityBoundingSet=CAP_NET_BIND_SERVICE", "AmbientCapabilities=CAP_NET_BIND_SERVICE",
 		"Restart=on-failure", "MemoryMax=400M", "Environment=NAH_MEMORY_LIMIT=320MiB",
@@ -67,7 +68,7 @@ func TestServiceUnit(t *testing.T) {
 	// Another user and environment file; the default data directory,
 	// which systemd makes; a larger memory limit.
 	unit, _ = serviceUnit(t, []string{"NAH_MEMORY_LIMIT=1GiB"}, "-user", "family", "-env-file", "/etc/family/nah.env")
-	for _, line := range []string{"User=family", "EnvironmentFile=-/etc/family/nah.env", "ReadWritePaths=/var/lib/nah", "StateDirectory=nah",
+	for _, line := range []string{"User=family", "EnvironmentFile=-/etc/family/nah.env", "ReadWritePaths=/var/lib/nah /var/lib/nah-replica", "StateDirectory=nah nah-replica",
 		"Environment=NAH_DATA_DIR=/var/lib/nah", "MemoryMax=1280M", "Environment=NAH_MEMORY_LIMIT=1024MiB"} {
 		if !strings.Contains(unit, "\n"+line+"\n") {
 			t.Errorf("the unit lacks the line %s:\n%s", line, unit)
@@ -78,6 +79,17 @@ func TestServiceUnit(t *testing.T) {
 	}
 	if out, err := exec.Command(analyze, "verify", file).CombinedOutput(); err != nil || bytes.Contains(out, []byte("nah.service")) {
 		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
+	}
+
+	// A replica in a bucket needs no writable path; one on another disk does.
+	for env, want := range map[string]string{
+		"NAH_REPLICA_URL=s3://family/nah": "ReadWritePaths=/var/lib/nah\n",
+		"NAH_REPLICA_URL=/mnt/usb/nah":    "ReadWritePaths=/var/lib/nah /mnt/usb/nah\n",
+	} {
+		unit, _ := serviceUnit(t, []string{env})
+		if !strings.Contains(unit, want) || strings.Contains(unit, "Environment=NAH_REPLICA_URL") || !strings.Contains(unit, "StateDirectory=nah\n") {
+			t.Errorf("%s: want %q, no NAH_REPLICA_URL line and StateDirectory=nah:\n%s", env, want, unit)
+		}
 	}
 
 	for _, args := range [][]string{{"-user", "Not A User"}, {"-env-file", "relative.env"}, {"extra"}} {

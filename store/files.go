@@ -52,6 +52,9 @@ type Hooks struct {
 	Watch      func(ctx context.Context, path string) error
 	Unwatch    func(path string)
 	MaxWatched int
+	// Purged runs once a deleted person is purged, with their file's path
+	// under the data directory: replication removes what it holds of it.
+	Purged func(rel string)
 }
 
 // fileCache is the one place where person files are opened and closed: a

@@ -287,6 +287,9 @@ func (s *Store) purge(ctx context.Context, id string) error {
 	s.dirtyMu.Lock()
 	delete(s.dirty, id)
 	s.dirtyMu.Unlock()
+	if s.hooks.Purged != nil {
+		s.hooks.Purged(PersonRel(id)) // replication's copies of their file go too
+	}
 	// The WAL still holds the deleted rows' old pages until a checkpoint;
 	// a reader in progress may keep it from completing, and then the next
 	// one (or the close) does.

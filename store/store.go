@@ -72,6 +72,7 @@ type Store struct {
 	r *sql.DB // the directory's readers
 
 	files     *fileCache
+	hooks     Hooks
 	graph     *graph
 	cursorKey []byte
 	fileReads atomic.Int64 // looks into a person file on the feed path
@@ -143,6 +144,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		staleAfter: cfg.StaleAfter,
 		headBudget: cfg.HeadCacheBytes,
 		log:        cfg.Logger,
+		hooks:      cfg.Hooks,
 		swept:      make(chan struct{}),
 
 		deleteGrace: max(cfg.DeleteGrace, 0),

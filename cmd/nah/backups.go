@@ -55,6 +55,13 @@ func startReplication(ctx context.Context, cfg *config, log *slog.Logger) (*repl
 		}
 	}
 	cfg.Store.Hooks.MaxWatched = cfg.ReplicaMaxFiles
+	cfg.Store.Hooks.Purged = func(rel string) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := r.Forget(ctx, rel); err != nil {
+			log.Warn("replication: forget a purged person", "path", rel, "err", err)
+		}
+	}
 	return r, nil
 }
 

@@ -231,7 +231,10 @@ func (c *fileCache) closeLater(fs []*personFile) {
 // watch makes sure replication watches f before the caller writes to it,
 // first closing the least recently used idle watched file if the watched
 // set is full. Concurrent writers of one file wait for the first one's
-// Watch to answer.
+// Watch to answer. The bound is MaxWatched idle files: files in use are
+// never closed under their users, and a file closed to make room is let go
+// of by replication off the request path, a millisecond later with a
+// healthy target.
 func (c *fileCache) watch(ctx context.Context, f *personFile) {
 	if c.hooks.Watch == nil {
 		return

@@ -1,0 +1,185 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestWatchedSet: under concurrent posts to more people than the watched
+// set holds, and feeds that open files without writing, the set stays
+// within its bound (plus the files in use, and those being let go) and files leave it to
+// make room, a file is never opened again while replication is still
+// letting go of it, and at Close every watched file has been let go.
+// (That every write reaches the replica is the end-to-end restore tests'.)
+func TestWatchedSet(t *testing.T) {
+	const maxWatched, writers = 3, 6
+	var (
+		mu                   sync.Mutex
+		watched              = map[string]bool{}
+		unwatching           = map[string]bool{}
+		most, watches, drops int
+		problems             []string
+	)
+	hooks := Hooks{
+		MaxWatched: maxWatched,
+		BeforeOpen: func(p string) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if unwatching[p] {
+				problems = append(problems, "opened while replication lets go of it: "+p)
+			}
+			return nil
+		},
+		Watch: func(ctx context.Context, p string) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if watched[p] {
+				problems = append(problems, "watched twice: "+p)
+			}
+			watched[p] = true
+			watches++
+			most = max(most, len(watched))
+			return nil
+		},
+		Unwatch: func(p string) {
+			mu.Lock()
+			if !watched[p] {
+				problems = append(problems, "unwatched while not watched: "+p)
+			}
+			unwatching[p] = true
+			mu.Unlock()
+			time.Sleep(2 * time.Millisecond) // a last sync takes a while
+			mu.Lock()
+			delete(watched, p)
+			delete(unwatching, p)
+			drops++
+			mu.Unlock()
+		},
+	}
+	s := MustOpen(t, Config{Dir: t.TempDir(), MaxOpenFiles: 16, Hooks: hooks})
+	ctx := context.Background()
+	var ids []string
+	for i := range 10 {
+		ids = append(ids, mustPerson(t, s, fmt.Sprintf("person%02d", i)).ID)
+	}
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range 50 {
+				id := ids[(w*7+i*3)%len(ids)]
+				if _, err := s.CreateMoment(ctx, id, []byte("x")); err != nil {
+					t.Error(err)
+					return
+				}
+				if i%10 == 0 {
+					p := NewPage()
+					s.Feed(ctx, ids[i%len(ids)], true, nil, 30, p) // reads open files that are not watched
+					p.Release()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	s.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	// Each writer holds one file and may have one evicted file still being
+	// let go of (off the request path).
+	if most > maxWatched+2*writers {
+		problems = append(problems, fmt.Sprintf("%d files watched at once, bound %d (+%d in use or being let go)", most, maxWatched, 2*writers))
+	}
+	if len(watched) != 0 {
+		problems = append(problems, fmt.Sprintf("%d files still watched after Close", len(watched)))
+	}
+	if watches <= len(ids) {
+		problems = append(problems, fmt.Sprintf("%d watches for %d people: the bound of %d never let a file go", watches, len(ids), maxWatched))
+	}
+	if len(problems) > 0 {
+		t.Fatal(strings.Join(problems, "\n"))
+	}
+}
+
+// TestReplacePersonFile: a person's file swapped for another while others
+// post: the person reads what the new file holds (head and newest time
+// included), the directory's count follows, and a failing swap leaves the
+// old file.
+func TestReplacePersonFile(t *testing.T) {
+	dir := t.TempDir()
+	s := MustOpen(t, Config{Dir: dir})
+	ctx := context.Background()
+	ann, bob := mustPerson(t, s, "ann"), mustPerson(t, s, "bob")
+	first, err := s.CreateMoment(ctx, ann.ID, []byte("kept"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The copy as of now: the backup API, as a restore from a sweep would.
+	snap, err := s.Backup(ctx, PersonRel(ann.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snap.Close()
+	if _, err := s.CreateMoment(ctx, ann.ID, []byte("gone after the restore")); err != nil {
+		t.Fatal(err)
+	}
+	if ms, _ := s.Moments(ctx, ann.ID, nil, 10, nil); len(ms) != 2 { // warms the head
+		t.Fatalf("%d moments before", len(ms))
+	}
+	var others sync.WaitGroup
+	stop := make(chan struct{})
+	others.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := s.CreateMoment(ctx, bob.ID, []byte("bob")); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})
+	if err := s.ReplacePersonFile(ctx, ann.ID, func(p string) error { return fmt.Errorf("no copy") }); err == nil {
+		t.Fatal("a failing make was not reported")
+	}
+	if ms, _ := s.Moments(ctx, ann.ID, nil, 10, nil); len(ms) != 2 {
+		t.Fatalf("a failed swap changed the file: %d moments", len(ms))
+	}
+	err = s.ReplacePersonFile(ctx, ann.ID, func(p string) error {
+		out, err := os.Create(p)
+		if err != nil {
+			return err
+		}
+		snap.Seek(0, 0)
+		_, err = out.ReadFrom(snap)
+		return errors.Join(err, out.Close())
+	})
+	close(stop)
+	others.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := s.Moments(ctx, ann.ID, nil, 10, nil)
+	if err != nil || len(ms) != 1 || ms[0].ID != first.ID {
+		t.Fatalf("after the restore: %v %v, want only %s", ms, err, first.ID)
+	}
+	page := NewPage()
+	defer page.Release()
+	if err := s.Feed(ctx, ann.ID, true, nil, 30, page); err != nil || len(page.Moments) != 1 {
+		t.Fatalf("ann's feed after the restore: %d moments, %v", len(page.Moments), err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "people", ann.ID, "person.db.restoring")); !os.IsNotExist(err) {
+		t.Fatalf("the scratch file stayed: %v", err)
+	}
+	var count int64
+	if err := s.r.QueryRowContext(ctx, `SELECT moments FROM people WHERE id = ?`, ann.ID).Scan(&count); err != nil || count != 1 {
+		t.Fatalf("directory count %d, %v; want 1", count, err)
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/nah-app/nah"
+	"github.com/nah-app/nah/store"
 )
 
 // exchangeMedia sends one media request with extra headers, checks it
@@ -527,5 +528,68 @@ func TestMediaSlowDownloadCutOff(t *testing.T) {
 	n, _ := io.Copy(io.Discard, c)
 	if n >= size {
 		t.Errorf("a reader that stalled got all %d bytes", n)
+	}
+}
+
+// TestMediaExportImportDelete: a person's export holds their media files
+// (this fails the day export stops including them), an import elsewhere
+// brings every one back with its id and sha256, and deleting the person
+// (with no grace) leaves no media file of theirs.
+func TestMediaExportImportDelete(t *testing.T) {
+	ts := newTestServer(t, func(c *serverConfig) { c.DeleteGrace = -1 })
+	ann := ts.signup(t, "ann")
+	bodies := map[string][]byte{}
+	for _, n := range []int{0, 1000, 300 << 10} {
+		b := randomBytes(n)
+		bodies[ts.mustUpload(t, ann, b).ID] = b
+	}
+	res, tarball := sendChecked(t, ts.Client(), exportRequest(t, ts, "GET", ann.token), nil)
+	if res.StatusCode != 200 {
+		t.Fatalf("export: %d", res.StatusCode)
+	}
+	names, files := untarExport(t, tarball)
+	if len(names) != 2+len(bodies) || names[0] != "person.db" || names[len(names)-1] != "manifest.json" {
+		t.Fatalf("entries %v", names)
+	}
+	var m struct{ Files []struct{ Name, SHA256 string } }
+	json.Unmarshal(files["manifest.json"], &m)
+	if len(m.Files) != 1+len(bodies) {
+		t.Fatalf("manifest files %v", m.Files)
+	}
+	for _, f := range m.Files[1:] {
+		id := strings.TrimPrefix(f.Name, "media/")
+		if !bytes.Equal(files[f.Name], bodies[id]) || f.SHA256 != hexSum(bodies[id]) {
+			t.Errorf("%s: not the uploaded bytes", f.Name)
+		}
+	}
+
+	other := newTestServer(t)
+	res2, err := other.store.ImportPerson(t.Context(), bytes.NewReader(tarball), store.ImportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, b := range bodies {
+		f, md, err := other.store.OpenMedia(t.Context(), res2.Person.ID, id)
+		if err != nil {
+			t.Fatalf("imported %s: %v", id, err)
+		}
+		got, _ := io.ReadAll(f)
+		f.Close()
+		if !bytes.Equal(got, b) || md.SHA256 != hexSum(b) {
+			t.Errorf("imported %s: other bytes", id)
+		}
+	}
+	st, err := other.store.StorageOf(t.Context(), res2.Person.ID)
+	if err != nil || st.MediaCount != len(bodies) || st.Media != 1000+300<<10 {
+		t.Errorf("imported storage %+v %v", st, err)
+	}
+
+	if r := ts.do(t, "DELETE", "/api/v1/me", ann.token, map[string]string{"password": "password-ann"}); r.status != 204 {
+		t.Fatalf("delete: %d %s", r.status, r.raw)
+	}
+	for _, d := range []string{"people", "deleted"} {
+		if _, err := os.Stat(filepath.Join(ts.dir, d, ann.id)); !os.IsNotExist(err) {
+			t.Errorf("%s/%s is still there: %v", d, ann.id, err)
+		}
 	}
 }

@@ -176,7 +176,7 @@ func TestMediaRange(t *testing.T) {
 	n := len(body)
 	for _, c := range []struct {
 		rng, contentRange string
-		want               []byte
+		want              []byte
 	}{
 		{"bytes=0-0", "bytes 0-0/100000", body[:1]},
 		{"bytes=99999-99999", "bytes 99999-99999/100000", body[n-1:]},
@@ -551,7 +551,9 @@ func TestMediaExportImportDelete(t *testing.T) {
 	if len(names) != 2+len(bodies) || names[0] != "person.db" || names[len(names)-1] != "manifest.json" {
 		t.Fatalf("entries %v", names)
 	}
-	var m struct{ Files []struct{ Name, SHA256 string } }
+	var m struct {
+		Files []struct{ Name, SHA256 string }
+	}
 	json.Unmarshal(files["manifest.json"], &m)
 	if len(m.Files) != 1+len(bodies) {
 		t.Fatalf("manifest files %v", m.Files)

@@ -30,6 +30,16 @@ const (
 	// (app/headers.go counts it); refused before any other work.
 	HeadersTooLarge Code = "headers_too_large" // 431
 
+	// QuotaExceeded is an upload that would take a person's storage past
+	// their quota (NAH_QUOTA_BYTES): 413 like any other size limit, with a
+	// code of its own so that a phone can tell "delete something" from
+	// "send a smaller file".
+	QuotaExceeded Code = "quota_exceeded" // 413
+
+	// RangeNotSatisfiable is a download whose Range selects no byte of the
+	// file (app/media.go answers it with Content-Range: bytes */size).
+	RangeNotSatisfiable Code = "range_not_satisfiable" // 416
+
 	// MethodNotAllowed is the router's answer, never a handler's: the path
 	// is a route, but not with this method. It is a kind of its own because
 	// HTTP has one status for it, 405 (with an Allow header).

@@ -27,6 +27,10 @@ const (
 	DefaultMaxMomentBytes = 64 << 10
 	// InviteTTL is how long a connection invite can be redeemed.
 	InviteTTL = 7 * 24 * time.Hour
+	// DefaultMaxMediaBytes bounds one uploaded media file (SPEC section 2),
+	// and DefaultQuotaBytes what one person may store, database and media.
+	DefaultMaxMediaBytes = 25 << 20
+	DefaultQuotaBytes    = 2 << 30
 )
 
 // Person is an account. Its id is made by the server and is the only thing
@@ -53,6 +57,18 @@ type Connection struct {
 	Handle      string
 	ConnectedAt int64
 	NewestAt    int64
+}
+
+// Media is one uploaded file of Owner's: opaque bytes (phones encrypt
+// them), kept under the owner's folder. Moments refer to media only inside
+// their encrypted bodies, which the server never reads.
+type Media struct {
+	ID          string
+	Owner       string
+	Size        int64
+	SHA256      string // lowercase hex
+	ContentType string // as uploaded, a valid media type
+	CreatedAt   int64  // unix milliseconds, server clock
 }
 
 // TimeFormat is the one wire format of times: UTC with exactly three digits
@@ -111,6 +127,18 @@ func ValidPersonID(s string) bool {
 
 // ValidMomentID reports whether s has the exact shape of a moment id.
 func ValidMomentID(s string) bool {
+	return validID(s, momentEnc)
+}
+
+// NewMediaID returns a fresh media id: the shape of a moment id (time
+// first, then 80 random bits), made by the server only, and the one thing
+// of a media file that becomes part of a path.
+func NewMediaID(ms int64) string { return MomentIDFrom(ms, rand.Reader) }
+
+// ValidMediaID reports whether s has the exact shape of a media id. It is
+// checked before an id touches a path or a query: anything else ("..",
+// slashes, other spellings) is simply not found.
+func ValidMediaID(s string) bool {
 	return validID(s, momentEnc)
 }
 

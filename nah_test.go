@@ -82,7 +82,7 @@ func FuzzIDs(f *testing.F) {
 	f.Add(NewMomentID(0))
 	f.Add("..")
 	f.Fuzz(func(t *testing.T, s string) {
-		for _, ok := range []bool{ValidPersonID(s), ValidMomentID(s)} {
+		for _, ok := range []bool{ValidPersonID(s), ValidMomentID(s), ValidMediaID(s)} {
 			if !ok {
 				continue
 			}

@@ -185,16 +185,22 @@ func (a *App) handleMe(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	used, err := a.store.StorageUsed(p.ID)
+	st, err := a.store.StorageOf(r.Context(), p.ID)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
+	}
+	type storage struct {
+		Database int64 `json:"database"`
+		Media    int64 `json:"media"`
+		Quota    int64 `json:"quota"`
 	}
 	writeJSON(w, http.StatusOK, struct {
 		Person      personJSON `json:"person"`
 		Connections int        `json:"connections"`
 		StorageUsed int64      `json:"storage_used"`
-	}{toPersonJSON(p), a.store.ConnectionCount(p.ID), used})
+		Storage     storage    `json:"storage"`
+	}{toPersonJSON(p), a.store.ConnectionCount(p.ID), st.Used(), storage{st.Database, st.Media, a.cfg.QuotaBytes}})
 }
 
 // handleHealth answers 200 while the directory database can be read, since

@@ -66,6 +66,18 @@ func New(cfg Config, s *store.Store, log *slog.Logger) *App {
 	if cfg.MaxMomentBytes == 0 {
 		cfg.MaxMomentBytes = nah.DefaultMaxMomentBytes
 	}
+	if cfg.MaxMediaBytes == 0 {
+		cfg.MaxMediaBytes = nah.DefaultMaxMediaBytes
+	}
+	if cfg.QuotaBytes == 0 {
+		cfg.QuotaBytes = nah.DefaultQuotaBytes
+	}
+	if cfg.Transfer.Grace == 0 {
+		cfg.Transfer.Grace = DefaultTransferGrace
+	}
+	if cfg.Transfer.MinRate == 0 {
+		cfg.Transfer.MinRate = DefaultMinTransferRate
+	}
 	if cfg.MemoryBudget == 0 {
 		cfg.MemoryBudget = DefaultMemoryBudget
 	}

@@ -26,6 +26,13 @@ type Config struct {
 	// MaxMomentBytes is the largest decoded moment body; default
 	// nah.DefaultMaxMomentBytes.
 	MaxMomentBytes int
+	// MaxMediaBytes is the largest media upload; default
+	// nah.DefaultMaxMediaBytes. QuotaBytes is what one person may store,
+	// database and media; default nah.DefaultQuotaBytes. Transfer bounds
+	// how long a media upload or download may take (media.go).
+	MaxMediaBytes int64
+	QuotaBytes    int64
+	Transfer      Transfer
 	// PublicURL is the server's address as people reach it (scheme, host,
 	// perhaps a path; no trailing slash), which the links the console
 	// makes start with. It is never taken from a request's Host, which the

@@ -102,7 +102,7 @@ func (a *App) handlePersonImport(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *App) importFrom(w http.ResponseWriter, r *http.Request, pg ui.Page, part *multipart.Part, handle string) {
-	res, err := a.store.ImportPerson(r.Context(), part, store.ImportOptions{Handle: handle, MaxBytes: importMaxBytes, MaxMomentBytes: a.cfg.MaxMomentBytes})
+	res, err := a.store.ImportPerson(r.Context(), part, store.ImportOptions{Handle: handle, MaxBytes: importMaxBytes, MaxMomentBytes: a.cfg.MaxMomentBytes, MaxMediaBytes: a.cfg.MaxMediaBytes, QuotaBytes: a.cfg.QuotaBytes})
 	if err != nil {
 		a.consoleError(w, r, pg, uploadErr(err))
 		return

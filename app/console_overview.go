@@ -19,7 +19,7 @@ func (a *App) handleOverview(w http.ResponseWriter, r *http.Request) {
 	rss, peak := procMemory()
 	st := a.store.Stats()
 	o := ui.Overview{
-		Page: page(r, "Overview", "overview"), People: t.People, Moments: t.Moments, StorageBytes: t.StorageBytes,
+		Page: page(r, "Overview", "overview"), People: t.People, Moments: t.Moments, StorageBytes: t.StorageBytes, MediaBytes: t.MediaBytes,
 		OpenFiles: st.OpenFiles, MaxOpenFiles: st.MaxOpenFiles, RSSBytes: rss, PeakRSSBytes: peak,
 		HeadBytes: st.HeadBytes, Uptime: a.now().Sub(a.metrics.start),
 	}

@@ -93,15 +93,20 @@ func (a *App) personPage(w http.ResponseWriter, r *http.Request, status int, sec
 	v.Error = errMsg
 	ss, err1 := a.store.Sessions(r.Context(), id, sessionsPerPage)
 	cs, err2 := a.store.Connections(r.Context(), id)
-	var err3, err4, err5 error
+	var err3, err5 error
 	v.FormerConnections, err5 = a.store.FormerConnections(r.Context(), id)
 	v.Moments, err3 = a.store.MomentCount(r.Context(), id)
-	v.StorageBytes, err4 = a.store.StorageUsed(id)
+	st, err4 := a.store.StorageOf(r.Context(), id)
+	v.DatabaseBytes, v.MediaBytes, v.MediaCount = st.Database, st.Media, st.MediaCount
+	v.Quota = a.cfg.QuotaBytes
 	// A file that cannot be read is what this page must show, not fail on.
 	if fp, ok := a.store.FileProblemOf(id); ok {
 		v.Attention, v.AttentionSince = fp.Problem, fp.Since
 		if nah.ErrorCode(err3) == nah.Unavailable {
 			err3 = nil
+		}
+		if nah.ErrorCode(err4) == nah.Unavailable {
+			err4 = nil
 		}
 	}
 	if err := errors.Join(err1, err2, err3, err4, err5); err != nil {

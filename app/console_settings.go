@@ -30,6 +30,10 @@ func (a *App) handleSettings(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := ui.Settings{Page: pg, OpenSignup: open, OpenSignupSource: src}
+	v.MediaLimits = []ui.Setting{
+		{Name: "Largest upload", Value: ui.Bytes(a.cfg.MaxMediaBytes), Source: a.cfg.source("NAH_MAX_MEDIA_BYTES")},
+		{Name: "Storage per person (database and media)", Value: ui.Bytes(a.cfg.QuotaBytes), Source: a.cfg.source("NAH_QUOTA_BYTES")},
+	}
 	v.Flash = flashes[r.URL.Query().Get("m")]
 	for _, s := range a.cfg.Effective() {
 		v.Config = append(v.Config, ui.Setting{Name: s.Name, Value: s.Value, Source: s.Source})

@@ -146,7 +146,7 @@ func checkContract(t *testing.T, x exchange) {
 		t.Fatalf("%s: %v", name, err)
 	}
 	req.Header = x.header.Clone()
-	if len(x.body) > 0 && req.Header.Get("Content-Type") == "" {
+	if len(x.body) > 0 && req.Header.Values("Content-Type") == nil { // a media upload may send an empty one
 		// The server does not look at Content-Type, and the tests send
 		// none; the document describes JSON bodies, as a client sends them.
 		req.Header.Set("Content-Type", "application/json")

@@ -31,6 +31,8 @@ var statusOf = map[nah.Code]int{
 
 	nah.InsufficientStorage: http.StatusInsufficientStorage,
 	nah.HeadersTooLarge:     http.StatusRequestHeaderFieldsTooLarge,
+	nah.QuotaExceeded:       http.StatusRequestEntityTooLarge,
+	nah.RangeNotSatisfiable: http.StatusRequestedRangeNotSatisfiable,
 }
 
 // errInternal is what a client sees of any error that is not an *nah.Error,

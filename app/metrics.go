@@ -179,6 +179,15 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
+// ReadFrom passes a copy on to the ResponseWriter's own ReadFrom, which
+// sends a media file with sendfile rather than through a buffer.
+func (w *statusWriter) ReadFrom(r io.Reader) (int64, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return io.Copy(w.ResponseWriter, r)
+}
+
 // measure is the middleware that counts: route pattern, method, status
 // class and duration, each label from a fixed vocabulary (see routeKey).
 // Nothing about the request itself is kept.

@@ -62,6 +62,10 @@ func (a *App) routes() http.Handler {
 			r.Post("/connections", a.handleConnectionCreate)
 			r.Get("/connections", a.handleConnections)
 			r.Delete("/connections/{id}", a.handleConnectionDelete)
+
+			r.Post("/media", a.handleMediaCreate)
+			r.Get("/people/{id}/media/{media_id}", a.handleMediaGet)
+			r.Delete("/media/{media_id}", a.handleMediaDelete)
 		})
 	})
 	a.metrics.setRoutes(r)

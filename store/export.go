@@ -4,12 +4,14 @@ import (
 	"archive/tar"
 	"context"
 	"crypto/sha256"
+	"database/sql"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"time"
 
@@ -18,9 +20,11 @@ import (
 	"github.com/nah-app/nah"
 )
 
-// A person's export is a tar of their database and a manifest (issue 10):
+// A person's export is a tar of their database, their media and a
+// manifest (issues 10 and 11):
 //
 //	person.db      a consistent copy of the person file
+//	media/<id>     each media file with a row in that copy, by id
 //	manifest.json  who, when, which schema, their connections, and a
 //	               sha256 of every entry before it
 //
@@ -84,6 +88,12 @@ type Export struct {
 	manifest Manifest
 	snap     *os.File
 	size     int64
+	// media are the media files of the copy's rows, hard-linked into
+	// linkDir as the copy was taken: a delete during the download unlinks
+	// only the person's own name of the file, so the tar still holds
+	// exactly what the copy's rows say.
+	media   []ManifestFile
+	linkDir string
 }
 
 // backuper is what modernc's connection offers for SQLite's online backup
@@ -123,17 +133,26 @@ func (s *Store) ExportPerson(ctx context.Context, id, serverVersion string) (*Ex
 	for _, c := range cs {
 		m.Connections = append(m.Connections, ManifestConnection{Handle: c.Handle, ConnectedAt: nah.FormatTime(c.ConnectedAt)})
 	}
-	err = s.useFile(ctx, id, false, func(f *personFile) error {
-		var err error
-		e.snap, m.SchemaVersion, err = backupFile(ctx, f.path)
-		return err
+	// Under the person's media lock, no upload commits and no delete
+	// runs: the copy's rows and the linked files agree.
+	err = s.withUsage(ctx, id, func(*mediaUsage) error {
+		return s.useFile(ctx, id, false, func(f *personFile) error {
+			var err error
+			if e.snap, m.SchemaVersion, err = backupFile(ctx, f.path); err != nil {
+				return err
+			}
+			if e.media, e.linkDir, err = linkMedia(ctx, f.db, filepath.Dir(f.path)); err != nil {
+				e.snap.Close()
+			}
+			return err
+		})
 	})
 	if err != nil {
 		return nil, err
 	}
 	st, err := e.snap.Stat()
 	if err != nil {
-		e.snap.Close()
+		e.Close()
 		return nil, err
 	}
 	e.size = st.Size()
@@ -197,6 +216,38 @@ func backupFile(ctx context.Context, p string) (_ *os.File, schema int, err erro
 	return f, schema, nil
 }
 
+// linkMedia hard-links every media file of db's rows from dir/media into
+// a new folder dir/export-*.media, and lists them (size and sha256 from
+// their rows). No media: no folder.
+func linkMedia(ctx context.Context, db *sql.DB, dir string) (files []ManifestFile, linkDir string, err error) {
+	rows, err := db.QueryContext(ctx, `SELECT id, size, sha256 FROM media ORDER BY id`)
+	if err != nil {
+		return nil, "", err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var f ManifestFile
+		if err := rows.Scan(&f.Name, &f.Size, &f.SHA256); err != nil {
+			return nil, "", err
+		}
+		files = append(files, f)
+	}
+	if err := rows.Err(); err != nil || len(files) == 0 {
+		return nil, "", err
+	}
+	if linkDir, err = os.MkdirTemp(dir, "export-*.media"); err != nil {
+		return nil, "", err
+	}
+	for i, f := range files {
+		if err := os.Link(filepath.Join(dir, mediaDirName, f.Name), filepath.Join(linkDir, f.Name)); err != nil {
+			os.RemoveAll(linkDir)
+			return nil, "", err
+		}
+		files[i].Name = mediaDirName + "/" + f.Name
+	}
+	return files, linkDir, nil
+}
+
 // Filename is the name the export is downloaded under.
 func (e *Export) Filename() string { return ExportFilename(e.Person.Handle, e.At) }
 
@@ -220,7 +271,8 @@ func (e *Export) WriteTo(w io.Writer) (int64, error) {
 	}
 	// The struct hides the file's WriteTo, which would copy through a
 	// buffer of its own.
-	n, err := io.CopyBuffer(io.MultiWriter(tw, h), struct{ io.Reader }{e.snap}, make([]byte, exportCopyBuffer))
+	buf := make([]byte, exportCopyBuffer)
+	n, err := io.CopyBuffer(io.MultiWriter(tw, h), struct{ io.Reader }{e.snap}, buf)
 	if err != nil {
 		return cw.n, err
 	}
@@ -229,6 +281,14 @@ func (e *Export) WriteTo(w io.Writer) (int64, error) {
 	}
 	m := e.manifest
 	m.Files = []ManifestFile{{Name: "person.db", Size: e.size, SHA256: hex.EncodeToString(h.Sum(nil))}}
+	for _, f := range e.media {
+		sum, err := writeMedia(tw, filepath.Join(e.linkDir, path.Base(f.Name)), f, e.At, buf)
+		if err != nil {
+			return cw.n, err
+		}
+		f.SHA256 = sum // what was sent, which the import checks against the row's
+		m.Files = append(m.Files, f)
+	}
 	body, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return cw.n, err
@@ -246,8 +306,32 @@ func (e *Export) WriteTo(w io.Writer) (int64, error) {
 	return cw.n, err
 }
 
-// Close releases the copy of the database.
-func (e *Export) Close() error { return e.snap.Close() }
+// writeMedia writes one media file as the tar entry f.Name and returns
+// the sha256 of what it sent.
+func writeMedia(tw *tar.Writer, p string, f ManifestFile, at time.Time, buf []byte) (string, error) {
+	src, err := os.Open(p)
+	if err != nil {
+		return "", err
+	}
+	defer src.Close()
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: f.Name, Mode: 0o600, Size: f.Size, ModTime: at}); err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	n, err := io.CopyBuffer(io.MultiWriter(tw, h), io.LimitReader(struct{ io.Reader }{src}, f.Size), buf)
+	if err == nil && n != f.Size {
+		err = fmt.Errorf("export: %s: copied %d bytes of %d", f.Name, n, f.Size)
+	}
+	return hex.EncodeToString(h.Sum(nil)), err
+}
+
+// Close releases the copy of the database and the links to the media.
+func (e *Export) Close() error {
+	if e.linkDir != "" {
+		os.RemoveAll(e.linkDir)
+	}
+	return e.snap.Close()
+}
 
 type countingWriter struct {
 	w io.Writer
@@ -298,12 +382,14 @@ func ExportedMoments(ctx context.Context, path string) ([]string, error) {
 // once, so one still there an hour later was left by a crash mid-copy.
 const staleExport = time.Hour
 
-// removeStaleExports removes scratch copies in dir that a crash left.
+// removeStaleExports removes scratch copies and media links in dir that a
+// crash left.
 func removeStaleExports(dir string) {
 	old, _ := filepath.Glob(filepath.Join(dir, "export-*.db"))
-	for _, f := range old {
+	links, _ := filepath.Glob(filepath.Join(dir, "export-*.media"))
+	for _, f := range append(old, links...) {
 		if fi, err := os.Stat(f); err == nil && time.Since(fi.ModTime()) > staleExport {
-			os.Remove(f)
+			os.RemoveAll(f)
 		}
 	}
 }

@@ -29,6 +29,8 @@ type node struct {
 	head    atomic.Pointer[head] // nil: not cached
 	stamp   fileStamp            // guarded by headMu: the file when head was loaded
 	stamped bool                 // guarded by headMu: stamp can reveal the next write
+
+	usage mediaUsage // the person's storage against their quota (media.go)
 }
 
 func newGraph() *graph {

@@ -11,7 +11,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/nah-app/nah"
@@ -46,6 +48,11 @@ type ImportOptions struct {
 	Handle string
 	// MaxBytes bounds person.db; DefaultImportMaxBytes when zero.
 	MaxBytes int64
+	// MaxMediaBytes bounds each media file (nah.DefaultMaxMediaBytes when
+	// zero), and QuotaBytes the database and media together
+	// (nah.DefaultQuotaBytes): the limits an upload here would meet.
+	MaxMediaBytes int64
+	QuotaBytes    int64
 	// MaxMomentBytes bounds each moment's body, as posting does;
 	// nah.DefaultMaxMomentBytes when zero. A larger one is refused: it
 	// would be read whole into memory here, and by every head and page
@@ -114,6 +121,12 @@ func (s *Store) ImportPerson(ctx context.Context, r io.Reader, opts ImportOption
 	if opts.MaxMomentBytes <= 0 {
 		opts.MaxMomentBytes = nah.DefaultMaxMomentBytes
 	}
+	if opts.MaxMediaBytes <= 0 {
+		opts.MaxMediaBytes = nah.DefaultMaxMediaBytes
+	}
+	if opts.QuotaBytes <= 0 {
+		opts.QuotaBytes = nah.DefaultQuotaBytes
+	}
 	if opts.Handle != "" {
 		if err := nah.CheckHandle(opts.Handle); err != nil {
 			return ImportResult{}, err
@@ -125,7 +138,7 @@ func (s *Store) ImportPerson(ctx context.Context, r io.Reader, opts ImportOption
 	}
 	defer os.RemoveAll(tmp)
 
-	m, err := readExport(r, tmp, opts.MaxBytes)
+	m, media, err := readExport(r, tmp, opts)
 	if err != nil {
 		return ImportResult{}, s.spaceErr(err)
 	}
@@ -163,7 +176,11 @@ func (s *Store) ImportPerson(ctx context.Context, r io.Reader, opts ImportOption
 	var newest int64
 	err = s.useFile(ctx, id, true, func(f *personFile) error {
 		var err error
-		res.Moments, newest, err = copyMoments(ctx, db, f.db, opts.MaxMomentBytes, s.now().Add(time.Minute).UnixMilli())
+		latest := s.now().Add(time.Minute).UnixMilli()
+		res.Moments, newest, err = copyMoments(ctx, db, f.db, opts.MaxMomentBytes, latest)
+		if err == nil {
+			err = copyMedia(ctx, db, f.db, media, filepath.Join(tmp, mediaDirName), filepath.Join(filepath.Dir(f.path), mediaDirName), latest)
+		}
 		return err
 	})
 	if err == nil {
@@ -219,12 +236,36 @@ func (s *Store) insertImported(ctx context.Context, p nah.Person, moments int, f
 	return token, err
 }
 
+// maxImportMedia bounds the media entries of an export: 2 GiB of quota
+// is 100,000 files of 20 KB.
+const maxImportMedia = 100_000
+
 // readExport extracts the tar from r into dir, which must be empty,
-// accepting exactly two regular files, person.db then manifest.json, and
-// checks person.db against the manifest. Sizes in headers are never
-// trusted: a header over the limit is refused, and copying stops at the
-// limit and at what the header promised, whichever comes first.
-func readExport(r io.Reader, dir string, maxBytes int64) (*Manifest, error) {
+// accepting regular files only: person.db, then any media/<id> (into
+// dir/media), then manifest.json; and checks every entry against the
+// manifest. It returns the media files, by id, with their size and sha256.
+// Sizes in headers are never trusted: a header over a limit is refused,
+// and copying stops at the limit and at what the header promised,
+// whichever comes first.
+func readExport(r io.Reader, dir string, opts ImportOptions) (*Manifest, map[string]ManifestFile, error) {
+	m, media, err := readEntries(r, dir, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, f := range m.Files[1:] {
+		got, ok := media[path.Base(f.Name)]
+		if !ok || got.Name != f.Name || got.Size != f.Size || got.SHA256 != f.SHA256 {
+			return nil, nil, badExport("%s does not match the manifest's size and sha256: the file is damaged or was changed", f.Name)
+		}
+	}
+	if len(m.Files)-1 != len(media) {
+		return nil, nil, badExport("the tar holds %d media files and the manifest lists %d", len(media), len(m.Files)-1)
+	}
+	return m, media, nil
+}
+
+func readEntries(r io.Reader, dir string, opts ImportOptions) (*Manifest, map[string]ManifestFile, error) {
+	maxBytes := opts.MaxBytes
 	tr := tar.NewReader(r)
 	var (
 		m       *Manifest
@@ -232,6 +273,8 @@ func readExport(r io.Reader, dir string, maxBytes int64) (*Manifest, error) {
 		dbSum   string
 		seenDB  bool
 		entries int
+		total   int64
+		media   = make(map[string]ManifestFile)
 	)
 	for {
 		h, err := tr.Next()
@@ -239,84 +282,109 @@ func readExport(r io.Reader, dir string, maxBytes int64) (*Manifest, error) {
 			break
 		}
 		if err != nil {
-			return nil, badExport("reading the tar: %v", err)
+			return nil, nil, badExport("reading the tar: %v", err)
 		}
 		entries++
-		if entries > 2 {
-			return nil, badExport("more entries than person.db and manifest.json (%q)", h.Name)
+		if m != nil {
+			return nil, nil, badExport("more entries after manifest.json (%q)", h.Name)
+		}
+		if entries > 2+maxImportMedia {
+			return nil, nil, badExport("more than %d media files", maxImportMedia)
 		}
 		if h.Typeflag != tar.TypeReg {
-			return nil, badExport("entry %q is not a regular file", h.Name)
+			return nil, nil, badExport("entry %q is not a regular file", h.Name)
 		}
 		if h.Size < 0 {
-			return nil, badExport("entry %q has a negative size", h.Name)
+			return nil, nil, badExport("entry %q has a negative size", h.Name)
 		}
-		switch h.Name {
-		case "person.db":
+		id, isMedia := strings.CutPrefix(h.Name, mediaDirName+"/")
+		switch {
+		case isMedia:
+			if !seenDB || m != nil {
+				return nil, nil, badExport("%s is before person.db or after the manifest", h.Name)
+			}
+			if !nah.ValidMediaID(id) {
+				return nil, nil, badExport("unexpected entry %q (media are media/<id>)", h.Name)
+			}
+			if _, dup := media[id]; dup {
+				return nil, nil, badExport("%s appears twice", h.Name)
+			}
+			if h.Size > opts.MaxMediaBytes {
+				return nil, nil, nah.Errorf(nah.TooLarge, "too_large", "%s claims %d bytes, over the limit of %d", h.Name, h.Size, opts.MaxMediaBytes)
+			}
+			if total += h.Size; total > opts.QuotaBytes {
+				return nil, nil, nah.Errorf(nah.QuotaExceeded, "", "the export holds more than the quota of %d bytes", opts.QuotaBytes)
+			}
+			if len(media) == 0 {
+				if err := os.Mkdir(filepath.Join(dir, mediaDirName), privateDir); err != nil {
+					return nil, nil, err
+				}
+			}
+			size, sum, err := copyEntry(tr, filepath.Join(dir, mediaDirName, id), h.Size)
+			if err != nil {
+				return nil, nil, err
+			}
+			media[id] = ManifestFile{Name: h.Name, Size: size, SHA256: sum}
+		case h.Name == "person.db":
 			if seenDB || m != nil {
-				return nil, badExport("person.db appears twice, or after the manifest")
+				return nil, nil, badExport("person.db appears twice, or after the manifest")
 			}
 			seenDB = true
 			if h.Size > maxBytes {
-				return nil, nah.Errorf(nah.TooLarge, "too_large", "person.db claims %d bytes, over the limit of %d", h.Size, maxBytes)
+				return nil, nil, nah.Errorf(nah.TooLarge, "too_large", "person.db claims %d bytes, over the limit of %d", h.Size, maxBytes)
 			}
 			dbSize, dbSum, err = copyEntry(tr, filepath.Join(dir, "person.db"), h.Size)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
-		case "manifest.json":
+			total = dbSize
+		case h.Name == "manifest.json":
 			if m != nil {
-				return nil, badExport("manifest.json appears twice")
+				return nil, nil, badExport("manifest.json appears twice")
 			}
 			if h.Size > manifestMaxBytes {
-				return nil, badExport("manifest.json claims %d bytes, over the limit of %d", h.Size, manifestMaxBytes)
+				return nil, nil, badExport("manifest.json claims %d bytes, over the limit of %d", h.Size, manifestMaxBytes)
 			}
 			b, err := io.ReadAll(io.LimitReader(tr, h.Size))
 			if err != nil || int64(len(b)) != h.Size {
-				return nil, badExport("manifest.json is truncated")
+				return nil, nil, badExport("manifest.json is truncated")
 			}
 			m = new(Manifest)
 			if err := json.Unmarshal(b, m); err != nil {
-				return nil, badExport("manifest.json: %v", err)
+				return nil, nil, badExport("manifest.json: %v", err)
 			}
 		default:
-			return nil, badExport("unexpected entry %q (an export holds person.db and manifest.json)", h.Name)
+			return nil, nil, badExport("unexpected entry %q (an export holds person.db, media/<id> and manifest.json)", h.Name)
 		}
 	}
 	if m == nil || !seenDB {
-		return nil, badExport("person.db and manifest.json are both needed")
+		return nil, nil, badExport("person.db and manifest.json are both needed")
 	}
 	if m.Format != ExportFormat {
-		return nil, badExport("the manifest's format is %q, not %q", m.Format, ExportFormat)
+		return nil, nil, badExport("the manifest's format is %q, not %q", m.Format, ExportFormat)
 	}
 	if m.FormatVersion != exportFormatVersion {
-		return nil, badExport("format version %d; this server reads version %d", m.FormatVersion, exportFormatVersion)
+		return nil, nil, badExport("format version %d; this server reads version %d", m.FormatVersion, exportFormatVersion)
 	}
 	if len(m.Connections) > nah.MaxConnections {
-		return nil, badExport("the manifest lists %d connections; a person has at most %d", len(m.Connections), nah.MaxConnections)
+		return nil, nil, badExport("the manifest lists %d connections; a person has at most %d", len(m.Connections), nah.MaxConnections)
 	}
 	for _, c := range m.Connections {
 		if !nah.ValidHandle(c.Handle) || len(c.ConnectedAt) > len(nah.TimeFormat) {
-			return nil, badExport("the manifest lists a connection %q that is not a valid handle", c.Handle)
+			return nil, nil, badExport("the manifest lists a connection %q that is not a valid handle", c.Handle)
 		}
 	}
 	if m.SchemaVersion > len(personMigrations) {
-		return nil, nah.Errorf(nah.Invalid, "export_too_new",
+		return nil, nil, nah.Errorf(nah.Invalid, "export_too_new",
 			"the export's schema version is %d and this server knows up to %d: upgrade this server first", m.SchemaVersion, len(personMigrations))
 	}
-	var want *ManifestFile
-	for i := range m.Files {
-		if m.Files[i].Name == "person.db" {
-			want = &m.Files[i]
-		}
+	if len(m.Files) == 0 || m.Files[0].Name != "person.db" {
+		return nil, nil, badExport("the manifest must list person.db first")
 	}
-	if want == nil || len(m.Files) != 1 {
-		return nil, badExport("the manifest must list person.db and only it")
+	if want := m.Files[0]; want.Size != dbSize || want.SHA256 != dbSum {
+		return nil, nil, badExport("person.db does not match the manifest's size and sha256: the file is damaged or was changed")
 	}
-	if want.Size != dbSize || want.SHA256 != dbSum {
-		return nil, badExport("person.db does not match the manifest's size and sha256: the file is damaged or was changed")
-	}
-	return m, nil
+	return m, media, nil
 }
 
 // copyEntry copies the current tar entry, which claims size bytes, to a new
@@ -448,6 +516,77 @@ func copyMoments(ctx context.Context, src, dst *sql.DB, maxBody int, latest int6
 		return 0, 0, badExport("reading person.db's moments: %v", err)
 	}
 	return n, newest, tx.Commit()
+}
+
+// copyMedia copies the media rows of src into dst, after moving their
+// files from tmp into the person's folder dir: every row must have its
+// file, with the size and sha256 it says, and every file a row. Files
+// first, as an upload does, so a row never points to a missing file.
+func copyMedia(ctx context.Context, src, dst *sql.DB, files map[string]ManifestFile, tmp, dir string, latest int64) error {
+	var kind string
+	err := src.QueryRowContext(ctx, `SELECT type FROM sqlite_schema WHERE name = 'media'`).Scan(&kind)
+	if errors.Is(err, sql.ErrNoRows) && len(files) == 0 {
+		return nil // an export from before media
+	}
+	if err != nil || kind != "table" {
+		return badExport("person.db's media is not a table")
+	}
+	rows, err := src.QueryContext(ctx, `SELECT id, size, sha256, content_type, created_at FROM media`)
+	if err != nil {
+		return badExport("person.db has no readable media: %v", err)
+	}
+	defer rows.Close()
+	var ms []nah.Media
+	for rows.Next() {
+		var m nah.Media
+		if err := rows.Scan(&m.ID, &m.Size, &m.SHA256, &m.ContentType, &m.CreatedAt); err != nil {
+			return badExport("a media row of person.db: %v", err)
+		}
+		f, ok := files[m.ID]
+		if !ok || f.Size != m.Size || f.SHA256 != m.SHA256 {
+			return badExport("media %q of person.db has no file of its size and sha256 in the tar", m.ID)
+		}
+		if m.ContentType == "" || len(m.ContentType) > 255 || strings.ContainsFunc(m.ContentType, func(r rune) bool { return r < ' ' || r > '~' }) ||
+			m.CreatedAt <= 0 || m.CreatedAt > latest {
+			return badExport("media %q of person.db has an invalid type or time", m.ID)
+		}
+		ms = append(ms, m)
+	}
+	if err := rows.Err(); err != nil {
+		return badExport("reading person.db's media: %v", err)
+	}
+	if len(ms) != len(files) {
+		return badExport("the tar holds %d media files for %d rows", len(files), len(ms))
+	}
+	if len(ms) == 0 {
+		return nil
+	}
+	if err := os.Mkdir(dir, privateDir); err != nil {
+		return err
+	}
+	for _, m := range ms {
+		if err := os.Rename(filepath.Join(tmp, m.ID), filepath.Join(dir, m.ID)); err != nil {
+			return err
+		}
+	}
+	if err := syncDir(dir); err != nil {
+		return err
+	}
+	tx, err := dst.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	for _, m := range ms {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO media(id, size, sha256, content_type, created_at) VALUES (?, ?, ?, ?, ?)`,
+			m.ID, m.Size, m.SHA256, m.ContentType, m.CreatedAt); err != nil {
+			if isUniqueViolation(err) {
+				return badExport("person.db holds media %q twice", m.ID)
+			}
+			return err
+		}
+	}
+	return tx.Commit()
 }
 
 // FormerConnections returns the handles of person id's connections on the

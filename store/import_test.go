@@ -244,6 +244,7 @@ func TestImportHostile(t *testing.T) {
 	truncated := reg("person.db", db)
 	truncated.short = len(db) / 2
 
+	mediaID := nah.NewMediaID(1)
 	cases := []struct {
 		name    string
 		tar     []byte
@@ -258,6 +259,13 @@ func TestImportHostile(t *testing.T) {
 		{"directory", makeTar(t, entry{hdr: tar.Header{Typeflag: tar.TypeDir, Name: "people/", Mode: 0o700}}, reg("person.db", db), reg("manifest.json", manifest)), nah.Invalid, "not a regular file"},
 		{"extra file", makeTar(t, reg("person.db", db), reg("notes.txt", []byte("hi")), reg("manifest.json", manifest)), nah.Invalid, `unexpected entry "notes.txt"`},
 		{"extra file after", makeTar(t, reg("person.db", db), reg("manifest.json", manifest), reg("x", nil)), nah.Invalid, "more entries"},
+		{"media path trick", makeTar(t, reg("person.db", db), reg("media/../person.db", db), reg("manifest.json", manifest)), nah.Invalid, `unexpected entry "media/../person.db"`},
+		{"media before person.db", makeTar(t, reg("media/"+mediaID, []byte("x")), reg("person.db", db), reg("manifest.json", manifest)), nah.Invalid, "before person.db"},
+		{"media not in the manifest", makeTar(t, reg("person.db", db), reg("media/"+mediaID, []byte("x")), reg("manifest.json", manifest)), nah.Invalid, "the manifest lists 0"},
+		{"media without a row", makeTar(t, reg("person.db", db), reg("media/"+mediaID, []byte("x")), reg("manifest.json", remanifest(func(m *Manifest) {
+			m.Files = append(m.Files, ManifestFile{Name: "media/" + mediaID, Size: 1, SHA256: "2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881"})
+		}))), nah.Invalid, "1 media files for 0 rows"},
+		{"media over the limit", makeTar(t, reg("person.db", db), reg("media/"+mediaID, make([]byte, 2<<20)), reg("manifest.json", manifest)), nah.TooLarge, "over the limit"},
 		{"duplicate person.db", makeTar(t, reg("person.db", db), reg("person.db", db)), nah.Invalid, "twice"},
 		{"claims 10 GB", makeTar(t, huge), nah.TooLarge, "over the limit"},
 		{"truncated person.db", makeTar(t, truncated), nah.Invalid, "truncated"},
@@ -283,7 +291,7 @@ func TestImportHostile(t *testing.T) {
 	before := tree(t, dir)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := s.ImportPerson(ctx, bytes.NewReader(c.tar), ImportOptions{MaxBytes: 1 << 20})
+			_, err := s.ImportPerson(ctx, bytes.NewReader(c.tar), ImportOptions{MaxBytes: 1 << 20, MaxMediaBytes: 1 << 20})
 			if err == nil {
 				t.Fatal("imported")
 			}

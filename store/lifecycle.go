@@ -300,8 +300,10 @@ func (s *Store) purge(ctx context.Context, id string) error {
 }
 
 // sweepLoop purges deleted people when due: at start, then every minute.
+// At start it also removes what interrupted uploads left (media.go).
 func (s *Store) sweepLoop() {
 	defer close(s.swept)
+	s.sweepUploads()
 	t := time.NewTicker(sweepEvery)
 	defer t.Stop()
 	for {

@@ -177,24 +177,17 @@ func (s *Store) ResetPassword(ctx context.Context, token, passwordHash string) (
 	return person, err
 }
 
-// StorageUsed returns the bytes on disk of a person's folder.
-func (s *Store) StorageUsed(id string) (int64, error) {
-	d, err := s.files.personDir(id)
-	if err != nil {
-		return 0, err
-	}
-	return dirSize(d)
-}
-
 // Totals are the overview's counts.
 type Totals struct {
 	People       int
 	Moments      int64
-	StorageBytes int64
+	StorageBytes int64 // everything under the data directory
+	MediaBytes   int64 // of which people's media files
 }
 
 // Totals counts people and moments (from the directory, up to a second
-// behind) and the bytes of the data directory on disk.
+// behind) and the bytes of the data directory on disk, media apart. It
+// walks the whole directory: for the console's overview, not a hot path.
 func (s *Store) Totals(ctx context.Context) (Totals, error) {
 	var t Totals
 	if err := s.r.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(moments), 0) FROM people WHERE deleted_at IS NULL`).Scan(&t.People, &t.Moments); err != nil {
@@ -202,7 +195,18 @@ func (s *Store) Totals(ctx context.Context) (Totals, error) {
 	}
 	var err error
 	t.StorageBytes, err = dirSize(s.dir)
-	return t, err
+	if err != nil {
+		return t, err
+	}
+	media, _ := filepath.Glob(filepath.Join(s.dir, "people", "*", mediaDirName))
+	for _, m := range media {
+		n, err := dirSize(m)
+		if err != nil {
+			return t, err
+		}
+		t.MediaBytes += n
+	}
+	return t, nil
 }
 
 // dirSize returns the bytes of the regular files under path, for the

@@ -24,6 +24,7 @@ type Overview struct {
 	People       int
 	Moments      int64
 	StorageBytes int64
+	MediaBytes   int64 // of StorageBytes, people's media files
 	OpenFiles    int
 	MaxOpenFiles int
 	RSSBytes     int64
@@ -99,8 +100,12 @@ type Person struct {
 	// the server they were imported from and do not have now.
 	FormerConnections []string
 	Moments           int
-	StorageBytes      int64
-	Sessions          []SessionRow
+	// DatabaseBytes and MediaBytes are their storage, against Quota.
+	DatabaseBytes int64
+	MediaBytes    int64
+	MediaCount    int
+	Quota         int64
+	Sessions      []SessionRow
 	// Attention, when set, is what is wrong with the person's file, which
 	// cannot be read since AttentionSince; Moments is then unknown.
 	Attention      string
@@ -151,7 +156,10 @@ type Settings struct {
 	Page
 	OpenSignup       bool
 	OpenSignupSource string
-	Config           []Setting
+	// MediaLimits are the largest upload and the quota per person, each
+	// with its variable's source.
+	MediaLimits []Setting
+	Config      []Setting
 }
 
 // Form is a page with a single form: sign-in, first admin, password reset.

@@ -245,6 +245,16 @@ var variables = []variable{
 		}
 		return nil
 	}},
+	{"NAH_MAX_MEDIA_BYTES", "25MiB", "largest media upload (B, KiB, MiB, GiB, or KB, MB, GB); a larger one is 413 as soon as it is known", func(c *config, v string) (err error) {
+		if c.App.MaxMediaBytes, err = parseBytes(v); err == nil && c.App.MaxMediaBytes > 4<<30 {
+			err = errors.New("want a size of at most 4GiB")
+		}
+		return err
+	}},
+	{"NAH_QUOTA_BYTES", "2GiB", "storage each person may use, their database and media together; an upload that would pass it is 413 quota_exceeded", func(c *config, v string) (err error) {
+		c.App.QuotaBytes, err = parseBytes(v)
+		return err
+	}},
 	{"NAH_MEMORY_LIMIT", strconv.Itoa(defaultMemoryLimit>>20) + "MiB", "memory the whole process may use: SQLite, the head cache and a base are set apart, the rest is what requests may hold at once (past it they get 503 with Retry-After); GOMEMLIMIT is set from it", func(c *config, v string) (err error) {
 		c.MemoryLimit, err = parseBytes(v)
 		return err
@@ -602,6 +612,8 @@ func (c config) LogValue() slog.Value {
 		slog.Int("trusted_proxies", len(c.App.TrustedProxies)),
 		slog.String("public_url", c.App.PublicURL),
 		slog.Int("max_moment_bytes", c.App.MaxMomentBytes),
+		slog.Int64("max_media_bytes", c.App.MaxMediaBytes),
+		slog.Int64("quota_bytes", c.App.QuotaBytes),
 		slog.Int64("memory_limit", c.MemoryLimit),
 		slog.Int64("request_budget", c.App.MemoryBudget),
 		slog.String("https", c.httpsMode()),

@@ -337,7 +337,7 @@ func personCmd(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	defer f.Close()
 	return withStore(ctx, getenv, stderr, func(cfg config, s *store.Store) error {
-		res, err := s.ImportPerson(ctx, f, store.ImportOptions{Handle: *handle, MaxMomentBytes: cfg.App.MaxMomentBytes})
+		res, err := s.ImportPerson(ctx, f, store.ImportOptions{Handle: *handle, MaxMomentBytes: cfg.App.MaxMomentBytes, MaxMediaBytes: cfg.App.MaxMediaBytes, QuotaBytes: cfg.App.QuotaBytes})
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,420 @@
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"hash"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/nah-app/nah"
+)
+
+// Media (issue 11): a person's uploaded files, under people/<id>/media/<media
+// id>, with a row each in the person's database (migrations/person/0002).
+//
+// An upload streams into media/upload-*.tmp, which it holds under an
+// exclusive lock (tryLock) for as long as it lives, hashing on the way; it
+// is fsynced, renamed to its id, the folder fsynced, and only then is the
+// row committed. So a row never points to a missing file, whatever crashes
+// when. What a crash can leave is a temporary file (no lock held: its
+// process is gone) or a renamed file without a row; both are removed by
+// sweepMedia, at the person's first use of media in a process (loadUsage)
+// and, for temporary files, at start (sweepUploads). A delete commits the
+// row's removal first and unlinks the file after, for the same reason.
+//
+// Quota: each person's node keeps what their media take (the sum of their
+// rows' sizes, loaded once from the file) and what uploads in flight have
+// reserved; an upload reserves each chunk before writing it, under the
+// person's lock, so concurrent uploads of one person can never together
+// pass the quota. Storage used is that counter plus the database's files,
+// which are a handful of entries at the top of the folder: no walk of the
+// media, however many there are.
+
+const (
+	mediaDirName = "media"
+	uploadPrefix = "upload-"
+)
+
+// mediaUsage is one person's media on disk and in flight.
+type mediaUsage struct {
+	mu      sync.Mutex // held to load, reserve, commit and delete
+	loaded  bool
+	bytes   int64 // sum of the sizes of the person's media rows
+	count   int
+	pending int64 // reserved by this process's uploads in flight
+}
+
+// Storage is what a person's folder holds.
+type Storage struct {
+	Database   int64 // person.db with its -wal and -shm (every file at the top of the folder)
+	Media      int64 // bytes of their media files
+	MediaCount int
+}
+
+// Used is what counts against the quota.
+func (s Storage) Used() int64 { return s.Database + s.Media }
+
+func errNoMedia() error { return nah.Errorf(nah.NotFound, "", "no such media") }
+
+func (s *Store) mediaDir(id string) (string, error) {
+	d, err := s.files.personDir(id)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(d, mediaDirName), nil
+}
+
+// withUsage runs fn with person id's usage locked and loaded.
+func (s *Store) withUsage(ctx context.Context, id string, fn func(u *mediaUsage) error) error {
+	n := s.graph.node(id)
+	if n == nil {
+		return nah.Errorf(nah.NotFound, "", "no such person")
+	}
+	u := &n.usage
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if !u.loaded {
+		if err := s.loadUsage(ctx, id, u); err != nil {
+			return err
+		}
+	}
+	return fn(u)
+}
+
+// loadUsage reads person id's media rows into u and sweeps their folder
+// against them. u.mu is held: no upload commits and no delete runs meanwhile.
+func (s *Store) loadUsage(ctx context.Context, id string, u *mediaUsage) error {
+	rows := make(map[string]bool)
+	var sum int64
+	err := s.useFile(ctx, id, false, func(f *personFile) error {
+		r, err := f.db.QueryContext(ctx, `SELECT id, size FROM media`)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		for r.Next() {
+			var mid string
+			var size int64
+			if err := r.Scan(&mid, &size); err != nil {
+				return err
+			}
+			rows[mid] = true
+			sum += size
+		}
+		return r.Err()
+	})
+	if err != nil {
+		return err
+	}
+	dir, _ := s.mediaDir(id)
+	s.sweepMedia(dir, rows)
+	u.bytes, u.count, u.loaded = sum, len(rows), true
+	return nil
+}
+
+// sweepMedia removes from dir the temporary files that no upload holds
+// and, unless rows is nil, the media files that have no row.
+func (s *Store) sweepMedia(dir string, rows map[string]bool) {
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		return // no media yet
+	}
+	for _, e := range es {
+		name := e.Name()
+		switch {
+		case strings.HasPrefix(name, uploadPrefix):
+		case rows != nil && nah.ValidMediaID(name) && !rows[name]:
+		default:
+			continue
+		}
+		if removeUnlocked(filepath.Join(dir, name)) {
+			s.log.Info("removed what an interrupted upload or delete left", "path", filepath.Join(dir, name))
+		}
+	}
+}
+
+// removeUnlocked removes the file at p unless an upload holds it.
+func removeUnlocked(p string) bool {
+	f, err := os.Open(p)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if tryLock(f) != nil {
+		return false
+	}
+	return os.Remove(p) == nil
+}
+
+// sweepUploads removes, once at start, the temporary files of uploads
+// that a crash cut off, for everyone: a person who never comes back must
+// not keep them. It reads people/*/media only; files without a row wait
+// for their person's next use of media, which needs their database.
+func (s *Store) sweepUploads() {
+	dirs, _ := filepath.Glob(filepath.Join(s.dir, "people", "*", mediaDirName, uploadPrefix+"*"))
+	for _, p := range dirs {
+		id := filepath.Base(filepath.Dir(filepath.Dir(p)))
+		n := s.graph.node(id)
+		if n == nil {
+			continue // a folder being made or deleted; its own paths clean it
+		}
+		n.usage.mu.Lock() // so that no upload of this process is between its create and its lock
+		if removeUnlocked(p) {
+			s.log.Info("removed the temporary file of an interrupted upload", "path", p)
+		}
+		n.usage.mu.Unlock()
+	}
+}
+
+// StorageOf returns what person id's folder holds.
+func (s *Store) StorageOf(ctx context.Context, id string) (Storage, error) {
+	var st Storage
+	err := s.withUsage(ctx, id, func(u *mediaUsage) error {
+		st.Media, st.MediaCount = u.bytes, u.count
+		return nil
+	})
+	if err != nil {
+		return st, err
+	}
+	st.Database, err = s.databaseBytes(id)
+	return st, err
+}
+
+// databaseBytes sums the files at the top of person id's folder.
+func (s *Store) databaseBytes(id string) (int64, error) {
+	d, err := s.files.personDir(id)
+	if err != nil {
+		return 0, err
+	}
+	es, err := os.ReadDir(d)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, e := range es {
+		if e.Type().IsRegular() {
+			if info, err := e.Info(); err == nil {
+				n += info.Size()
+			}
+		}
+	}
+	return n, nil
+}
+
+// Upload is one media upload in progress: Write the bytes, then Commit or
+// Abort (Abort after Commit does nothing, so it can be deferred).
+type Upload struct {
+	s        *Store
+	u        *mediaUsage
+	owner    string
+	dir, tmp string
+	f        *os.File
+	h        hash.Hash
+	size     int64
+	reserved int64
+	base     int64 // the database's bytes at the start
+	quota    int64
+	done     bool
+}
+
+// StartUpload opens a temporary file for a new media file of owner, whose
+// storage may not pass quota bytes.
+func (s *Store) StartUpload(ctx context.Context, owner string, quota int64) (*Upload, error) {
+	dir, err := s.mediaDir(owner)
+	if err != nil {
+		return nil, err
+	}
+	up := &Upload{s: s, owner: owner, dir: dir, h: sha256.New(), quota: quota}
+	if up.base, err = s.databaseBytes(owner); err != nil {
+		return nil, nah.Errorf(nah.NotFound, "", "no such person")
+	}
+	err = s.withUsage(ctx, owner, func(u *mediaUsage) error {
+		up.u = u
+		// Mkdir, not MkdirAll: a person deleted meanwhile has no folder,
+		// and must not get one back.
+		if err := os.Mkdir(dir, privateDir); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		f, err := os.CreateTemp(dir, uploadPrefix+"*.tmp")
+		if err != nil {
+			return err
+		}
+		if err := tryLock(f); err != nil {
+			f.Close()
+			os.Remove(f.Name())
+			return err
+		}
+		up.f, up.tmp = f, f.Name()
+		return nil
+	})
+	if err != nil {
+		return nil, s.spaceErr(err)
+	}
+	return up, nil
+}
+
+// Size is how many bytes have been written.
+func (up *Upload) Size() int64 { return up.size }
+
+// Reserve takes quota for total bytes of this upload ahead of writing
+// them, or fails with QuotaExceeded: for a Content-Length known at once.
+func (up *Upload) Reserve(total int64) error {
+	if total <= up.reserved {
+		return nil
+	}
+	up.u.mu.Lock()
+	defer up.u.mu.Unlock()
+	need := total - up.reserved
+	if up.base+up.u.bytes+up.u.pending+need > up.quota {
+		return nah.Errorf(nah.QuotaExceeded, "", "this upload would take your storage past your quota of %d bytes: delete some media first", up.quota)
+	}
+	up.u.pending += need
+	up.reserved += need
+	return nil
+}
+
+// Write reserves quota for p, then writes it to the temporary file.
+func (up *Upload) Write(p []byte) (int, error) {
+	if err := up.Reserve(up.size + int64(len(p))); err != nil {
+		return 0, err
+	}
+	n, err := up.f.Write(p)
+	up.h.Write(p[:n])
+	up.size += int64(n)
+	if err != nil {
+		return n, up.s.spaceErr(err)
+	}
+	return n, nil
+}
+
+// Commit makes the upload a media file of contentType: fsynced, renamed
+// to its new id, and its row committed, in that order.
+func (up *Upload) Commit(ctx context.Context, contentType string) (nah.Media, error) {
+	if err := up.f.Sync(); err != nil {
+		up.Abort()
+		return nah.Media{}, up.s.spaceErr(err)
+	}
+	now := up.s.now().UnixMilli()
+	m := nah.Media{ID: nah.NewMediaID(now), Owner: up.owner, Size: up.size,
+		SHA256: hex.EncodeToString(up.h.Sum(nil)), ContentType: contentType, CreatedAt: now}
+	final := filepath.Join(up.dir, m.ID)
+	up.u.mu.Lock()
+	defer up.u.mu.Unlock()
+	err := os.Rename(up.tmp, final)
+	if err == nil {
+		err = syncDir(up.dir)
+		if err == nil {
+			err = up.s.useFile(ctx, up.owner, true, func(f *personFile) error {
+				_, err := f.db.ExecContext(ctx, `INSERT INTO media(id, size, sha256, content_type, created_at) VALUES (?, ?, ?, ?, ?)`,
+					m.ID, m.Size, m.SHA256, m.ContentType, m.CreatedAt)
+				return err
+			})
+		}
+		if err != nil {
+			os.Remove(final)
+		}
+	}
+	up.done = true
+	up.u.pending -= up.reserved
+	if err != nil {
+		os.Remove(up.tmp)
+		up.f.Close()
+		return nah.Media{}, up.s.spaceErr(err)
+	}
+	up.u.bytes += m.Size
+	up.u.count++
+	up.f.Close() // the lock goes with it, once the row is there
+	return m, nil
+}
+
+// Abort removes the temporary file and gives back the reserved quota.
+func (up *Upload) Abort() {
+	if up.done {
+		return
+	}
+	up.done = true
+	os.Remove(up.tmp)
+	up.f.Close()
+	up.u.mu.Lock()
+	up.u.pending -= up.reserved
+	up.u.mu.Unlock()
+}
+
+// syncDir fsyncs a folder, so that a rename in it survives a power cut.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// OpenMedia returns media id of owner and its file, open for reading: the
+// caller closes it. A missing media, or one deleted meanwhile, is NotFound.
+func (s *Store) OpenMedia(ctx context.Context, owner, id string) (*os.File, nah.Media, error) {
+	if !nah.ValidMediaID(id) || s.graph.node(owner) == nil {
+		return nil, nah.Media{}, errNoMedia()
+	}
+	m := nah.Media{ID: id, Owner: owner}
+	err := s.useFile(ctx, owner, false, func(f *personFile) error {
+		err := f.db.QueryRowContext(ctx, `SELECT size, sha256, content_type, created_at FROM media WHERE id = ?`, id).
+			Scan(&m.Size, &m.SHA256, &m.ContentType, &m.CreatedAt)
+		if errors.Is(err, sql.ErrNoRows) {
+			return errNoMedia()
+		}
+		return err
+	})
+	if err != nil {
+		return nil, nah.Media{}, err
+	}
+	dir, _ := s.mediaDir(owner)
+	f, err := os.Open(filepath.Join(dir, id))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nah.Media{}, errNoMedia() // deleted since the row was read
+	}
+	if err != nil {
+		return nil, nah.Media{}, err
+	}
+	return f, m, nil
+}
+
+// DeleteMedia deletes owner's media id: the row, then the file. Another
+// person's media, or a missing one, is NotFound.
+func (s *Store) DeleteMedia(ctx context.Context, owner, id string) error {
+	if !nah.ValidMediaID(id) {
+		return errNoMedia()
+	}
+	return s.withUsage(ctx, owner, func(u *mediaUsage) error {
+		var size int64
+		err := s.useFile(ctx, owner, true, func(f *personFile) error {
+			err := f.db.QueryRowContext(ctx, `DELETE FROM media WHERE id = ? RETURNING size`, id).Scan(&size)
+			if errors.Is(err, sql.ErrNoRows) {
+				return errNoMedia()
+			}
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		u.bytes -= size
+		u.count--
+		dir, _ := s.mediaDir(owner)
+		if err := os.Remove(filepath.Join(dir, id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			// The row is gone, so no one can read it; the file is removed
+			// by the next sweep.
+			s.log.Error("remove a deleted media file", "person", owner, "err", err)
+		}
+		return nil
+	})
+}

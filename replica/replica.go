@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	pathpkg "path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -368,6 +369,11 @@ func (r *Replicator) Forget(ctx context.Context, rel string) error {
 	}
 	if err := client.DeleteAll(ctx); err != nil {
 		return err
+	}
+	if strings.HasPrefix(rel, "people/") { // their media's mirror
+		if err := r.cfg.Target.store().remove(ctx, mediaPrefix+"/"+pathpkg.Dir(rel)); err != nil {
+			return err
+		}
 	}
 	if d := r.cfg.Target.Dir(); d != "" {
 		os.Remove(filepath.Dir(filepath.Join(d, filepath.FromSlash(rel))))

@@ -45,6 +45,9 @@ type SweepResult struct {
 	Bytes    int64
 	Failed   []string
 	Err      string // the sweep as a whole failed (target unreachable)
+
+	MediaCopied int   // media files new since the last sweep, copied
+	MediaBytes  int64 // their bytes
 }
 
 // Copier makes a consistent copy of one database (path under the data
@@ -58,6 +61,13 @@ type Sweeper struct {
 	Pace   time.Duration // pause between files, so the sweep never crowds requests
 	Copy   Copier
 	List   func(ctx context.Context) ([]string, error) // every database now
+
+	// Media files never change once written: they are mirrored once to
+	// <target>/media/<path under the data directory> rather than copied
+	// into every sweep, and a mirrored file whose original is gone (media
+	// deleted, person purged) goes from the target too. Nil: no media.
+	Media     func(ctx context.Context) ([]string, error)
+	OpenMedia func(rel string) (*os.File, error)
 
 	mu      sync.Mutex
 	last    SweepResult
@@ -116,6 +126,14 @@ func (s *Sweeper) run(ctx context.Context, now time.Time) (SweepResult, error) {
 			case <-time.After(s.Pace):
 			}
 		}
+	}
+	if s.Media != nil {
+		n, bytes, failed, err := s.mirrorMedia(ctx, blobs)
+		if err != nil {
+			m.Failed = append(m.Failed, "media: "+err.Error())
+		}
+		res.MediaCopied, res.MediaBytes = n, bytes
+		m.Failed = append(m.Failed, failed...)
 	}
 	m.Finished = time.Now().UTC()
 	res.Duration, res.Files, res.Bytes, res.Failed = m.Finished.Sub(m.Started), len(m.Files), m.Bytes, m.Failed
@@ -241,4 +259,92 @@ func copyTo(ctx context.Context, blobs blobStore, key, out string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// mediaPrefix is where media files are mirrored on the target.
+const mediaPrefix = "media"
+
+// mirrorMedia copies the media files the target lacks and removes those
+// whose original is gone.
+func (s *Sweeper) mirrorMedia(ctx context.Context, blobs blobStore) (copied int, bytes int64, failed []string, err error) {
+	local, err := s.Media(ctx)
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	remote, err := blobs.list(ctx, mediaPrefix)
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	have := make(map[string]bool, len(remote))
+	for _, k := range remote {
+		have[strings.TrimPrefix(k, mediaPrefix+"/")] = true
+	}
+	for _, rel := range local {
+		if have[rel] {
+			delete(have, rel)
+			continue
+		}
+		n, err := s.copyMedia(ctx, blobs, rel)
+		if err != nil {
+			failed = append(failed, rel+": "+err.Error())
+			continue
+		}
+		copied++
+		bytes += n
+	}
+	for rel := range have {
+		if err := blobs.remove(ctx, path.Join(mediaPrefix, rel)); err != nil {
+			failed = append(failed, rel+": remove: "+err.Error())
+		}
+	}
+	return copied, bytes, failed, nil
+}
+
+func (s *Sweeper) copyMedia(ctx context.Context, blobs blobStore, rel string) (int64, error) {
+	f, err := s.OpenMedia(rel)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	return st.Size(), blobs.put(ctx, path.Join(mediaPrefix, rel), f, st.Size())
+}
+
+// MediaFiles lists the media files mirrored on the target, as paths under
+// the data directory.
+func MediaFiles(ctx context.Context, t *Target) ([]string, error) {
+	keys, err := t.store().list(ctx, mediaPrefix)
+	if err != nil {
+		return nil, err
+	}
+	out := keys[:0]
+	for _, k := range keys {
+		rel := strings.TrimPrefix(k, mediaPrefix+"/")
+		parts := strings.Split(rel, "/")
+		if len(parts) == 4 && parts[0] == "people" && validRel("people/"+parts[1]+"/person.db") && parts[2] == "media" && validName(parts[3]) {
+			out = append(out, rel)
+		}
+	}
+	return out, nil
+}
+
+// RestoreMedia copies mirrored media file rel to out (which must not exist).
+func RestoreMedia(ctx context.Context, t *Target, rel, out string) error {
+	return copyTo(ctx, t.store(), path.Join(mediaPrefix, rel), out)
+}
+
+// validName: a file name of letters, digits, - and _ only.
+func validName(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
 }

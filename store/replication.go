@@ -209,3 +209,42 @@ func (s *Store) ReplacePersonFile(ctx context.Context, id string, make func(path
 		return err
 	})
 }
+
+// MediaFiles lists every media file of the data directory as paths under
+// it (people/<id>/media/<media id>), for the backup sweep. Media files never
+// change once written, so a copy made once stays true.
+func (s *Store) MediaFiles(ctx context.Context) ([]string, error) {
+	people, err := os.ReadDir(filepath.Join(s.dir, "people"))
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, p := range people {
+		if !p.IsDir() || !nah.ValidPersonID(p.Name()) {
+			continue
+		}
+		es, err := os.ReadDir(filepath.Join(s.dir, "people", p.Name(), mediaDirName))
+		if err != nil {
+			continue // no media
+		}
+		for _, e := range es {
+			if e.Type().IsRegular() && nah.ValidMediaID(e.Name()) {
+				out = append(out, "people/"+p.Name()+"/"+mediaDirName+"/"+e.Name())
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// OpenMediaFile opens media file rel (as MediaFiles names it) for reading.
+func (s *Store) OpenMediaFile(rel string) (*os.File, error) {
+	parts := strings.Split(rel, "/")
+	if len(parts) != 4 || parts[0] != "people" || !nah.ValidPersonID(parts[1]) || parts[2] != mediaDirName || !nah.ValidMediaID(parts[3]) {
+		return nil, fmt.Errorf("store: not a media file: %q", rel)
+	}
+	return os.Open(s.Path(rel))
+}

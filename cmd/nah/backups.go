@@ -80,7 +80,8 @@ func startBackups(ctx context.Context, cfg config, s *store.Store, r *replica.Re
 		Log:     log,
 	}
 	if cfg.SweepEvery > 0 {
-		b.Sweep = &replica.Sweeper{Target: cfg.ReplicaTarget, Keep: cfg.SweepKeep, Pace: sweepPace, Copy: s.Backup, List: s.Databases}
+		b.Sweep = &replica.Sweeper{Target: cfg.ReplicaTarget, Keep: cfg.SweepKeep, Pace: sweepPace, Copy: s.Backup, List: s.Databases,
+			Media: s.MediaFiles, OpenMedia: s.OpenMediaFile}
 	}
 	go b.Run(ctx)
 	return b, nil

@@ -190,11 +190,21 @@ func (a *App) handleMe(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
+	// The digest settings, or null for someone who never chose any.
+	var digest *digestJSON
+	if d, _, err := a.store.FindDigest(r.Context(), p.ID); err == nil {
+		dj := toDigestJSON(d)
+		digest = &dj
+	} else if nah.ErrorCode(err) != nah.NotFound {
+		a.writeError(w, r, err)
+		return
+	}
 	writeJSON(w, http.StatusOK, struct {
-		Person      personJSON `json:"person"`
-		Connections int        `json:"connections"`
-		StorageUsed int64      `json:"storage_used"`
-	}{toPersonJSON(p), a.store.ConnectionCount(p.ID), used})
+		Person      personJSON  `json:"person"`
+		Connections int         `json:"connections"`
+		StorageUsed int64       `json:"storage_used"`
+		Digest      *digestJSON `json:"digest"`
+	}{toPersonJSON(p), a.store.ConnectionCount(p.ID), used, digest})
 }
 
 // handleHealth answers 200 while the directory database can be read, since

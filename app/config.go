@@ -3,6 +3,8 @@ package app
 import (
 	"net/netip"
 	"time"
+
+	"github.com/nah-app/nah/digest"
 )
 
 // Config is what app needs to know of the process's configuration. cmd/nah
@@ -48,6 +50,10 @@ type Config struct {
 	// Version is the server's version (cmd/nah's, stamped at build), which
 	// a person's export records in its manifest.
 	Version string
+
+	// Digests is the digest loop, for the console's Digests page and the
+	// metrics; nil where no loop runs (the page says so).
+	Digests *digest.Loop
 
 	// Settings lists every variable of the process with the value in force
 	// and where it came from, for the console's settings page.

@@ -20,6 +20,7 @@ import (
 
 	"github.com/nah-app/nah"
 	"github.com/nah-app/nah/app"
+	"github.com/nah-app/nah/digest"
 	"github.com/nah-app/nah/store"
 )
 
@@ -41,8 +42,9 @@ type config struct {
 	httpOff                 bool // NAH_HTTP_ADDR=off
 	tlsCertFile, tlsKeyFile string
 
-	Store store.Config // Dir is NAH_DATA_DIR
-	App   app.Config   // App.Settings lists every variable for the console
+	Store  store.Config  // Dir is NAH_DATA_DIR
+	App    app.Config    // App.Settings lists every variable for the console
+	Digest digest.Config // the push relay
 
 	// MemoryLimit is NAH_MEMORY_LIMIT, and GoMemoryLimit the Go runtime's
 	// share of it (GOMEMLIMIT), from the memory plan (plan).
@@ -314,7 +316,25 @@ var variables = []variable{
 		c.HTTPAddr = v
 		return nil
 	}},
+	// Daily digests (the digest package): where pushes go.
+	{"NAH_PUSH_RELAY_URL", "", "the push relay's URL, which gets each digest push as a JSON POST; empty = digests are computed and counted, not sent", func(c *config, v string) error {
+		if v == "" {
+			return nil
+		}
+		if err := digest.CheckRelayURL(v); err != nil {
+			return err
+		}
+		c.Digest.RelayURL = v
+		return nil
+	}},
+	{"NAH_PUSH_RELAY_TOKEN", "", "bearer secret sent to the push relay (never logged; the console shows only whether it is set)", func(c *config, v string) error {
+		c.Digest.RelayToken = v
+		return nil
+	}},
 }
+
+// secretVariables are shown to the console as set or not, never by value.
+var secretVariables = []string{"NAH_PUSH_RELAY_TOKEN"}
 
 // With HTTPS, the listen addresses' defaults are the standard ports.
 const (
@@ -480,6 +500,9 @@ func readConfig(getenv func(string) string) (config, error) {
 		if err := v.set(&c, val); err != nil {
 			return config{}, fmt.Errorf("%s=%q: %v", v.Name, getenv(v.Name), err)
 		}
+		if slices.Contains(secretVariables, v.Name) && val != "" {
+			val = "(set, not shown)"
+		}
 		c.App.Settings = append(c.App.Settings, app.Setting{Name: v.Name, Value: val, Source: src})
 	}
 	if err := c.https(getenv); err != nil {
@@ -550,6 +573,7 @@ func (c config) LogValue() slog.Value {
 		slog.Int64("request_budget", c.App.MemoryBudget),
 		slog.String("https", c.httpsMode()),
 		slog.String("http_addr", c.HTTPAddr),
+		slog.Bool("push_relay", c.Digest.RelayURL != ""),
 	)
 }
 

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/nah-app/nah/app"
+	"github.com/nah-app/nah/digest"
 	"github.com/nah-app/nah/store"
 )
 
@@ -154,6 +155,15 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer, re
 		}
 		log.Info("stopped")
 	}()
+	// The digest loop, after the store opens; its deferred Stop runs
+	// before the store's Close, once the server has stopped.
+	digests, err := digest.New(cfg.Digest, s, log)
+	if err != nil {
+		return err
+	}
+	defer digests.Stop()
+	cfg.App.Digests = digests
+	digests.Start()
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return usageError{fmt.Sprintf("NAH_ADDR=%q: %v", cfg.Addr, err)}

@@ -189,8 +189,8 @@ func newestResults(dir string) (map[string]Result, error) {
 	}
 	out := map[string]Result{}
 	for _, m := range matches {
-		if strings.HasPrefix(filepath.Base(m), "hostile-") {
-			continue // the hostile mix's results have a shape of their own
+		if b := filepath.Base(m); strings.HasPrefix(b, "hostile-") || strings.HasPrefix(b, "digest-") {
+			continue // the hostile mix's and the digests' results have shapes of their own
 		}
 		raw, err := os.ReadFile(m)
 		if err != nil {

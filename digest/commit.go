@@ -16,8 +16,8 @@ type committer struct {
 }
 
 type markReq struct {
-	m   store.DigestMark
-	err chan error
+	m    store.DigestMark
+	done func(error) // called by the committer once the mark's commit ends
 }
 
 // maxMarkBatch bounds one transaction: a write holds the directory's one
@@ -48,7 +48,7 @@ func newCommitter(s *store.Store) *committer {
 			}
 			err := s.MarkDigests(context.Background(), marks)
 			for _, r := range batch {
-				r.err <- err
+				r.done(err)
 			}
 		}
 	}()
@@ -57,9 +57,19 @@ func newCommitter(s *store.Store) *committer {
 
 // do writes m and returns once it is committed.
 func (c *committer) do(m store.DigestMark) error {
-	req := markReq{m: m, err: make(chan error, 1)}
-	c.in <- req
-	return <-req.err
+	errc := make(chan error, 1)
+	c.in <- markReq{m, func(err error) { errc <- err }}
+	return <-errc
+}
+
+// later writes m without waiting; failed, if the write fails, is called
+// from the committer.
+func (c *committer) later(m store.DigestMark, failed func(error)) {
+	c.in <- markReq{m, func(err error) {
+		if err != nil {
+			failed(err)
+		}
+	}}
 }
 
 // close ends the committer once every mark sent is written.

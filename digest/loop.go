@@ -193,10 +193,10 @@ type job struct {
 // Run does one minute's work as of now, and returns what it did. The loop
 // calls it every minute; tests and the benchmark call it with their own
 // times. Runs must not overlap: the loop's do not.
-func (l *Loop) Run(now time.Time) Run {
+func (l *Loop) Run(now time.Time) (r Run) {
 	start := time.Now()
 	ctx := context.Background()
-	r := Run{At: now}
+	r.At = now
 	defer func() {
 		r.Duration = time.Since(start)
 		l.board.finished(r)
@@ -414,10 +414,10 @@ func (l *Loop) digest(j job, marks *committer, budget *retryBudget) result {
 			l.board.relayError(l.cfg.Now(), err)
 		}
 	}
+	// Done need not wait for its commit: lost to a crash, it only means
+	// the pushes go again under the same digest id.
 	mark.Done = true
-	if err := marks.do(mark); err != nil {
-		l.log.Error("digests: mark done", "person", j.person, "err", err)
-	}
+	marks.later(mark, func(err error) { l.log.Error("digests: mark done", "person", j.person, "err", err) })
 	return res
 }
 

@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 GOFLAGS_BUILD := -trimpath -ldflags "$(LDFLAGS)"
 
-.PHONY: run test build build-all generate lint contract fuzz bench bench-media bench-compare bench-baseline clean
+.PHONY: run test build build-all generate lint contract fuzz bench bench-media bench-digest bench-compare bench-baseline clean
 
 ## run: the server with its embedded defaults (data in ./data, 127.0.0.1:8090)
 run:
@@ -62,6 +62,11 @@ bench: build
 ## peak memory of each, and cp's speed on the same disk as the ceiling
 bench-media: build
 	go run ./bench media -fixture $(FIXTURE) -bin bin/nah
+
+## bench-digest: 5,000 digests due in one minute, all at once and spread over
+## 10 s, and the feed's p95 during such a minute (in-process, fake relay)
+bench-digest:
+	go run ./bench digest
 
 ## bench-compare: the newest result as ratios to bench/baseline.json
 bench-compare:

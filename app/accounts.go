@@ -190,17 +190,27 @@ func (a *App) handleMe(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
+	// The digest settings, or null for someone who never chose any.
+	var digest *digestJSON
+	if d, _, err := a.store.FindDigest(r.Context(), p.ID); err == nil {
+		dj := toDigestJSON(d)
+		digest = &dj
+	} else if nah.ErrorCode(err) != nah.NotFound {
+		a.writeError(w, r, err)
+		return
+	}
 	type storage struct {
 		Database int64 `json:"database"`
 		Media    int64 `json:"media"`
 		Quota    int64 `json:"quota"`
 	}
 	writeJSON(w, http.StatusOK, struct {
-		Person      personJSON `json:"person"`
-		Connections int        `json:"connections"`
-		StorageUsed int64      `json:"storage_used"`
-		Storage     storage    `json:"storage"`
-	}{toPersonJSON(p), a.store.ConnectionCount(p.ID), st.Used(), storage{st.Database, st.Media, a.cfg.QuotaBytes}})
+		Person      personJSON  `json:"person"`
+		Connections int         `json:"connections"`
+		StorageUsed int64       `json:"storage_used"`
+		Storage     storage     `json:"storage"`
+		Digest      *digestJSON `json:"digest"`
+	}{toPersonJSON(p), a.store.ConnectionCount(p.ID), st.Used(), storage{st.Database, st.Media, a.cfg.QuotaBytes}, digest})
 }
 
 // handleHealth answers 200 while the directory database can be read, since

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/nah-app/nah/digest"
 	"github.com/nah-app/nah/replica"
 )
 
@@ -60,6 +61,10 @@ type Config struct {
 	// Version is the server's version (cmd/nah's, stamped at build), which
 	// a person's export records in its manifest.
 	Version string
+
+	// Digests is the digest loop, for the console's Digests page and the
+	// metrics; nil where no loop runs (the page says so).
+	Digests *digest.Loop
 
 	// Settings lists every variable of the process with the value in force
 	// and where it came from, for the console's settings page.

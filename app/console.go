@@ -21,8 +21,8 @@ import (
 // This file holds the console's routes and what every page shares:
 // rendering, errors, the admin check and the session cookie. The pages are
 // in a file per resource: console_auth.go (sign-in, setup and reset links),
-// console_overview.go, console_people.go, console_joincodes.go and
-// console_settings.go.
+// console_overview.go, console_people.go, console_joincodes.go,
+// console_settings.go and console_digests.go.
 
 const adminCookie = "nah_admin"
 
@@ -57,6 +57,7 @@ func (a *App) consoleRoutes(r chi.Router) {
 			r.Get("/console/joincodes", a.handleJoinCodes)
 			r.Post("/console/joincodes", a.handleJoinCodeCreate)
 			r.Post("/console/joincodes/{id}/revoke", a.handleJoinCodeRevoke)
+			r.Get("/console/digests", a.handleDigests)
 			r.Get("/console/settings", a.handleSettings)
 			r.Post("/console/settings", a.handleSettingsSave)
 		})

@@ -109,7 +109,8 @@ func (a *App) personPage(w http.ResponseWriter, r *http.Request, status int, sec
 			err4 = nil
 		}
 	}
-	if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
+	err6 := a.personDigest(r, &v)
+	if err := errors.Join(err1, err2, err3, err4, err5, err6); err != nil {
 		a.consoleError(w, r, pg, err)
 		return
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/nah-app/nah/digest"
 	"github.com/nah-app/nah/ui"
 )
 
@@ -348,6 +349,37 @@ func (a *App) writePrometheus(w io.Writer) {
 	for _, g := range gauges {
 		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s gauge\n%s %g\n", g.name, g.help, g.name, g.name, g.v)
 	}
+	a.writeDigestMetrics(w)
+}
+
+// writeDigestMetrics writes the digest loop's counters and the push
+// relay's latency; their names are fixed and they carry no label.
+func (a *App) writeDigestMetrics(w io.Writer) {
+	if a.cfg.Digests == nil {
+		return
+	}
+	t := a.cfg.Digests.Totals()
+	for _, c := range []struct {
+		name, help string
+		v          int64
+	}{
+		{"nah_digests_due_total", "People whose digest minute came, since start.", t.Due},
+		{"nah_digests_sent_total", "Digests a device's push relay took, since start.", t.Sent},
+		{"nah_digests_failed_total", "Digests that no device got (the relay failed, or counting did), since start.", t.Failed},
+		{"nah_digests_skipped_total", "Due digests not sent: nothing new, no device, or no relay configured, since start.", t.Skipped},
+	} {
+		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s counter\n%s %d\n", c.name, c.help, c.name, c.name, c.v)
+	}
+	const h = "nah_push_relay_request_duration_seconds"
+	fmt.Fprintf(w, "# HELP %s Latency of each request to the push relay.\n# TYPE %s histogram\n", h, h)
+	for i, b := range digest.LatencyBounds {
+		le := "+Inf"
+		if !math.IsInf(b, 1) {
+			le = strconv.FormatFloat(b, 'g', -1, 64)
+		}
+		fmt.Fprintf(w, "%s_bucket{le=%q} %d\n", h, le, t.RelayLatency[i])
+	}
+	fmt.Fprintf(w, "%s_sum %g\n%s_count %d\n", h, t.RelaySum.Seconds(), h, t.RelayCount)
 }
 
 // MetricsHandler serves the Prometheus text format; run it on its own

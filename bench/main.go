@@ -35,6 +35,8 @@ func main() {
 		err = mediaCmd(ctx, os.Args[2:])
 	case "ceiling":
 		err = ceilingCmd(os.Args[2:])
+	case "digest":
+		err = digestCmd(ctx, os.Args[2:])
 	case "compare":
 		err = compareCmd(os.Args[2:])
 	case "baseline":
@@ -54,6 +56,7 @@ func usage() {
   go run ./bench run -fixture NAME -bin BINARY    measure; writes bench/results/NAME-TIME.json
   go run ./bench hostile -fixture NAME -bin BINARY the hostile mix (issue 8); writes bench/results/hostile-NAME-TIME.json
   go run ./bench media -fixture NAME -bin BINARY   media uploads and downloads (issue 11); writes bench/results/media-NAME-TIME.json
+  go run ./bench digest                            5,000 digests due in one minute (issue 12); writes bench/results/digest-TIME.json
   go run ./bench compare [-baseline FILE] [RESULT] print a result as ratios to the baseline
   go run ./bench baseline                          make bench/baseline.json from the newest result of each fixture
 `)

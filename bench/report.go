@@ -189,8 +189,8 @@ func newestResults(dir string) (map[string]Result, error) {
 	}
 	out := map[string]Result{}
 	for _, m := range matches {
-		if b := filepath.Base(m); strings.HasPrefix(b, "hostile-") || strings.HasPrefix(b, "media-") {
-			continue // the hostile mix's and the media runs' results have shapes of their own
+		if b := filepath.Base(m); strings.HasPrefix(b, "hostile-") || strings.HasPrefix(b, "media-") || strings.HasPrefix(b, "digest-") {
+			continue // the hostile mix's, the media runs' and the digests' results have shapes of their own
 		}
 		raw, err := os.ReadFile(m)
 		if err != nil {

@@ -74,6 +74,8 @@ func (s *Store) DeletePerson(ctx context.Context, id string) error {
 			`DELETE FROM sessions WHERE person_id = ?1`,
 			`DELETE FROM invites WHERE person_id = ?1 AND used_by IS NULL`,
 			`DELETE FROM links WHERE person_id = ?1`,
+			// Push tokens are secrets: they go at once, not at the purge.
+			`DELETE FROM devices WHERE person_id = ?1`,
 		} {
 			if _, err := tx.ExecContext(ctx, q, id); err != nil {
 				return err
@@ -273,6 +275,8 @@ func (s *Store) purge(ctx context.Context, id string) error {
 			`DELETE FROM join_codes WHERE used_by = ?1`,
 			`DELETE FROM links WHERE person_id = ?1`,
 			`DELETE FROM former_connections WHERE person_id = ?1`,
+			`DELETE FROM devices WHERE person_id = ?1`,
+			`DELETE FROM digests WHERE person_id = ?1`,
 			`DELETE FROM people WHERE id = ?1`,
 		} {
 			if _, err := tx.ExecContext(ctx, q, id); err != nil {

@@ -110,6 +110,12 @@ type Person struct {
 	// cannot be read since AttentionSince; Moments is then unknown.
 	Attention      string
 	AttentionSince int64
+	// Digest is their digest time and zone ("08:30 Europe/Lisbon"), empty
+	// when they chose none; Devices is how many phones get it.
+	Digest       string
+	DigestOn     bool
+	Devices      int
+	LastDigestAt int64
 }
 
 // Deleted lists the people deleted and not yet purged.
@@ -250,4 +256,51 @@ func f0(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) }
 // pageURL is the people list's URL for a query and page.
 func pageURL(q string, page int) string {
 	return "/console/people?" + url.Values{"q": {q}, "page": {strconv.Itoa(page)}}.Encode()
+}
+
+// Digests is the Digests and push page: the digest loop's relay, its last
+// run, its sends per minute over the last day and the relay's last errors.
+type Digests struct {
+	Page
+	Running         bool // a digest loop runs in this process
+	RelayConfigured bool
+	RelayHost       string
+	Last            DigestRun // At is 0 before the first run
+	SendsPerMinute  []int     // the last day, oldest first
+	Errors          []RelayError
+}
+
+// DigestRun is one minute's run of the digest loop.
+type DigestRun struct {
+	At                                        int64
+	Due, WithNew, Sent, Failed, Skipped, Left int
+	Duration, P95                             time.Duration
+}
+
+// RelayError is one failure of the push relay (it never holds a token).
+type RelayError struct {
+	At      int64
+	Message string
+}
+
+// Bar is one minute's bar of a chart, in SVG user units.
+type Bar struct{ X, Y string }
+
+// SendsChart returns a bar for each minute with sends, and the scale:
+// digests fall in a few minutes of the day, which a line would join
+// across the empty hours between.
+func SendsChart(sends []int) (bars []Bar, top float64) {
+	for _, n := range sends {
+		top = max(top, float64(n))
+	}
+	top = niceCeil(top)
+	for i, n := range sends {
+		if n == 0 {
+			continue
+		}
+		x := chartPad + float64(i)*float64(chartW-2*chartPad)/float64(max1(len(sends)-1))
+		y := chartH - chartPad - float64(n)/top*float64(chartH-2*chartPad)
+		bars = append(bars, Bar{strconv.FormatFloat(x, 'f', 1, 64), strconv.FormatFloat(y, 'f', 1, 64)})
+	}
+	return bars, top
 }

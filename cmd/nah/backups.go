@@ -66,8 +66,9 @@ func startReplication(ctx context.Context, cfg *config, log *slog.Logger) (*repl
 }
 
 // startBackups watches the directory (always: it holds every account) and
-// starts the sweep and catch-up loop, which stops with ctx.
-func startBackups(ctx context.Context, cfg config, s *store.Store, r *replica.Replicator, log *slog.Logger) (*replica.Backups, error) {
+// starts the sweep and catch-up loop, which stops with ctx; stopped is
+// closed once it has.
+func startBackups(ctx context.Context, cfg config, s *store.Store, r *replica.Replicator, log *slog.Logger) (_ *replica.Backups, stopped chan struct{}, _ error) {
 	if err := r.Watch(ctx, s.Path(store.DirectoryRel)); err != nil {
 		log.Warn("replication: the directory", "err", err)
 	}
@@ -83,6 +84,10 @@ func startBackups(ctx context.Context, cfg config, s *store.Store, r *replica.Re
 		b.Sweep = &replica.Sweeper{Target: cfg.ReplicaTarget, Keep: cfg.SweepKeep, Pace: sweepPace, Copy: s.Backup, List: s.Databases,
 			Media: s.MediaFiles, OpenMedia: s.OpenMediaFile}
 	}
-	go b.Run(ctx)
-	return b, nil
+	stopped = make(chan struct{})
+	go func() {
+		defer close(stopped)
+		b.Run(ctx)
+	}()
+	return b, stopped, nil
 }

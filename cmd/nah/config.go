@@ -20,6 +20,7 @@ import (
 
 	"github.com/nah-app/nah"
 	"github.com/nah-app/nah/app"
+	"github.com/nah-app/nah/digest"
 	"github.com/nah-app/nah/replica"
 	"github.com/nah-app/nah/store"
 )
@@ -42,8 +43,9 @@ type config struct {
 	httpOff                 bool // NAH_HTTP_ADDR=off
 	tlsCertFile, tlsKeyFile string
 
-	Store store.Config // Dir is NAH_DATA_DIR
-	App   app.Config   // App.Settings lists every variable for the console
+	Store  store.Config  // Dir is NAH_DATA_DIR
+	App    app.Config    // App.Settings lists every variable for the console
+	Digest digest.Config // the push relay
 
 	// Replication (NAH_REPLICA_*, NAH_SWEEP_*): Target is nil when
 	// NAH_REPLICA_URL is off.
@@ -373,7 +375,25 @@ var variables = []variable{
 		c.HTTPAddr = v
 		return nil
 	}},
+	// Daily digests (the digest package): where pushes go.
+	{"NAH_PUSH_RELAY_URL", "", "the push relay's URL, which gets each digest push as a JSON POST; empty = digests are computed and counted, not sent", func(c *config, v string) error {
+		if v == "" {
+			return nil
+		}
+		if err := digest.CheckRelayURL(v); err != nil {
+			return err
+		}
+		c.Digest.RelayURL = v
+		return nil
+	}},
+	{"NAH_PUSH_RELAY_TOKEN", "", "bearer secret sent to the push relay (never logged; the console shows only whether it is set)", func(c *config, v string) error {
+		c.Digest.RelayToken = v
+		return nil
+	}},
 }
+
+// secretVariables are shown to the console as set or not, never by value.
+var secretVariables = []string{"NAH_PUSH_RELAY_TOKEN"}
 
 // With HTTPS, the listen addresses' defaults are the standard ports.
 const (
@@ -539,6 +559,9 @@ func readConfig(getenv func(string) string) (config, error) {
 		if err := v.set(&c, val); err != nil {
 			return config{}, fmt.Errorf("%s=%q: %v", v.Name, getenv(v.Name), err)
 		}
+		if slices.Contains(secretVariables, v.Name) && val != "" {
+			val = "(set, not shown)"
+		}
 		c.App.Settings = append(c.App.Settings, app.Setting{Name: v.Name, Value: val, Source: src})
 	}
 	if err := c.https(getenv); err != nil {
@@ -620,6 +643,7 @@ func (c config) LogValue() slog.Value {
 		slog.String("http_addr", c.HTTPAddr),
 		slog.String("replica", c.replicaLog()),
 		slog.Int("replica_max_files", c.ReplicaMaxFiles),
+		slog.Bool("push_relay", c.Digest.RelayURL != ""),
 	)
 }
 

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/nah-app/nah/app"
+	"github.com/nah-app/nah/digest"
 	"github.com/nah-app/nah/store"
 )
 
@@ -173,12 +174,22 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer, re
 		log.Info("stopped")
 	}()
 	if repl != nil {
-		b, err := startBackups(ctx, cfg, s, repl, log)
+		b, stopped, err := startBackups(ctx, cfg, s, repl, log)
 		if err != nil {
 			return err
 		}
+		defer func() { <-stopped }() // a sweep in progress ends before the store closes
 		cfg.App.Backups = b
 	}
+	// The digest loop, after the store opens; its deferred Stop runs
+	// before the store's Close, once the server has stopped.
+	digests, err := digest.New(cfg.Digest, s, log)
+	if err != nil {
+		return err
+	}
+	defer digests.Stop()
+	cfg.App.Digests = digests
+	digests.Start()
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return usageError{fmt.Sprintf("NAH_ADDR=%q: %v", cfg.Addr, err)}

@@ -209,3 +209,9 @@ func (s *Store) ReplacePersonFile(ctx context.Context, id string, make func(path
 		return err
 	})
 }
+
+// ConfigureSQLite applies the store's process-wide SQLite settings now.
+// They can only be set before SQLite's first use, so a tool that lets
+// Litestream open SQLite before the store does (nah restore) calls this
+// first; else every later open of the store fails.
+func ConfigureSQLite() error { return configureSQLite() }

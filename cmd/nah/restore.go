@@ -92,7 +92,7 @@ func restoreCmd(ctx context.Context, args []string, getenv func(string) string, 
 	}
 	fmt.Fprintln(stdout, ".")
 	if res.skipped > 0 {
-		fmt.Fprintf(stdout, "%d files had no copy as old as %s (made later) and were left out.\n", res.skipped, when.Format(time.RFC3339))
+		fmt.Fprintf(stdout, "Left out %d %s with no copy as old as %s (made later).\n", res.skipped, plural(res.skipped, "file", "files"), when.Format(time.RFC3339))
 	}
 	fmt.Fprintf(stdout, "Every file passed SQLite's integrity check. Start the server on it with NAH_DATA_DIR=%s nah serve\n", *to)
 	return nil
@@ -286,4 +286,11 @@ func (p *progress) finish() {
 	if p.terminal && p.done > 0 {
 		fmt.Fprintln(p.w)
 	}
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

@@ -18,6 +18,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nah-app/nah/replica"
+	"github.com/nah-app/nah/store"
 )
 
 // The restore tests run the real server with a directory replica, stop it,
@@ -533,4 +536,48 @@ func TestRestoreLitestreamCLI(t *testing.T) {
 			t.Errorf("%s: %d tables restored, %d live", rel, len(got), len(live))
 		}
 	}
+}
+
+// TestRestoreFromSweep: a file whose Litestream history is gone from the
+// target comes back from the newest sweep, the rest from history, and the
+// whole restore still equals the data directory.
+func TestRestoreFromSweep(t *testing.T) {
+	data, repl, out := t.TempDir(), filepath.Join(t.TempDir(), "replica"), filepath.Join(t.TempDir(), "restored")
+	p := start(t, data, replicaEnv(repl)...)
+	id, ann := p.signup(t, "ann")
+	_, bob := p.signup(t, "bob")
+	p.connect(t, ann, bob)
+	for i := range 5 {
+		p.post(t, ann, fmt.Sprint("ann ", i))
+		p.post(t, bob, fmt.Sprint("bob ", i))
+	}
+	p.stop(t)
+
+	// The server's sweep, run once on the stopped data directory.
+	ctx := context.Background()
+	s, err := store.Open(ctx, store.Config{Dir: data})
+	if err != nil {
+		t.Fatal(err)
+	}
+	target, err := replica.ParseTarget(repl, os.Getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw := &replica.Sweeper{Target: target, Keep: 7, Copy: s.Backup, List: s.Databases}
+	res, err := sw.Run(ctx, time.Now())
+	if err != nil || res.Files != 3 || len(res.Failed) > 0 {
+		t.Fatalf("sweep: %+v %v", res, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(repl, "people", id, "person.db")); err != nil {
+		t.Fatal(err)
+	}
+	summary := restoreInto(t, repl, out)
+	if !strings.Contains(summary, "2 from Litestream history, 1 from sweeps ("+res.Stamp+": 1)") {
+		t.Errorf("summary: %s", summary)
+	}
+	sameData(t, data, out)
+	checkModes(t, out)
 }

@@ -31,6 +31,8 @@ func main() {
 		err = runCmd(ctx, os.Args[2:])
 	case "hostile":
 		err = hostileCmd(ctx, os.Args[2:])
+	case "restore":
+		err = restoreCmd(ctx, os.Args[2:])
 	case "ceiling":
 		err = ceilingCmd(os.Args[2:])
 	case "compare":
@@ -51,6 +53,7 @@ func usage() {
   go run ./bench seed -fixture NAME -dir DIR     write a fixture (people-1k, people-1k-30, people-10k, people-small)
   go run ./bench run -fixture NAME -bin BINARY    measure; writes bench/results/NAME-TIME.json
   go run ./bench hostile -fixture NAME -bin BINARY the hostile mix (issue 8); writes bench/results/hostile-NAME-TIME.json
+  go run ./bench restore -fixture NAME -bin BINARY threshold 7: replicate the fixture, time nah restore; writes bench/results/restore-NAME-TIME.json
   go run ./bench compare [-baseline FILE] [RESULT] print a result as ratios to the baseline
   go run ./bench baseline                          make bench/baseline.json from the newest result of each fixture
 `)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nah-app/nah"
 	"github.com/nah-app/nah/app"
+	"github.com/nah-app/nah/replica"
 	"github.com/nah-app/nah/store"
 )
 
@@ -114,8 +115,9 @@ func TestMemoryPlan(t *testing.T) {
 	if c.MemoryLimit != 320<<20 || c.GoMemoryLimit != c.MemoryLimit-sqlite {
 		t.Fatalf("limit %d, Go's share %d, SQLite's %d", c.MemoryLimit, c.GoMemoryLimit, sqlite)
 	}
-	if want := c.GoMemoryLimit - store.DefaultHeadCacheBytes*3/2 - memoryBase - app.DefaultMaxConnections*connectionBytes; c.App.MemoryBudget != want || want < 90<<20 {
-		t.Fatalf("request budget %d, want %d (and at least 90 MiB by default)", c.App.MemoryBudget, want)
+	repl := int64(defaultReplicaMaxFiles) * replica.PerFileBytes // replication is on by default
+	if want := c.GoMemoryLimit - store.DefaultHeadCacheBytes*3/2 - memoryBase - app.DefaultMaxConnections*connectionBytes - repl; c.App.MemoryBudget != want || want < 64<<20 {
+		t.Fatalf("request budget %d, want %d (and at least 64 MiB by default)", c.App.MemoryBudget, want)
 	}
 	for v, want := range map[string]int64{"1GiB": 1 << 30, "400MB": 400e6, "300 MiB": 300 << 20, "400000000": 400e6} {
 		c, err := readConfig(env(map[string]string{"NAH_MEMORY_LIMIT": v}))
@@ -124,7 +126,7 @@ func TestMemoryPlan(t *testing.T) {
 		}
 	}
 	_, err = readConfig(env(map[string]string{"NAH_MEMORY_LIMIT": "200MiB"}))
-	if err == nil || !strings.Contains(err.Error(), "want at least 245MiB") {
+	if err == nil || !strings.Contains(err.Error(), "want at least 270MiB") {
 		t.Fatalf("200MiB with the default caches: %v", err)
 	}
 	_, err = readConfig(env(map[string]string{"NAH_MAX_MOMENT_BYTES": "1048576"}))

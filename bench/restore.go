@@ -95,7 +95,7 @@ func restoreCmd(ctx context.Context, args []string) error {
 	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 		res.PeakRSSMB = float64(ru.Maxrss) / 1024
 	}
-	m := regexp.MustCompile(`Restored (\d+) files .*: (\d+) from Litestream history, (\d+) from sweeps`).FindStringSubmatch(stdout.String())
+	m := regexp.MustCompile(`Restored (\d+) files? .*: (\d+) from Litestream history, (\d+) from sweeps`).FindStringSubmatch(stdout.String())
 	if m == nil {
 		return fmt.Errorf("nah restore said:\n%s", stdout.String())
 	}

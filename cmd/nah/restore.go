@@ -81,8 +81,8 @@ func restoreCmd(ctx context.Context, args []string, getenv func(string) string, 
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "Restored %d files (%.1f MB) into %s in %.1f s: %d from Litestream history, %d from sweeps",
-		res.files, float64(res.bytes)/1e6, *to, res.took.Seconds(), res.history, res.sweep)
+	fmt.Fprintf(stdout, "Restored %d %s (%.1f MB) into %s in %.1f s: %d from Litestream history, %d from sweeps",
+		res.files, plural(res.files, "file", "files"), float64(res.bytes)/1e6, *to, res.took.Seconds(), res.history, res.sweep)
 	if len(res.sweeps) > 0 {
 		var ss []string
 		for s, n := range res.sweeps {

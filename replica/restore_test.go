@@ -44,6 +44,9 @@ func replicated(t *testing.T) (s *store.Store, r *replica.Replicator, target *re
 // moments counts the moments in a person's file at p.
 func moments(t *testing.T, p string) int {
 	t.Helper()
+	if err := store.ConfigureSQLite(); err != nil { // before any connection, as the store needs
+		t.Fatal(err)
+	}
 	db, err := sql.Open("sqlite", "file:"+p+"?mode=ro")
 	if err != nil {
 		t.Fatal(err)

@@ -64,6 +64,11 @@ func restoreInto(t *testing.T, from, to string, more ...string) string {
 // each row printed, sorted.
 func dumpDB(t *testing.T, p string) map[string][]string {
 	t.Helper()
+	// The store's process-wide settings first: SQLite refuses them once a
+	// connection opened, and a test may open the store after this.
+	if err := store.ConfigureSQLite(); err != nil {
+		t.Fatal(err)
+	}
 	db, err := sql.Open("sqlite", "file:"+p+"?mode=ro")
 	if err != nil {
 		t.Fatal(err)

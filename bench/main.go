@@ -33,6 +33,8 @@ func main() {
 		err = hostileCmd(ctx, os.Args[2:])
 	case "media":
 		err = mediaCmd(ctx, os.Args[2:])
+	case "restore":
+		err = restoreCmd(ctx, os.Args[2:])
 	case "ceiling":
 		err = ceilingCmd(os.Args[2:])
 	case "digest":
@@ -57,6 +59,7 @@ func usage() {
   go run ./bench hostile -fixture NAME -bin BINARY the hostile mix (issue 8); writes bench/results/hostile-NAME-TIME.json
   go run ./bench media -fixture NAME -bin BINARY   media uploads and downloads (issue 11); writes bench/results/media-NAME-TIME.json
   go run ./bench digest                            5,000 digests due in one minute (issue 12); writes bench/results/digest-TIME.json
+  go run ./bench restore -fixture NAME -bin BINARY threshold 7: replicate the fixture, time nah restore; writes bench/results/restore-NAME-TIME.json
   go run ./bench compare [-baseline FILE] [RESULT] print a result as ratios to the baseline
   go run ./bench baseline                          make bench/baseline.json from the newest result of each fixture
 `)

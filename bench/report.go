@@ -70,7 +70,7 @@ func markdown(r Result) string {
 		}
 		fmt.Fprintf(&b, "| %s | %s %s %s | %s | %s |\n", c.name, op, trim(c.limit), c.unit, trim(c.value(r)), verdict)
 	}
-	b.WriteString("| 7. restore from replica | < 60 s | not measured: backups are their own issue | |\n")
+	b.WriteString("| 7. restore from replica | < 60 s | measured by `go run ./bench restore`: see its table | |\n")
 	fmt.Fprintf(&b, "\n| load | requests | errors | per s | p50 ms | p95 ms | p99 ms | max ms |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, l := range []struct {
 		name string
@@ -189,8 +189,8 @@ func newestResults(dir string) (map[string]Result, error) {
 	}
 	out := map[string]Result{}
 	for _, m := range matches {
-		if b := filepath.Base(m); strings.HasPrefix(b, "hostile-") || strings.HasPrefix(b, "media-") || strings.HasPrefix(b, "digest-") {
-			continue // the hostile mix's, the media runs' and the digests' results have shapes of their own
+		if b := filepath.Base(m); strings.HasPrefix(b, "hostile-") || strings.HasPrefix(b, "media-") || strings.HasPrefix(b, "digest-") || strings.HasPrefix(b, "restore-") {
+			continue // the hostile mix's, the media runs', the digests' and the restores' results have shapes of their own
 		}
 		raw, err := os.ReadFile(m)
 		if err != nil {

@@ -105,7 +105,10 @@ func RestoreFile(ctx context.Context, t *Target, rel, out string, at time.Time) 
 	os.Remove(out + "-shm")
 	stamp, err := sweepFor(ctx, t, rel, at)
 	if err != nil {
-		if errors.Is(err, ErrNothing) && !errors.Is(herr, litestream.ErrNoSnapshots) && !errors.Is(herr, os.ErrNotExist) {
+		// No history as old as at (the file was made later) is nothing
+		// too, like no history at all; any other failure of the history
+		// is the error to report.
+		if errors.Is(err, ErrNothing) && !errors.Is(herr, litestream.ErrNoSnapshots) && !errors.Is(herr, litestream.ErrTxNotAvailable) && !errors.Is(herr, os.ErrNotExist) {
 			return "", fmt.Errorf("%s: %w", rel, herr)
 		}
 		return "", fmt.Errorf("%s: %w", rel, err)

@@ -46,6 +46,11 @@ func (s *Store) CreatePerson(ctx context.Context, np NewPerson) (nah.Person, err
 		s.removePersonFiles(p.ID) // the folder is made before the file
 		return nah.Person{}, s.spaceErr(err)
 	}
+	// Replication watches the new file at once, as if written: someone who
+	// never posts would otherwise have no copy of it off the box until the
+	// nightly sweep, and a restore would bring back their account without
+	// its file.
+	s.files.watch(ctx, f)
 	s.files.release(f)
 	err = s.writeTx(ctx, func(tx *sql.Tx) error {
 		if np.JoinCode != "" {

@@ -248,3 +248,9 @@ func (s *Store) OpenMediaFile(rel string) (*os.File, error) {
 	}
 	return os.Open(s.Path(rel))
 }
+
+// ConfigureSQLite applies the store's process-wide SQLite settings now.
+// They can only be set before SQLite's first use, so a tool that lets
+// Litestream open SQLite before the store does (nah restore) calls this
+// first; else every later open of the store fails.
+func ConfigureSQLite() error { return configureSQLite() }

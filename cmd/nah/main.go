@@ -70,6 +70,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return personCmd(ctx, args, getenv, stdout, stderr)
 	case "service":
 		return service(args, getenv, stdout, stderr)
+	case "restore":
+		return restoreCmd(ctx, args, getenv, stdout, stderr)
 	default:
 		return usageError{fmt.Sprintf("unknown command %q; try 'nah help'", cmd)}
 	}
@@ -90,6 +92,11 @@ Commands:
   nah service [-user nah] [-env-file /etc/nah/nah.env]
                                  print a hardened systemd unit for this binary and NAH_DATA_DIR
                                  (else /var/lib/nah), with MemoryMax agreeing with NAH_MEMORY_LIMIT
+  nah restore -from URL -to DIR [-time RFC3339] [-workers N]
+                                 rebuild a whole data directory from a replica (a path, file:///path
+                                 or s3://bucket/prefix, as NAH_REPLICA_URL) into a new or empty DIR:
+                                 every database from its Litestream history, else from the newest
+                                 sweep; -time restores the server as it was at that moment
   nah version                    print the version
   nah help                       this text
 

@@ -77,6 +77,10 @@ func startCmd(t *testing.T, cmd *exec.Cmd, dataDir string, env ...string) *proc 
 		"NAH_REPLICA_URL=" + filepath.Clean(dataDir) + ".replica",
 		"NAH_OPEN_SIGNUP=true",
 		"NAH_SIGNUP_PER_HOUR=0",
+		// Replication is on by default, to ./replica of the working
+		// directory (cmd/nah here): each server gets its own beside its
+		// data directory instead.
+		"NAH_REPLICA_URL=" + dataDir + ".replica",
 		"PATH=" + os.Getenv("PATH"),
 	}, env...)
 	pr, pw := io.Pipe()

@@ -26,6 +26,8 @@ type restoreResult struct {
 	bytes                          int64
 	sweeps                         map[string]int // sweep stamp: files from it
 	took                           time.Duration
+	media                          int // media files copied from the target's mirror
+	mediaBytes                     int64
 }
 
 // restoreCmd is `nah restore`: it rebuilds a whole data directory from a
@@ -91,6 +93,9 @@ func restoreCmd(ctx context.Context, args []string, getenv func(string) string, 
 		fmt.Fprintf(stdout, " (%s)", strings.Join(ss, ", "))
 	}
 	fmt.Fprintln(stdout, ".")
+	if res.media > 0 {
+		fmt.Fprintf(stdout, "Restored %d media %s (%.1f MB).\n", res.media, plural(res.media, "file", "files"), float64(res.mediaBytes)/1e6)
+	}
 	if res.skipped > 0 {
 		fmt.Fprintf(stdout, "Left out %d %s with no copy as old as %s (made later).\n", res.skipped, plural(res.skipped, "file", "files"), when.Format(time.RFC3339))
 	}
@@ -196,7 +201,59 @@ feed:
 	if res.skipped > 0 && res.history+res.sweep == 0 {
 		return res, fmt.Errorf("nothing on %s is as old as %s", t.Redacted(), when.Format(time.RFC3339))
 	}
+	n, bytes, err := restoreMedia(ctx, t, dir, workers)
+	res.media, res.mediaBytes = n, bytes
+	res.took = time.Since(start)
+	if err != nil {
+		return res, fmt.Errorf("restore of media failed (%s is incomplete: remove it before trying again): %w", dir, err)
+	}
 	return res, nil
+}
+
+// restoreMedia copies the media mirrored on the target into dir, for the
+// people whose file was restored (someone left out by -time has no folder
+// for them). A media file uploaded after -time has no row and is removed
+// at its owner's first use of media; one deleted before the last sweep is
+// no longer on the target.
+func restoreMedia(ctx context.Context, t *replica.Target, dir string, workers int) (int, int64, error) {
+	rels, err := replica.MediaFiles(ctx, t)
+	if err != nil {
+		return 0, 0, err
+	}
+	var (
+		mu    sync.Mutex
+		n     int
+		bytes int64
+		errs  []error
+		wg    sync.WaitGroup
+		sem   = make(chan struct{}, workers)
+	)
+	for _, rel := range rels {
+		out := filepath.Join(dir, filepath.FromSlash(rel))
+		person := filepath.Dir(filepath.Dir(out))
+		if _, err := os.Stat(filepath.Join(person, "person.db")); err != nil {
+			continue
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			err := os.MkdirAll(filepath.Dir(out), 0o700)
+			if err == nil {
+				err = replica.RestoreMedia(ctx, t, rel, out)
+			}
+			st, serr := os.Stat(out)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil || serr != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", rel, errors.Join(err, serr)))
+				return
+			}
+			n++
+			bytes += st.Size()
+		})
+	}
+	wg.Wait()
+	return n, bytes, errors.Join(errs...)
 }
 
 // restoreOne restores database rel into dir, private to its owner, and

@@ -5,9 +5,11 @@ import (
 	"context"
 	"database/sql"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -556,6 +558,17 @@ func TestRestoreFromSweep(t *testing.T) {
 		p.post(t, ann, fmt.Sprint("ann ", i))
 		p.post(t, bob, fmt.Sprint("bob ", i))
 	}
+	photo := bytes.Repeat([]byte("a photo "), 4096)
+	req, _ := http.NewRequest("POST", "http://"+p.addr+"/api/v1/media", bytes.NewReader(photo))
+	req.Header.Set("Authorization", "Bearer "+ann)
+	req.Header.Set("Content-Type", "image/jpeg")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("upload: %v %v", resp, err)
+	}
+	var media struct{ ID string }
+	json.NewDecoder(resp.Body).Decode(&media)
+	resp.Body.Close()
 	p.stop(t)
 
 	// The server's sweep, run once on the stopped data directory.
@@ -568,9 +581,9 @@ func TestRestoreFromSweep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sw := &replica.Sweeper{Target: target, Keep: 7, Copy: s.Backup, List: s.Databases}
+	sw := &replica.Sweeper{Target: target, Keep: 7, Copy: s.Backup, List: s.Databases, Media: s.MediaFiles, OpenMedia: s.OpenMediaFile}
 	res, err := sw.Run(ctx, time.Now())
-	if err != nil || res.Files != 3 || len(res.Failed) > 0 {
+	if err != nil || res.Files != 3 || len(res.Failed) > 0 || res.MediaCopied != 1 {
 		t.Fatalf("sweep: %+v %v", res, err)
 	}
 	if err := s.Close(); err != nil {
@@ -580,9 +593,12 @@ func TestRestoreFromSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	summary := restoreInto(t, repl, out)
-	if !strings.Contains(summary, "2 from Litestream history, 1 from sweeps ("+res.Stamp+": 1)") {
+	if !strings.Contains(summary, "2 from Litestream history, 1 from sweeps ("+res.Stamp+": 1)") || !strings.Contains(summary, "Restored 1 media file") {
 		t.Errorf("summary: %s", summary)
 	}
 	sameData(t, data, out)
 	checkModes(t, out)
+	if got, err := os.ReadFile(filepath.Join(out, "people", id, "media", media.ID)); err != nil || !bytes.Equal(got, photo) {
+		t.Fatalf("the media file after the restore: %d bytes, %v; want %d", len(got), err, len(photo))
+	}
 }

@@ -1,0 +1,157 @@
+package replica
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Backups is everything the serving process runs for backups: the
+// replicator, the daily sweep and the loop that catches files up after the
+// target was away. The console and health read it.
+type Backups struct {
+	Repl   *Replicator
+	Sweep  *Sweeper
+	Every  time.Duration // between sweeps; 0: no sweep
+	At     time.Duration // the sweep's time of day (UTC) when Every is a day
+	Behind time.Duration // a file further behind than this is "behind" for health
+
+	// Rewatch brings a file whose last sync failed back into the watched
+	// set, so that it catches up; the store's Rewatch.
+	Rewatch func(ctx context.Context, rel string) error
+	Log     *slog.Logger
+
+	mu        sync.Mutex
+	nextSweep time.Time
+	syncErr   string // the last "sync now"'s failure
+}
+
+// catchUpEvery is how often files left behind are brought back.
+const catchUpEvery = 30 * time.Second
+
+// Run runs the sweep and the catch-up loop until ctx ends.
+func (b *Backups) Run(ctx context.Context) {
+	t := time.NewTicker(catchUpEvery)
+	defer t.Stop()
+	var sweepC <-chan time.Time
+	var sweepT *time.Timer
+	arm := func() {
+		if b.Every <= 0 || b.Sweep == nil {
+			return
+		}
+		next := NextSweep(time.Now(), b.Every, b.At)
+		b.mu.Lock()
+		b.nextSweep = next
+		b.mu.Unlock()
+		if sweepT == nil {
+			sweepT = time.NewTimer(time.Until(next))
+		} else {
+			sweepT.Reset(time.Until(next))
+		}
+		sweepC = sweepT.C
+	}
+	arm()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			b.catchUp(ctx)
+		case <-sweepC:
+			res, err := b.Sweep.Run(ctx, time.Now())
+			if err != nil {
+				b.Log.Error("backup sweep", "err", err, "files", res.Files)
+			} else {
+				b.Log.Info("backup sweep", "files", res.Files, "bytes", res.Bytes, "failed", len(res.Failed), "took", res.Duration.Round(time.Millisecond))
+			}
+			arm()
+		}
+	}
+}
+
+// catchUp brings back into the watched set each file whose last sync
+// failed, a few at a time: the target may still be away, and then they
+// fail again quickly and wait for the next round.
+func (b *Backups) catchUp(ctx context.Context) {
+	if b.Rewatch == nil {
+		return
+	}
+	n := 0
+	for _, f := range b.Repl.Status() {
+		if f.Watched || !f.Behind() {
+			continue
+		}
+		if err := b.Rewatch(ctx, f.Path); err != nil {
+			b.Log.Warn("replication: catch up", "path", f.Path, "err", err)
+		}
+		if n++; n >= 8 {
+			return
+		}
+	}
+}
+
+// NextSweepAt is when the next sweep runs (zero: none planned).
+func (b *Backups) NextSweepAt() time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.nextSweep
+}
+
+// SyncNow ships every watched file's changes and waits for the target.
+func (b *Backups) SyncNow(ctx context.Context) error {
+	err := b.Repl.SyncAll(ctx)
+	b.mu.Lock()
+	b.syncErr = ""
+	if err != nil {
+		b.syncErr = err.Error()
+	}
+	b.mu.Unlock()
+	return err
+}
+
+// Health sums replication up for the overview and /healthz.
+type Health struct {
+	Target   string
+	Files    int           // files replicated this run
+	Watched  int           // watched now
+	Behind   int           // files behind the target
+	Worst    time.Duration // the largest lag
+	LastErr  string        // an error of a file behind, if any
+	Ok       bool          // nothing behind by more than Backups.Behind
+	Sweep    SweepResult
+	Sweeping bool
+}
+
+// Health is replication's state now.
+func (b *Backups) Health() Health {
+	now := time.Now()
+	st := b.Repl.Status()
+	h := Health{Target: b.Repl.Target().Redacted(), Files: len(st), Watched: b.Repl.Watched(), Ok: true}
+	for _, f := range st {
+		if !f.Behind() {
+			continue
+		}
+		h.Behind++
+		lag := f.Lag(now)
+		h.Worst = max(h.Worst, lag)
+		if h.LastErr == "" && f.Err != "" {
+			h.LastErr = f.Err
+		}
+		if f.Err != "" || lag > b.Behind {
+			h.Ok = false
+		}
+	}
+	b.mu.Lock()
+	if b.syncErr != "" {
+		h.Ok = false
+		if h.LastErr == "" {
+			h.LastErr = b.syncErr
+		}
+	}
+	b.mu.Unlock()
+	if b.Sweep != nil {
+		h.Sweep, h.Sweeping = b.Sweep.Last()
+	}
+	return h
+}

@@ -1,0 +1,346 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/benbjohnson/litestream"
+)
+
+// What one watched file costs, measured under this project's SQLite
+// settings (../shared/notes/litestream-nah.md): Litestream keeps its own
+// connection, a raw descriptor, a long read transaction and an LTX encoder
+// per file: ~384 KiB settled, ~404 KiB at peak, 4 goroutines and 4
+// descriptors. store/sqlite.go adds it to the open-file arithmetic; the
+// watched set is bounded by Config.MaxFiles.
+const PerFileBytes = 404 << 10
+
+// Timing of the replication of one file.
+const (
+	// monitorInterval is how often Litestream looks at a watched file's WAL,
+	// and syncInterval how often it ships what it found: a moment reaches
+	// the replica about two seconds after it is posted.
+	monitorInterval = time.Second
+	syncInterval    = time.Second
+	// l0CheckInterval: Litestream lists every watched file's level 0 and 1
+	// on the replica at this interval (upstream issue 1468), LIST calls that
+	// cost money on S3 and find nothing new on an idle file.
+	l0CheckInterval = 30 * time.Minute
+	// unwatchTimeout bounds the final sync of a file that leaves the
+	// watched set: the next open of that file waits for it, so a target
+	// that is down must not hold it longer. A file whose last sync failed
+	// is brought back later (Backups.catchUp).
+	unwatchTimeout = 5 * time.Second
+)
+
+// Config is what replication needs from the server's configuration.
+type Config struct {
+	Target  *Target
+	DataDir string // the data directory the replicated files live in
+	// MetaDir keeps Litestream's local state (LTX files not yet shipped),
+	// one folder per database; outside the people/ folders so exports and
+	// deletes of a person never meet it.
+	MetaDir string
+	Logger  *slog.Logger
+}
+
+// Replicator watches files and ships their changes to the target.
+type Replicator struct {
+	cfg Config
+	ls  *litestream.Store
+	log *slog.Logger
+
+	started time.Time
+
+	mu    sync.Mutex
+	files map[string]*fileState // by path relative to the data directory
+}
+
+// fileState is what the Backups page shows of one file. The map is bounded
+// by the number of databases (people are made by the server, not named by
+// clients).
+type fileState struct {
+	Watched     bool
+	TXID        uint64 // local position
+	Replicated  uint64 // position on the target
+	LastSync    time.Time
+	Err         string
+	Since       time.Time // when it was first watched in this run
+	Unwatched   time.Time
+	unwatchDone chan struct{} // closed when the last Unwatch finished
+}
+
+// Open starts replication; the target must be Init'ed. Nothing is watched
+// until Watch.
+func Open(ctx context.Context, cfg Config) (*Replicator, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	ls := litestream.NewStore(nil, litestream.DefaultCompactionLevels)
+	ls.L0RetentionCheckInterval = l0CheckInterval
+	// Litestream says something at INFO for every file it opens and every
+	// compaction: under churn that is a line a post. Its warnings and
+	// errors stay.
+	quiet := slog.New(warnOnly{cfg.Logger.Handler()})
+	// One try at the last sync of a file that leaves the watched set, within
+	// unwatchTimeout: retrying for long would hold the next open of the file.
+	ls.ShutdownSyncTimeout = 0
+	ls.Logger = quiet.With("subsystem", "replication")
+	if err := ls.Open(ctx); err != nil {
+		return nil, fmt.Errorf("replication: %w", err)
+	}
+	return &Replicator{cfg: cfg, ls: ls, log: ls.Logger, started: time.Now(), files: make(map[string]*fileState)}, nil
+}
+
+// rel is path's place under the data directory, slash-separated.
+func (r *Replicator) rel(path string) (string, error) {
+	rel, err := filepath.Rel(r.cfg.DataDir, path)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return "", fmt.Errorf("replication: %s is outside the data directory", path)
+	}
+	return filepath.ToSlash(rel), nil
+}
+
+// Watch starts replicating the database at path. The caller has it open or
+// is about to open it, and writes to it next: every write after Watch
+// returns reaches the target. A failure is returned for the log; the write
+// goes on locally, and the file's state says it is behind.
+func (r *Replicator) Watch(ctx context.Context, path string) error {
+	rel, err := r.rel(path)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	st := r.files[rel]
+	if st == nil {
+		st = &fileState{Since: time.Now()}
+		r.files[rel] = st
+	}
+	wait := st.unwatchDone
+	r.mu.Unlock()
+	if wait != nil {
+		<-wait // its last final sync must end before it is registered again
+	}
+	client, err := r.cfg.Target.client(rel)
+	if err != nil {
+		return r.failed(rel, err)
+	}
+	db := litestream.NewDB(path)
+	db.SetMetaPath(filepath.Join(r.cfg.MetaDir, filepath.FromSlash(rel)))
+	db.MonitorInterval = monitorInterval
+	db.BusyTimeout = 10 * time.Second
+	rep := litestream.NewReplicaWithClient(db, client)
+	rep.SyncInterval = syncInterval
+	db.Replica = rep
+	if err := r.ls.RegisterDB(db); err != nil {
+		return r.failed(rel, err)
+	}
+	// Litestream sets a file up at its first monitor tick, a second after
+	// registering; a file written and closed before that tick would leave
+	// the write out of the replica without an error. Syncing now sets it
+	// up (and takes a snapshot if it changed while nobody watched).
+	if _, err := r.ls.SyncDB(ctx, path, false); err != nil {
+		return r.failed(rel, err)
+	}
+	r.mu.Lock()
+	st.Watched, st.Err = true, ""
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *Replicator) failed(rel string, err error) error {
+	r.mu.Lock()
+	if st := r.files[rel]; st != nil {
+		st.Err = err.Error()
+	}
+	r.mu.Unlock()
+	return fmt.Errorf("replicate %s: %w", rel, err)
+}
+
+// Unwatch stops replicating the database at path, after a last sync. The
+// caller must have closed its own handles on the file first: Litestream's
+// close drops the process's locks on it.
+func (r *Replicator) Unwatch(path string) error {
+	rel, err := r.rel(path)
+	if err != nil {
+		return err
+	}
+	db := r.ls.FindDB(path)
+	if db == nil {
+		return nil
+	}
+	done := make(chan struct{})
+	r.mu.Lock()
+	st := r.files[rel]
+	st.unwatchDone = done
+	r.mu.Unlock()
+	defer close(done)
+
+	r.record(rel, db)
+	ctx, cancel := context.WithTimeout(context.Background(), unwatchTimeout)
+	defer cancel()
+	err = r.ls.UnregisterDB(ctx, path)
+	r.mu.Lock()
+	st.Watched, st.Unwatched = false, time.Now()
+	if db.Replica != nil {
+		st.Replicated = uint64(db.Replica.Pos().TXID)
+	}
+	if err != nil {
+		st.Err = err.Error()
+	} else if st.Replicated >= st.TXID {
+		st.Err = ""
+		st.LastSync = time.Now()
+	}
+	r.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("replicate %s: final sync: %w", rel, err)
+	}
+	return nil
+}
+
+// record copies a watched file's positions into its state.
+func (r *Replicator) record(rel string, db *litestream.DB) {
+	pos, err := db.Pos()
+	var rpos uint64
+	if db.Replica != nil {
+		rpos = uint64(db.Replica.Pos().TXID)
+	}
+	last := db.LastSuccessfulSyncAt()
+	diag := db.SyncDiagnostic()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := r.files[rel]
+	if st == nil {
+		return
+	}
+	if err == nil {
+		st.TXID = uint64(pos.TXID)
+	}
+	st.Replicated = rpos
+	if !last.IsZero() {
+		st.LastSync = last
+	}
+	if diag.Error != "" {
+		st.Err = diag.Error
+	} else if rpos >= st.TXID {
+		st.Err = ""
+	}
+}
+
+// SyncAll ships every watched file's changes now and waits for the target.
+func (r *Replicator) SyncAll(ctx context.Context) error {
+	var errs []error
+	for _, db := range r.ls.DBs() {
+		if _, err := r.ls.SyncDB(ctx, db.Path(), true); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Sync ships one watched file's changes now and waits for the target; a
+// file not watched has nothing waiting.
+func (r *Replicator) Sync(ctx context.Context, path string) error {
+	if r.ls.FindDB(path) == nil {
+		return nil
+	}
+	_, err := r.ls.SyncDB(ctx, path, true)
+	return err
+}
+
+// FileStatus is one database's replication as the Backups page shows it.
+type FileStatus struct {
+	Path       string // under the data directory, slash-separated
+	Watched    bool
+	TXID       uint64 // local transaction position
+	Replicated uint64 // the target's
+	LastSync   time.Time
+	Since      time.Time // first watched in this run
+	Err        string
+}
+
+// Behind says whether the target lacks some of the file's transactions.
+func (f FileStatus) Behind() bool { return f.Replicated < f.TXID || f.Err != "" }
+
+// Lag is how long ago the file was last in step with the target (zero if
+// it is in step now), or since it was first watched if it never was.
+func (f FileStatus) Lag(now time.Time) time.Duration {
+	switch {
+	case !f.Behind():
+		return 0
+	case f.LastSync.IsZero():
+		return now.Sub(f.Since)
+	}
+	return now.Sub(f.LastSync)
+}
+
+// Status is the state of every file this run has replicated, worst first:
+// behind with an error, behind, then by oldest sync.
+func (r *Replicator) Status() []FileStatus {
+	for _, db := range r.ls.DBs() {
+		if rel, err := r.rel(db.Path()); err == nil {
+			r.record(rel, db)
+		}
+	}
+	r.mu.Lock()
+	out := make([]FileStatus, 0, len(r.files))
+	for rel, st := range r.files {
+		out = append(out, FileStatus{Path: rel, Watched: st.Watched, TXID: st.TXID, Replicated: st.Replicated, LastSync: st.LastSync, Since: st.Since, Err: st.Err})
+	}
+	r.mu.Unlock()
+	rank := func(f FileStatus) int {
+		switch {
+		case f.Err != "":
+			return 0
+		case f.Behind():
+			return 1
+		}
+		return 2
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if ra, rb := rank(a), rank(b); ra != rb {
+			return ra < rb
+		}
+		if !a.LastSync.Equal(b.LastSync) {
+			return a.LastSync.Before(b.LastSync)
+		}
+		return a.Path < b.Path
+	})
+	return out
+}
+
+// Watched is the number of files watched now.
+func (r *Replicator) Watched() int { return len(r.ls.DBs()) }
+
+// Target is where the replicas go.
+func (r *Replicator) Target() *Target { return r.cfg.Target }
+
+// Close stops replication: every file still watched gets a last sync. The
+// caller must have closed its own handles on them first.
+func (r *Replicator) Close(ctx context.Context) error {
+	for _, db := range r.ls.DBs() {
+		if err := r.Unwatch(db.Path()); err != nil {
+			r.log.Warn("replication: last sync", "err", err)
+		}
+	}
+	return r.ls.Close(ctx)
+}
+
+// warnOnly passes on a handler's records of level Warn and above.
+type warnOnly struct{ slog.Handler }
+
+func (h warnOnly) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && h.Handler.Enabled(ctx, l)
+}
+
+func (h warnOnly) WithAttrs(as []slog.Attr) slog.Handler { return warnOnly{h.Handler.WithAttrs(as)} }
+
+func (h warnOnly) WithGroup(name string) slog.Handler { return warnOnly{h.Handler.WithGroup(name)} }

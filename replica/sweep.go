@@ -1,0 +1,244 @@
+package replica
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The sweep is the second, independent copy: every database, written
+// recently or not for months, copied whole with SQLite's online backup API
+// to <target>/sweeps/<stamp>/<path under the data directory>, with a
+// manifest written last (a sweep without one was cut short and is never
+// restored from). It needs no Litestream history, so a corrupt or pruned
+// history still leaves plain .db files to fall back on.
+
+// sweepPrefix is where sweeps live on the target.
+const sweepPrefix = "sweeps"
+
+// stampFormat names a sweep by its start, sortable as text.
+const stampFormat = "20060102T150405Z"
+
+// SweepManifest is sweeps/<stamp>/manifest.json.
+type SweepManifest struct {
+	Started  time.Time `json:"started"`
+	Finished time.Time `json:"finished"`
+	Files    []string  `json:"files"` // paths under the data directory
+	Bytes    int64     `json:"bytes"`
+	Failed   []string  `json:"failed,omitempty"` // "path: error"
+}
+
+// SweepResult is the last sweep as the Backups page shows it.
+type SweepResult struct {
+	Stamp    string
+	Started  time.Time
+	Duration time.Duration
+	Files    int
+	Bytes    int64
+	Failed   []string
+	Err      string // the sweep as a whole failed (target unreachable)
+}
+
+// Copier makes a consistent copy of one database (path under the data
+// directory) and returns it open for reading; closing it releases the copy.
+type Copier func(ctx context.Context, rel string) (*os.File, error)
+
+// Sweeper runs sweeps.
+type Sweeper struct {
+	Target *Target
+	Keep   int           // sweeps kept on the target (7)
+	Pace   time.Duration // pause between files, so the sweep never crowds requests
+	Copy   Copier
+	List   func(ctx context.Context) ([]string, error) // every database now
+
+	mu      sync.Mutex
+	last    SweepResult
+	running bool
+}
+
+// Last is the newest sweep's result (zero before the first).
+func (s *Sweeper) Last() (SweepResult, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.last, s.running
+}
+
+// Run sweeps once, then prunes old sweeps.
+func (s *Sweeper) Run(ctx context.Context, now time.Time) (SweepResult, error) {
+	s.mu.Lock()
+	if s.running {
+		s.mu.Unlock()
+		return SweepResult{}, errors.New("a sweep is already running")
+	}
+	s.running = true
+	s.mu.Unlock()
+	res, err := s.run(ctx, now)
+	if err != nil {
+		res.Err = err.Error()
+	}
+	s.mu.Lock()
+	s.running, s.last = false, res
+	s.mu.Unlock()
+	return res, err
+}
+
+func (s *Sweeper) run(ctx context.Context, now time.Time) (SweepResult, error) {
+	stamp := now.UTC().Format(stampFormat)
+	res := SweepResult{Stamp: stamp, Started: now}
+	blobs := s.Target.store()
+	rels, err := s.List(ctx)
+	if err != nil {
+		return res, err
+	}
+	m := SweepManifest{Started: now.UTC()}
+	for _, rel := range rels {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		n, err := s.copyOne(ctx, blobs, stamp, rel)
+		if err != nil {
+			m.Failed = append(m.Failed, rel+": "+err.Error())
+		} else {
+			m.Files = append(m.Files, rel)
+			m.Bytes += n
+		}
+		if s.Pace > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(s.Pace):
+			}
+		}
+	}
+	m.Finished = time.Now().UTC()
+	res.Duration, res.Files, res.Bytes, res.Failed = m.Finished.Sub(m.Started), len(m.Files), m.Bytes, m.Failed
+	body, _ := json.MarshalIndent(m, "", "  ")
+	if err := blobs.put(ctx, path.Join(sweepPrefix, stamp, "manifest.json"), strings.NewReader(string(body)), int64(len(body))); err != nil {
+		return res, err
+	}
+	return res, s.prune(ctx, blobs)
+}
+
+func (s *Sweeper) copyOne(ctx context.Context, blobs blobStore, stamp, rel string) (int64, error) {
+	f, err := s.Copy(ctx, rel)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	return st.Size(), blobs.put(ctx, path.Join(sweepPrefix, stamp, rel), f, st.Size())
+}
+
+// prune keeps the newest Keep complete sweeps and removes older ones and
+// any cut-short sweep older than the newest complete one.
+func (s *Sweeper) prune(ctx context.Context, blobs blobStore) error {
+	sweeps, err := listSweeps(ctx, blobs)
+	if err != nil {
+		return err
+	}
+	keep := max(s.Keep, 1)
+	complete := 0
+	var errs []error
+	for i := len(sweeps) - 1; i >= 0; i-- {
+		sw := sweeps[i]
+		if sw.complete {
+			complete++
+		}
+		if complete > keep || (!sw.complete && complete > 0) {
+			if err := blobs.remove(ctx, path.Join(sweepPrefix, sw.stamp)); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+type sweepInfo struct {
+	stamp    string
+	complete bool
+	files    map[string]bool
+}
+
+// listSweeps lists the sweeps on the target, oldest first.
+func listSweeps(ctx context.Context, blobs blobStore) ([]sweepInfo, error) {
+	keys, err := blobs.list(ctx, sweepPrefix)
+	if err != nil {
+		return nil, err
+	}
+	by := map[string]*sweepInfo{}
+	for _, k := range keys {
+		rest, ok := strings.CutPrefix(k, sweepPrefix+"/")
+		if !ok {
+			continue
+		}
+		stamp, file, ok := strings.Cut(rest, "/")
+		if !ok {
+			continue
+		}
+		if _, err := time.Parse(stampFormat, stamp); err != nil {
+			continue
+		}
+		sw := by[stamp]
+		if sw == nil {
+			sw = &sweepInfo{stamp: stamp, files: map[string]bool{}}
+			by[stamp] = sw
+		}
+		if file == "manifest.json" {
+			sw.complete = true
+		} else {
+			sw.files[file] = true
+		}
+	}
+	out := make([]sweepInfo, 0, len(by))
+	for _, sw := range by {
+		out = append(out, *sw)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].stamp < out[j].stamp })
+	return out, nil
+}
+
+// NextSweep is the next time the daily sweep runs: at hour:00 UTC every
+// interval (a day by default), counted from midnight.
+func NextSweep(now time.Time, every time.Duration, at time.Duration) time.Time {
+	if every < 24*time.Hour {
+		at = 0 // a shorter interval counts from midnight
+	}
+	day := now.UTC().Truncate(24 * time.Hour)
+	t := day.Add(at)
+	for !t.After(now) {
+		t = t.Add(every)
+	}
+	return t
+}
+
+// copyTo copies a sweep object into a new file at out.
+func copyTo(ctx context.Context, blobs blobStore, key, out string) error {
+	r, err := blobs.get(ctx, key)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	f, err := os.OpenFile(out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, r); err != nil {
+		f.Close()
+		return fmt.Errorf("copy %s: %w", key, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

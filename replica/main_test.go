@@ -456,3 +456,19 @@ func (p *countingProxy) forward(c net.Conn, addr string) {
 
 func (p *countingProxy) endpoint() string { return "http://" + p.ln.Addr().String() }
 
+
+// list is every key under prefix in the test bucket.
+func (s *s3Server) list(ctx context.Context, prefix string) ([]string, error) {
+	var keys []string
+	p := s3.NewListObjectsV2Paginator(s.client(), &s3.ListObjectsV2Input{Bucket: aws.String(s3Bucket), Prefix: aws.String(prefix)})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range page.Contents {
+			keys = append(keys, aws.ToString(o.Key))
+		}
+	}
+	return keys, nil
+}

@@ -4,23 +4,21 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
-
+	"github.com/nah-app/nah/internal/tests3"
 	"github.com/nah-app/nah/replica"
 	"github.com/nah-app/nah/store"
 )
@@ -33,145 +31,16 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// The tests' S3 server: versitygw with its posix backend, started by each
-// test that needs one on a free port of 127.0.0.1 and a fresh folder.
-const (
-	s3Key     = "k"
-	s3Secret  = "s"
-	s3Bucket  = "nah-test"
-	vgwModule = "github.com/versity/versitygw/cmd/versitygw@v1.8.0"
-)
-
-// versitygwBin finds the server: $VERSITYGW, then PATH, then GOPATH/bin.
-// Without it the test is skipped, naming the install command, except in CI,
-// where a skipped S3 test would pass off as a passing one.
-func versitygwBin(t testing.TB) string {
-	t.Helper()
-	if p := os.Getenv("VERSITYGW"); p != "" {
-		return p
-	}
-	if p, err := exec.LookPath("versitygw"); err == nil {
-		return p
-	}
-	if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
-		p := filepath.Join(strings.TrimSpace(string(out)), "bin", "versitygw")
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("versitygw not found: .ci/run installs it with go install %s", vgwModule)
-	}
-	t.Skipf("versitygw not found: go install %s", vgwModule)
-	return ""
-}
-
-// s3Server is one versitygw process; stop and start keep its folder and
-// port, so the same bucket comes back.
-type s3Server struct {
-	t    testing.TB
-	bin  string
-	dir  string
-	addr string
-	cmd  *exec.Cmd
-	exit chan struct{}
-}
-
-func startS3(t testing.TB) *s3Server {
-	t.Helper()
-	s := &s3Server{t: t, bin: versitygwBin(t), dir: t.TempDir(), addr: freeAddr(t)}
-	s.start()
-	t.Cleanup(s.stop)
-	c := s.client()
-	if _, err := c.CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: aws.String(s3Bucket)}); err != nil {
-		t.Fatalf("create bucket: %v", err)
-	}
-	return s
-}
-
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-func (s *s3Server) endpoint() string { return "http://" + s.addr }
-
-func (s *s3Server) start() {
-	s.t.Helper()
-	cmd := exec.Command(s.bin, "--access", s3Key, "--secret", s3Secret, "--port", s.addr, "--quiet", "posix", s.dir)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Start(); err != nil {
-		s.t.Fatal(err)
-	}
-	s.cmd, s.exit = cmd, make(chan struct{})
-	go func(exit chan struct{}) { cmd.Wait(); close(exit) }(s.exit)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", s.addr, time.Second)
-		if err == nil {
-			c.Close()
-			return
-		}
-		select {
-		case <-s.exit:
-			s.t.Fatalf("versitygw exited at start: %v", cmd.ProcessState)
-		default:
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("versitygw not listening on %s after 10 s: %v", s.addr, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// stop ends the server and waits until it is gone (idempotent).
-func (s *s3Server) stop() {
-	if s.cmd == nil {
-		return
-	}
-	s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.exit:
-	case <-time.After(5 * time.Second):
-		s.cmd.Process.Kill()
-		<-s.exit
-	}
-	s.cmd = nil
-}
-
-// client is a plain S3 client of the server, as an operator's tool would be.
-func (s *s3Server) client() *s3.Client {
-	return s3.New(s3.Options{
-		Region:       "us-east-1",
-		BaseEndpoint: aws.String(s.endpoint()),
-		UsePathStyle: true,
-		Credentials:  credentials.NewStaticCredentialsProvider(s3Key, s3Secret, ""),
-	})
-}
-
-// env is the environment an operator would give nah for this server.
-func (s *s3Server) env(endpoint string) func(string) string {
-	m := map[string]string{
-		"AWS_ENDPOINT_URL_S3":   endpoint,
-		"AWS_ACCESS_KEY_ID":     s3Key,
-		"AWS_SECRET_ACCESS_KEY": s3Secret,
-	}
-	return func(k string) string { return m[k] }
-}
-
-// target parses and initialises s3://nah-test/<prefix> on the server (or
-// on endpoint, a proxy in front of it, when not empty).
-func (s *s3Server) target(t testing.TB, prefix, endpoint string) *replica.Target {
+// s3Target parses and initialises s3://nah-test/<prefix> on srv (or on
+// endpoint, a proxy in front of it, when not empty) as an operator would
+// configure it.
+func s3Target(t testing.TB, srv *tests3.Server, prefix, endpoint string) *replica.Target {
 	t.Helper()
 	if endpoint == "" {
-		endpoint = s.endpoint()
+		endpoint = srv.Endpoint()
 	}
-	tg, err := replica.ParseTarget("s3://"+s3Bucket+"/"+prefix, s.env(endpoint))
+	env := srv.Env(endpoint)
+	tg, err := replica.ParseTarget("s3://"+tests3.Bucket+"/"+prefix, func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +97,7 @@ func openNode(t testing.TB, dir string, tg *replica.Target, o nodeOpts) *node {
 		t.Fatal(err)
 	}
 	n := &node{dir: dir, s: s, r: r}
-	n.b = &replica.Backups{Repl: r, Behind: time.Minute, Rewatch: s.Rewatch, Log: log}
+	n.b = &replica.Backups{Repl: r, Behind: time.Minute, Rewatch: s.Rewatch, Log: log, CatchUpEvery: time.Second}
 	rctx, cancel := context.WithCancel(ctx)
 	n.cancel = cancel
 	if o.run {
@@ -403,9 +272,12 @@ func eventually(within time.Duration, cond func() bool) bool {
 	}
 }
 
-// countingProxy forwards TCP connections to addr and counts them.
+// countingProxy is an HTTP proxy in front of the S3 server that keeps its
+// clients' connections alive (versitygw closes each after one answer, so
+// its own accepts would count requests, not connections) and counts the
+// connections clients open to it.
 type countingProxy struct {
-	ln       net.Listener
+	url      string
 	accepted atomic.Int64
 	live     atomic.Int64
 	peak     atomic.Int64
@@ -413,62 +285,27 @@ type countingProxy struct {
 
 func newCountingProxy(t testing.TB, addr string) *countingProxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &countingProxy{ln: ln}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
+	p := &countingProxy{}
+	up := &url.URL{Scheme: "http", Host: addr}
+	srv := httptest.NewUnstartedServer(&httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
+		r.SetURL(up)
+		r.Out.Host = r.In.Host // what the client signed
+	}})
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		switch st {
+		case http.StateNew:
 			p.accepted.Add(1)
-			go p.forward(c, addr)
+			n := p.live.Add(1)
+			for old := p.peak.Load(); n > old && !p.peak.CompareAndSwap(old, n); old = p.peak.Load() {
+			}
+		case http.StateClosed, http.StateHijacked:
+			p.live.Add(-1)
 		}
-	}()
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	p.url = srv.URL
 	return p
 }
 
-func (p *countingProxy) forward(c net.Conn, addr string) {
-	defer c.Close()
-	n := p.live.Add(1)
-	defer p.live.Add(-1)
-	for {
-		old := p.peak.Load()
-		if n <= old || p.peak.CompareAndSwap(old, n) {
-			break
-		}
-	}
-	up, err := net.Dial("tcp", addr)
-	if err != nil {
-		return
-	}
-	defer up.Close()
-	done := make(chan struct{}, 2)
-	go func() { io.Copy(up, c); up.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
-	go func() { io.Copy(c, up); c.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
-	<-done
-	<-done
-}
-
-func (p *countingProxy) endpoint() string { return "http://" + p.ln.Addr().String() }
-
-
-// list is every key under prefix in the test bucket.
-func (s *s3Server) list(ctx context.Context, prefix string) ([]string, error) {
-	var keys []string
-	p := s3.NewListObjectsV2Paginator(s.client(), &s3.ListObjectsV2Input{Bucket: aws.String(s3Bucket), Prefix: aws.String(prefix)})
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return nil, err
-		}
-		for _, o := range page.Contents {
-			keys = append(keys, aws.ToString(o.Key))
-		}
-	}
-	return keys, nil
-}
+func (p *countingProxy) endpoint() string { return p.url }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nah-app/nah/internal/tests3"
 	"github.com/nah-app/nah/replica"
 	"github.com/nah-app/nah/store"
 )
@@ -41,8 +42,8 @@ func settle(t testing.TB, n *node) {
 // file row by row; files not written since replication started are only in
 // the sweep, and restore from it.
 func TestS3RoundTrip(t *testing.T) {
-	srv := startS3(t)
-	tg := srv.target(t, "rt", "")
+	srv := tests3.Start(t)
+	tg := s3Target(t, srv, "rt", "")
 	ctx := context.Background()
 	dir := t.TempDir()
 
@@ -119,7 +120,7 @@ func TestS3RoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	keys, err := srv.list(ctx, "rt/sweeps/")
+	keys, err := srv.List(ctx, "rt/sweeps/")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,9 +138,9 @@ func TestS3RoundTrip(t *testing.T) {
 // and its few connections, not a connection pool each. Counted at a TCP
 // proxy in front of the server.
 func TestS3OneTransport(t *testing.T) {
-	srv := startS3(t)
-	proxy := newCountingProxy(t, srv.addr)
-	tg := srv.target(t, "conns", proxy.endpoint())
+	srv := tests3.Start(t)
+	proxy := newCountingProxy(t, srv.Addr)
+	tg := s3Target(t, srv, "conns", proxy.endpoint())
 	n := openNode(t, t.TempDir(), tg, nodeOpts{maxOpen: 64, maxWatched: 64})
 	const files = 20
 	var ids []string
@@ -166,8 +167,8 @@ func TestS3OneTransport(t *testing.T) {
 // TestS3TargetAwayAndBack: the S3 server stops mid-run and comes back on
 // the same folder and port (targetAwayAndBack).
 func TestS3TargetAwayAndBack(t *testing.T) {
-	srv := startS3(t)
-	targetAwayAndBack(t, srv.target(t, "away", ""), srv.stop, srv.start)
+	srv := tests3.Start(t)
+	targetAwayAndBack(t, s3Target(t, srv, "away", ""), srv.Stop, srv.Start)
 }
 
 // targetAwayAndBack: the target fails mid-run (down), then works again

@@ -3,6 +3,7 @@ package replica
 import (
 	"context"
 	"log/slog"
+	"path/filepath"
 	"sync"
 	"time"
 )
@@ -21,18 +22,28 @@ type Backups struct {
 	// set, so that it catches up; the store's Rewatch.
 	Rewatch func(ctx context.Context, rel string) error
 	Log     *slog.Logger
+	// CatchUpEvery is how often files left behind are caught up
+	// (catchUpEvery when zero).
+	CatchUpEvery time.Duration
 
 	mu        sync.Mutex
 	nextSweep time.Time
 	syncErr   string // the last "sync now"'s failure
 }
 
-// catchUpEvery is how often files left behind are brought back.
+// catchUpEvery is how often files left behind are caught up.
 const catchUpEvery = 30 * time.Second
+
+// probeTimeout bounds the catch-up loop's check of the target.
+const probeTimeout = 10 * time.Second
 
 // Run runs the sweep and the catch-up loop until ctx ends.
 func (b *Backups) Run(ctx context.Context) {
-	t := time.NewTicker(catchUpEvery)
+	every := b.CatchUpEvery
+	if every <= 0 {
+		every = catchUpEvery
+	}
+	t := time.NewTicker(every)
 	defer t.Stop()
 	var sweepC <-chan time.Time
 	var sweepT *time.Timer
@@ -70,23 +81,45 @@ func (b *Backups) Run(ctx context.Context) {
 	}
 }
 
-// catchUp brings back into the watched set each file whose last sync
-// failed, a few at a time: the target may still be away, and then they
-// fail again quickly and wait for the next round.
+// catchUp catches up the files left behind while the target failed. It
+// first checks the target (which also tells health why it is behind);
+// then each watched file behind syncs now, past Litestream's own backoff
+// of up to five minutes, and files whose last sync failed come back into
+// the watched set, a few at a time.
 func (b *Backups) catchUp(ctx context.Context) {
-	if b.Rewatch == nil {
+	var behind []FileStatus
+	for _, f := range b.Repl.Status() {
+		if f.Behind() {
+			behind = append(behind, f)
+		}
+	}
+	if len(behind) == 0 && b.Repl.TargetErr() == nil {
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	err := b.Repl.Probe(pctx)
+	cancel()
+	if err != nil {
+		b.Log.Warn("replication: the target is failing", "behind", len(behind), "err", err)
 		return
 	}
 	n := 0
-	for _, f := range b.Repl.Status() {
-		if f.Watched || !f.Behind() {
+	for _, f := range behind {
+		if f.Watched {
+			sctx, cancel := context.WithTimeout(ctx, probeTimeout)
+			err := b.Repl.Sync(sctx, filepath.Join(b.Repl.cfg.DataDir, filepath.FromSlash(f.Path)))
+			cancel()
+			if err != nil {
+				b.Log.Warn("replication: catch up", "path", f.Path, "err", err)
+			}
 			continue
 		}
+		if b.Rewatch == nil || n >= 8 {
+			continue
+		}
+		n++
 		if err := b.Rewatch(ctx, f.Path); err != nil {
 			b.Log.Warn("replication: catch up", "path", f.Path, "err", err)
-		}
-		if n++; n >= 8 {
-			return
 		}
 	}
 }
@@ -141,6 +174,10 @@ func (b *Backups) Health() Health {
 		if f.Err != "" || lag > b.Behind {
 			h.Ok = false
 		}
+	}
+	if err := b.Repl.TargetErr(); err != nil {
+		h.Ok = false
+		h.LastErr = "target: " + err.Error()
 	}
 	b.mu.Lock()
 	if b.syncErr != "" {

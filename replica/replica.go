@@ -40,6 +40,15 @@ const (
 	// that is down must not hold it longer. A file whose last sync failed
 	// is brought back later (Backups.catchUp).
 	unwatchTimeout = 5 * time.Second
+	// watchTimeout bounds the first sync of a file entering the watched
+	// set, which the post that made it enter waits for: Litestream checks
+	// the target there (a LIST), and with S3 away its client retries for
+	// about seven seconds.
+	watchTimeout = 2 * time.Second
+	// downUnwatchTimeout bounds the last sync of a file leaving the watched
+	// set while the target is failing: enough for the local part (the WAL
+	// into Litestream's own files), none for retries a reopen would wait for.
+	downUnwatchTimeout = 250 * time.Millisecond
 )
 
 // Config is what replication needs from the server's configuration.
@@ -63,6 +72,11 @@ type Replicator struct {
 
 	mu    sync.Mutex
 	files map[string]*fileState // by path relative to the data directory
+	// down is the target's failure as the last call that waited on it saw
+	// it (nil: working). While it is set no post waits on the target: files
+	// entering the watched set wait outside it, and files leaving it get no
+	// retries. Probe, which the catch-up loop calls, clears it.
+	down error
 }
 
 // fileState is what the Backups page shows of one file. The map is bounded
@@ -126,6 +140,7 @@ func (r *Replicator) Watch(ctx context.Context, path string) error {
 		r.files[rel] = st
 	}
 	wait := st.unwatchDone
+	down := r.down
 	r.mu.Unlock()
 	if wait != nil {
 		<-wait // its last final sync must end before it is registered again
@@ -144,11 +159,24 @@ func (r *Replicator) Watch(ctx context.Context, path string) error {
 	if err := r.ls.RegisterDB(db); err != nil {
 		return r.failed(rel, err)
 	}
+	r.mu.Lock()
+	st.Watched = true
+	r.mu.Unlock()
+	if down != nil {
+		// No post waits on a failing target: the file is registered (all
+		// local) without the first sync, and Litestream sets it up by
+		// itself once the target answers (the catch-up loop hurries it).
+		// Until then it is behind.
+		return r.failed(rel, fmt.Errorf("target failing: %w", down))
+	}
 	// Litestream sets a file up at its first monitor tick, a second after
 	// registering; a file written and closed before that tick would leave
 	// the write out of the replica without an error. Syncing now sets it
 	// up (and takes a snapshot if it changed while nobody watched).
-	if _, err := r.ls.SyncDB(ctx, path, false); err != nil {
+	sctx, cancel := context.WithTimeout(ctx, watchTimeout)
+	defer cancel()
+	if _, err := r.ls.SyncDB(sctx, path, false); err != nil {
+		r.setDown(err)
 		return r.failed(rel, err)
 	}
 	r.mu.Lock()
@@ -186,9 +214,16 @@ func (r *Replicator) Unwatch(path string) error {
 	defer close(done)
 
 	r.record(rel, db)
-	ctx, cancel := context.WithTimeout(context.Background(), unwatchTimeout)
+	timeout := unwatchTimeout
+	if r.TargetErr() != nil {
+		timeout = downUnwatchTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	err = r.ls.UnregisterDB(ctx, path)
+	if err != nil {
+		r.setDown(err)
+	}
 	r.mu.Lock()
 	st.Watched, st.Unwatched = false, time.Now()
 	if db.Replica != nil {
@@ -196,7 +231,10 @@ func (r *Replicator) Unwatch(path string) error {
 	}
 	if err != nil {
 		st.Err = err.Error()
-	} else if st.Replicated >= st.TXID {
+	} else if st.Replicated >= st.TXID && !db.LastSuccessfulSyncAt().IsZero() {
+		// A file registered while the target failed and closed before
+		// Litestream set it up had no last sync at all: it stays behind
+		// for the catch-up loop.
 		st.Err = ""
 		st.LastSync = time.Now()
 	}
@@ -205,6 +243,29 @@ func (r *Replicator) Unwatch(path string) error {
 		return fmt.Errorf("replicate %s: final sync: %w", rel, err)
 	}
 	return nil
+}
+
+// setDown records that a call on the target failed.
+func (r *Replicator) setDown(err error) {
+	r.mu.Lock()
+	r.down = err
+	r.mu.Unlock()
+}
+
+// TargetErr is the target's failure while it is taken to be failing (a
+// watch or a last sync failed, or Probe did), nil while it works.
+func (r *Replicator) TargetErr() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.down
+}
+
+// Probe checks that the target answers and can be written, and records
+// what it found for Watch, Unwatch and TargetErr.
+func (r *Replicator) Probe(ctx context.Context) error {
+	err := r.cfg.Target.Check(ctx)
+	r.setDown(err)
+	return err
 }
 
 // record copies a watched file's positions into its state.
@@ -229,9 +290,11 @@ func (r *Replicator) record(rel string, db *litestream.DB) {
 	if !last.IsZero() {
 		st.LastSync = last
 	}
+	// A file Litestream has not set up yet (its first sync failed: the
+	// target was away) has no position at all, which is not in step.
 	if diag.Error != "" {
 		st.Err = diag.Error
-	} else if rpos >= st.TXID {
+	} else if err == nil && pos.TXID > 0 && rpos >= st.TXID {
 		st.Err = ""
 	}
 }

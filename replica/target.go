@@ -197,6 +197,28 @@ func (t *Target) Init(ctx context.Context) error {
 	return nil
 }
 
+// Check says whether the target answers and takes writes now: a file made
+// and removed in a directory, the bucket reached in S3 (a write refused
+// there shows in the replication of each file).
+func (t *Target) Check(ctx context.Context) error {
+	if !t.IsS3() {
+		f, err := os.CreateTemp(t.dir, ".check-*")
+		if err != nil {
+			return err
+		}
+		f.Close()
+		return os.Remove(f.Name())
+	}
+	t.mu.Lock()
+	b := t.blobs
+	t.mu.Unlock()
+	s, ok := b.(*s3Blobs)
+	if !ok {
+		return errors.New("replica target not initialised")
+	}
+	return s.check(ctx)
+}
+
 // client returns the Litestream replica client of one database, rel being
 // its slash-separated path under the data directory.
 func (t *Target) client(rel string) (litestream.ReplicaClient, error) {

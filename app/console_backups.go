@@ -161,6 +161,7 @@ func (a *App) handleBackupSync(w http.ResponseWriter, r *http.Request) {
 		a.consoleError(w, r, page(r, "Backups", "backups"), backupsOff())
 		return
 	}
+	a.extendWrite(w, syncNowTimeout)
 	ctx, cancel := context.WithTimeout(r.Context(), syncNowTimeout)
 	start := time.Now()
 	err := b.SyncNow(ctx)
@@ -220,9 +221,7 @@ func (a *App) handleBackupDownload(w http.ResponseWriter, r *http.Request) {
 		a.consoleError(w, r, pg, err)
 		return
 	}
-	if err := http.NewResponseController(w).SetWriteDeadline(time.Now().Add(downloadWriteTimeout)); err != nil {
-		a.log.Warn("full backup: cannot extend the write deadline", "err", err)
-	}
+	a.extendWrite(w, downloadWriteTimeout)
 	setDownloadHeaders(w, name)
 	w.WriteHeader(http.StatusOK)
 	if err := a.writeBackupTar(r.Context(), w, rels); err != nil {
@@ -230,6 +229,15 @@ func (a *App) handleBackupDownload(w http.ResponseWriter, r *http.Request) {
 			a.log.Error("full backup: streaming failed", "err", err)
 		}
 		panic(http.ErrAbortHandler)
+	}
+}
+
+// extendWrite lets the answer to w be written for d from now, beyond the
+// server's 30 s WriteTimeout, which would otherwise cut off a download, or
+// the page after a sync or restore that waited on the target.
+func (a *App) extendWrite(w http.ResponseWriter, d time.Duration) {
+	if err := http.NewResponseController(w).SetWriteDeadline(time.Now().Add(d + writeTimeout)); err != nil {
+		a.log.Warn("backups: cannot extend the write deadline", "err", err)
 	}
 }
 
@@ -366,6 +374,7 @@ func (a *App) handleRestore(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	b := a.cfg.Backups
+	a.extendWrite(w, restoreTimeout)
 	ctx, cancel := context.WithTimeout(r.Context(), restoreTimeout)
 	defer cancel()
 	start := time.Now()

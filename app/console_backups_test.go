@@ -167,6 +167,23 @@ func mustSync(t *testing.T, b *replica.Backups) {
 	}
 }
 
+// postAroundTime posts n moments as a, syncs, and returns their ids
+// (sorted) and a time to restore to: a whole second after every one of them
+// reached the target, and 300 ms before this returns, so that whatever is
+// posted next is after it.
+func (rs *replicatedServer) postAroundTime(t *testing.T, a account, n int) ([]string, time.Time) {
+	t.Helper()
+	var ids []string
+	for i := range n {
+		ids = append(ids, rs.post(t, a, fmt.Appendf(nil, "early %d", i)))
+	}
+	mustSync(t, rs.backups)
+	at := time.Now().Truncate(time.Second).Add(time.Second)
+	time.Sleep(time.Until(at.Add(300 * time.Millisecond)))
+	slices.Sort(ids)
+	return ids, at
+}
+
 var fileRowRE = regexp.MustCompile(`(?s)<table id="backup-files">.*?<tbody>(.*?)</tbody>`)
 
 // fileRows counts the rows of the Backups page's file list.
@@ -430,15 +447,7 @@ func TestBackupRestorePersonToTime(t *testing.T) {
 	for i := range 8 {
 		others = append(others, rs.signup(t, fmt.Sprintf("other%d", i)))
 	}
-	var early []string
-	for i := range 5 {
-		early = append(early, rs.post(t, ann, fmt.Appendf(nil, "early %d", i)))
-	}
-	mustSync(t, rs.backups)
-	// at is a whole second after every early moment reached the target,
-	// and 300 ms before the late ones are posted.
-	at := time.Now().Truncate(time.Second).Add(time.Second)
-	time.Sleep(time.Until(at.Add(300 * time.Millisecond)))
+	early, at := rs.postAroundTime(t, ann, 5)
 	acks, stop := posters(rs.testServer, others)
 	// waitPosts waits until each of the others has had a post acknowledged
 	// since counts were taken.
@@ -484,7 +493,6 @@ func TestBackupRestorePersonToTime(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a post failed during the restore: %v", err)
 	}
-	slices.Sort(early)
 	if got := momentIDs(t, rs.store, ann.id); !slices.Equal(got, early) {
 		t.Errorf("ann after the restore has %v, want the early %v", got, early)
 	}

@@ -104,6 +104,17 @@ func startBrowser(t *testing.T) (context.Context, func() []string) {
 	}
 }
 
+// browserWait polls a JavaScript condition, then htmx settling.
+func browserWait(t *testing.T, ctx context.Context, step, cond string) {
+	t.Helper()
+	_, err := chromedp.Run(ctx, chromedp.Poll[bool](`(`+cond+`) && `+htmxIdle, chromedp.WithPollingTimeout(10*time.Second)))
+	if err != nil {
+		loc, _ := chromedp.Run(ctx, chromedp.Location())
+		body, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
+		t.Fatalf("%s: waiting for %s: %v (at %s)\n%s", step, cond, err, loc, body)
+	}
+}
+
 func TestConsoleInBrowser(t *testing.T) {
 	ctx, consoleErrors := startBrowser(t)
 	ts := newTestServer(t, func(c *serverConfig) { c.OpenSignup = false })
@@ -116,15 +127,9 @@ func TestConsoleInBrowser(t *testing.T) {
 			t.Fatalf("%s: %v", step, err)
 		}
 	}
-	// waitFor polls a JavaScript condition, then htmx settling.
 	waitFor := func(step, cond string) {
 		t.Helper()
-		_, err := chromedp.Run(ctx, chromedp.Poll[bool](`(`+cond+`) && `+htmxIdle, chromedp.WithPollingTimeout(10*time.Second)))
-		if err != nil {
-			loc, _ := chromedp.Run(ctx, chromedp.Location())
-			body, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
-			t.Fatalf("%s: waiting for %s: %v (at %s)\n%s", step, cond, err, loc, body)
-		}
+		browserWait(t, ctx, step, cond)
 	}
 	var pages []string
 	check := func(name string) {
@@ -256,13 +261,7 @@ func TestBackupsInBrowser(t *testing.T) {
 	rs := newReplicatedServer(t)
 	mustAdmin(t, rs.store, "root", "admin-password")
 	ann := rs.signup(t, "ann")
-	var early []string
-	for i := range 3 {
-		early = append(early, rs.post(t, ann, fmt.Appendf(nil, "early %d", i)))
-	}
-	mustSync(t, rs.backups)
-	at := time.Now().Truncate(time.Second).Add(time.Second)
-	time.Sleep(time.Until(at.Add(300 * time.Millisecond)))
+	early, at := rs.postAroundTime(t, ann, 3)
 	rs.post(t, ann, []byte("late"))
 	mustSync(t, rs.backups)
 
@@ -274,10 +273,7 @@ func TestBackupsInBrowser(t *testing.T) {
 	}
 	waitFor := func(step, cond string) {
 		t.Helper()
-		if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`(`+cond+`) && `+htmxIdle, chromedp.WithPollingTimeout(10*time.Second))); err != nil {
-			body, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
-			t.Fatalf("%s: waiting for %s: %v\n%s", step, cond, err, body)
-		}
+		browserWait(t, ctx, step, cond)
 	}
 	must("sign in", chromedp.Do(ctx,
 		chromedp.Navigate(rs.URL+"/console/login"),
@@ -318,7 +314,6 @@ func TestBackupsInBrowser(t *testing.T) {
 	if !strings.Contains(result, "3 moments now") || !strings.Contains(result, "history") {
 		t.Errorf("restore result: %q", result)
 	}
-	slices.Sort(early)
 	if got := momentIDs(t, rs.store, ann.id); !slices.Equal(got, early) {
 		t.Errorf("ann after the restore: %v, want %v", got, early)
 	}

@@ -215,8 +215,9 @@ func (a *App) handleMe(w http.ResponseWriter, r *http.Request) {
 
 // handleHealth answers 200 while the directory database can be read, since
 // then the server serves: status is "ok", or "degraded" when the disk is
-// full (writes get 507, reads go on) or person files cannot be read (their
-// owners get 503, everyone else is served). Restarting the server or taking
+// full (writes get 507, reads go on), person files cannot be read (their
+// owners get 503, everyone else is served) or replication is behind (with
+// its error; posts go on locally). Restarting the server or taking
 // it out of rotation would mend neither and would stop everyone's reads, so
 // a load balancer must not be told to; the fields tell monitoring what is
 // wrong. Which people are affected is for the console, not this
@@ -232,12 +233,17 @@ func (a *App) handleHealth(w http.ResponseWriter, r *http.Request) {
 	}
 	st := a.store.Stats()
 	h := struct {
-		Status             string `json:"status"`
-		OpenFiles          int    `json:"open_files"`
-		DiskFull           bool   `json:"disk_full"`
-		FilesNeedAttention int    `json:"files_need_attention"`
-	}{"ok", st.OpenFiles, st.DiskFull, st.UnreadableFiles}
-	if h.DiskFull || h.FilesNeedAttention > 0 {
+		Status             string             `json:"status"`
+		OpenFiles          int                `json:"open_files"`
+		DiskFull           bool               `json:"disk_full"`
+		FilesNeedAttention int                `json:"files_need_attention"`
+		Replication        *replicationHealth `json:"replication,omitempty"`
+	}{"ok", st.OpenFiles, st.DiskFull, st.UnreadableFiles, a.replicationHealth()}
+	// Replication behind is "degraded", never 503: posts go on locally and
+	// are shipped when the target answers again, and taking the server out
+	// of rotation for a replica that is down would stop everyone's posts
+	// and reads and mend nothing.
+	if h.DiskFull || h.FilesNeedAttention > 0 || (h.Replication != nil && h.Replication.Status != "ok") {
 		h.Status = "degraded"
 	}
 	writeJSON(w, http.StatusOK, h)

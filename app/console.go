@@ -60,6 +60,12 @@ func (a *App) consoleRoutes(r chi.Router) {
 			r.Get("/console/digests", a.handleDigests)
 			r.Get("/console/settings", a.handleSettings)
 			r.Post("/console/settings", a.handleSettingsSave)
+			// Backups (console_backups.go).
+			r.Get("/console/backups", a.handleBackups)
+			r.Post("/console/backups/sync", a.handleBackupSync)
+			r.Get("/console/backups/download", a.handleBackupDownload)
+			r.Get("/console/backups/restore", a.handleRestoreConfirm)
+			r.Post("/console/backups/restore", a.handleRestore)
 		})
 	})
 	r.Handle("/static/*", ui.StaticHandler())

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -58,12 +59,11 @@ const a11y = `(() => {
   return problems.join("; ");
 })()`
 
-func TestConsoleInBrowser(t *testing.T) {
+// startBrowser starts headless Chromium for a test (90 s at most) and
+// collects its console errors, which the returned function hands over.
+func startBrowser(t *testing.T) (context.Context, func() []string) {
+	t.Helper()
 	chrome := chromiumPath(t)
-	ts := newTestServer(t, func(c *serverConfig) { c.OpenSignup = false })
-	shots := t.TempDir()
-	artifacts := os.Getenv("UI_ARTIFACT_DIR")
-
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chrome),
 		chromedp.NoSandbox,
@@ -74,11 +74,11 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.WindowSize(1200, 900),
 	)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
+	t.Cleanup(cancelAlloc)
 	ctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
+	t.Cleanup(cancel)
 	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
-	defer cancelT()
+	t.Cleanup(cancelT)
 
 	// Collect console errors for the whole run.
 	var mu sync.Mutex
@@ -96,6 +96,30 @@ func TestConsoleInBrowser(t *testing.T) {
 			}
 		}
 	}()
+	return ctx, func() []string {
+		time.Sleep(100 * time.Millisecond) // let the last console messages arrive
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(consoleErrors)
+	}
+}
+
+// browserWait polls a JavaScript condition, then htmx settling.
+func browserWait(t *testing.T, ctx context.Context, step, cond string) {
+	t.Helper()
+	_, err := chromedp.Run(ctx, chromedp.Poll[bool](`(`+cond+`) && `+htmxIdle, chromedp.WithPollingTimeout(10*time.Second)))
+	if err != nil {
+		loc, _ := chromedp.Run(ctx, chromedp.Location())
+		body, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
+		t.Fatalf("%s: waiting for %s: %v (at %s)\n%s", step, cond, err, loc, body)
+	}
+}
+
+func TestConsoleInBrowser(t *testing.T) {
+	ctx, consoleErrors := startBrowser(t)
+	ts := newTestServer(t, func(c *serverConfig) { c.OpenSignup = false })
+	shots := t.TempDir()
+	artifacts := os.Getenv("UI_ARTIFACT_DIR")
 
 	must := func(step string, err error) {
 		t.Helper()
@@ -103,15 +127,9 @@ func TestConsoleInBrowser(t *testing.T) {
 			t.Fatalf("%s: %v", step, err)
 		}
 	}
-	// waitFor polls a JavaScript condition, then htmx settling.
 	waitFor := func(step, cond string) {
 		t.Helper()
-		_, err := chromedp.Run(ctx, chromedp.Poll[bool](`(`+cond+`) && `+htmxIdle, chromedp.WithPollingTimeout(10*time.Second)))
-		if err != nil {
-			loc, _ := chromedp.Run(ctx, chromedp.Location())
-			body, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
-			t.Fatalf("%s: waiting for %s: %v (at %s)\n%s", step, cond, err, loc, body)
-		}
+		browserWait(t, ctx, step, cond)
 	}
 	var pages []string
 	check := func(name string) {
@@ -229,11 +247,77 @@ func TestConsoleInBrowser(t *testing.T) {
 	must("console after sign-out", chromedp.Do(ctx, chromedp.Navigate(ts.URL+"/console")))
 	waitFor("redirected", `location.pathname === "/console/login"`)
 
-	time.Sleep(100 * time.Millisecond) // let the last console messages arrive
-	mu.Lock()
-	defer mu.Unlock()
-	if len(consoleErrors) > 0 {
-		t.Errorf("browser console errors:\n%s", strings.Join(consoleErrors, "\n"))
+	if errs := consoleErrors(); len(errs) > 0 {
+		t.Errorf("browser console errors:\n%s", strings.Join(errs, "\n"))
 	}
 	t.Logf("screenshots in %s: %s", shots, strings.Join(pages, ", "))
+}
+
+// TestBackupsInBrowser: the Backups page renders and passes the checks,
+// "Sync now" answers, and one person is restored to a time through the
+// confirmation step.
+func TestBackupsInBrowser(t *testing.T) {
+	ctx, consoleErrors := startBrowser(t)
+	rs := newReplicatedServer(t)
+	mustAdmin(t, rs.store, "root", "admin-password")
+	ann := rs.signup(t, "ann")
+	early, at := rs.postAroundTime(t, ann, 3)
+	rs.post(t, ann, []byte("late"))
+	mustSync(t, rs.backups)
+
+	must := func(step string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+	}
+	waitFor := func(step, cond string) {
+		t.Helper()
+		browserWait(t, ctx, step, cond)
+	}
+	must("sign in", chromedp.Do(ctx,
+		chromedp.Navigate(rs.URL+"/console/login"),
+		chromedp.SendKeys(chromedp.CSS("#name"), "root"),
+		chromedp.SendKeys(chromedp.CSS("#password"), "admin-password"),
+		chromedp.Click(chromedp.CSS("button[type=submit]"))))
+	waitFor("overview", `location.pathname === "/console" && document.querySelector("#backup-health") !== null`)
+
+	must("backups", chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`a[href="/console/backups"]`))))
+	waitFor("backups page", `location.pathname === "/console/backups" && document.querySelector("#backup-files") !== null`)
+	problems, err := chromedp.Run(ctx, chromedp.Evaluate[string](a11y))
+	must("accessibility", err)
+	if problems != "" {
+		t.Errorf("backups page: %s", problems)
+	}
+	if dir := os.Getenv("UI_ARTIFACT_DIR"); dir != "" {
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		must("screenshot", err)
+		os.MkdirAll(dir, 0o755)
+		must("screenshot", os.WriteFile(filepath.Join(dir, "backups.png"), png, 0o644))
+	}
+	must("sync now", chromedp.Do(ctx, chromedp.Click(chromedp.ID("sync-now"))))
+	waitFor("synced", `document.body.innerText.includes("Synced in")`)
+
+	must("ann's page", chromedp.Do(ctx, chromedp.Navigate(rs.URL+"/console/people/"+ann.id)))
+	waitFor("ann's page", `document.querySelector("#restore-at") !== null`)
+	must("choose the time", chromedp.Do(ctx,
+		chromedp.SetValue(chromedp.CSS("#restore-at"), at.UTC().Format("2006-01-02T15:04:05")),
+		chromedp.Click(chromedp.CSS("#restore-person button"))))
+	waitFor("confirmation", `document.querySelector("#restore-confirm") !== null`)
+	if ms := len(momentIDs(t, rs.store, ann.id)); ms != 4 {
+		t.Fatalf("ann has %d moments before confirming", ms)
+	}
+	must("confirm", chromedp.Do(ctx, chromedp.Click(chromedp.ID("restore-confirm"))))
+	waitFor("restored", `document.querySelector("#restore-result") !== null`)
+	result, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("restore-result")))
+	must("result", err)
+	if !strings.Contains(result, "3 moments now") || !strings.Contains(result, "history") {
+		t.Errorf("restore result: %q", result)
+	}
+	if got := momentIDs(t, rs.store, ann.id); !slices.Equal(got, early) {
+		t.Errorf("ann after the restore: %v, want %v", got, early)
+	}
+	if errs := consoleErrors(); len(errs) > 0 {
+		t.Errorf("browser console errors:\n%s", strings.Join(errs, "\n"))
+	}
 }

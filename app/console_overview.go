@@ -28,6 +28,8 @@ func (a *App) handleOverview(w http.ResponseWriter, r *http.Request) {
 	if a.certs != nil {
 		o.Certificates = a.certs.problems(a.cfg.TLS.Domains)
 	}
+	bh := backupHealth(a.cfg.Backups)
+	o.Backups = &bh
 	problems := a.store.FileProblems()
 	o.AttentionTotal = len(problems)
 	for _, fp := range problems[:min(len(problems), attentionListed)] {

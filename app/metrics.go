@@ -327,10 +327,7 @@ func (a *App) writePrometheus(w io.Writer) {
 	st := a.store.Stats()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	gauges := []struct {
-		name, help string
-		v          float64
-	}{
+	gauges := []gauge{
 		{"nah_open_person_files", "Person files open now.", float64(st.OpenFiles)},
 		{"nah_sqlite_connections", "SQLite connections open: one per open person file, plus the directory's writer and readers.", float64(st.SQLiteConnections)},
 		{"nah_sqlite_memory_bytes", "Memory SQLite holds now (outside the Go heap).", float64(st.SQLiteBytes)},
@@ -346,6 +343,7 @@ func (a *App) writePrometheus(w io.Writer) {
 		{"nah_uptime_seconds", "Seconds since start.", m.now().Sub(m.start).Seconds()},
 		{"nah_person_files_unreadable", "Person files that cannot be read now: skipped in others' feeds, their owners get 503.", float64(st.UnreadableFiles)},
 	}
+	gauges = append(gauges, a.replicationGauges()...)
 	for _, g := range gauges {
 		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s gauge\n%s %g\n", g.name, g.help, g.name, g.name, g.v)
 	}
@@ -380,6 +378,12 @@ func (a *App) writeDigestMetrics(w io.Writer) {
 		fmt.Fprintf(w, "%s_bucket{le=%q} %d\n", h, le, t.RelayLatency[i])
 	}
 	fmt.Fprintf(w, "%s_sum %g\n%s_count %d\n", h, t.RelaySum.Seconds(), h, t.RelayCount)
+}
+
+// gauge is one gauge of the Prometheus page.
+type gauge struct {
+	name, help string
+	v          float64
 }
 
 // MetricsHandler serves the Prometheus text format; run it on its own

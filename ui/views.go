@@ -40,6 +40,9 @@ type Overview struct {
 	Attention      []AttentionRow
 	AttentionTotal int
 	Certificates   []CertProblem
+
+	// Backups is replication at a glance (nil: NAH_REPLICA_URL is off).
+	Backups *BackupHealth
 }
 
 // CertProblem is a name of NAH_DOMAIN without a good HTTPS certificate:

@@ -1,0 +1,472 @@
+package app
+
+import (
+	"archive/tar"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/a-h/templ"
+
+	"github.com/nah-app/nah"
+	"github.com/nah-app/nah/replica"
+	"github.com/nah-app/nah/store"
+	"github.com/nah-app/nah/ui"
+)
+
+// The console's Backups page (issue 9): replication's health and each
+// file's state, the last and next sweep, "sync now", a full backup to
+// download, and a person's restore to a time. Replication itself is
+// package replica's; this file only shows it and calls it.
+
+const (
+	// backupFilesPerPage bounds the file list: 10,000 people make 200
+	// pages, never a 10,000-row one.
+	backupFilesPerPage = 50
+	// syncNowTimeout bounds "sync now": every watched file (at most
+	// NAH_REPLICA_MAX_FILES and the directory) waits for the target, and a
+	// target that is down must not hold the operator's page longer.
+	syncNowTimeout = 30 * time.Second
+	// downloadWriteTimeout replaces the server's 30 s WriteTimeout for a
+	// full backup: 10 minutes is about 1 GB at 1.7 MB/s.
+	downloadWriteTimeout = 10 * time.Minute
+	// downloadCost is what a full backup in flight holds besides its
+	// request's base cost: gzip at level 2 allocates 794 KiB (measured:
+	// level 1 takes 1,186 KiB, levels 2 to 9 the same 794), tar's header
+	// blocks and io.Copy's 32 KiB buffer, rounded up. Each database's copy
+	// is on disk (store.Backup), one at a time.
+	downloadCost = 1 << 20
+	// downloadLevel: level 2 compresses SQLite pages nearly as well as the
+	// default at a fraction of the CPU, on two shared cores.
+	downloadLevel = 2
+	// restoreTimeout bounds a person's restore: the download of their
+	// history or copy, the integrity check and the swap.
+	restoreTimeout = 5 * time.Minute
+)
+
+// backupsOff is the answer to a backup action when NAH_REPLICA_URL is off.
+func backupsOff() error {
+	return nah.Errorf(nah.NotFound, "", "backups are off (NAH_REPLICA_URL=off): there is no replica")
+}
+
+// backupHealth sums replication up for the Overview and the Backups page.
+func backupHealth(b *replica.Backups) ui.BackupHealth {
+	if b == nil {
+		return ui.BackupHealth{Ok: true, Summary: "Off (NAH_REPLICA_URL=off): nothing is replicated."}
+	}
+	return healthLine(b.Health())
+}
+
+func healthLine(h replica.Health) ui.BackupHealth {
+	out := ui.BackupHealth{Ok: h.Ok, Err: h.LastErr}
+	switch {
+	case !h.Ok:
+		out.Summary = fmt.Sprintf("%d %s behind, the worst by %s", h.Behind, plural(h.Behind, "file", "files"), ui.Round(h.Worst))
+	case h.Behind > 0:
+		out.Summary = fmt.Sprintf("All replicated up to %s ago (%d %s shipping newer writes).", ui.Round(h.Worst), h.Behind, plural(h.Behind, "file", "files"))
+	default:
+		out.Summary = fmt.Sprintf("All replicated: %d %s in step with the target, %d watched now.", h.Files, plural(h.Files, "file", "files"), h.Watched)
+	}
+	return out
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// handleBackups is the Backups page.
+func (a *App) handleBackups(w http.ResponseWriter, r *http.Request) {
+	v, err := a.backupsView(r)
+	if err != nil {
+		a.consoleError(w, r, v.Page, err)
+		return
+	}
+	a.render(w, r, http.StatusOK, ui.BackupsPage(v))
+}
+
+// backupsView is the Backups page's content: page ?page= of the files.
+func (a *App) backupsView(r *http.Request) (ui.Backups, error) {
+	v := ui.Backups{Page: page(r, "Backups", "backups")}
+	b := a.cfg.Backups
+	if b == nil {
+		v.Off = true
+		return v, nil
+	}
+	t := b.Repl.Target()
+	v.Target = t.Redacted()
+	v.Health = healthLine(b.Health())
+	from := t.Redacted()
+	if t.IsS3() {
+		from = t.URL // never holds a key: ParseTarget refuses one
+	}
+	v.RestoreCommand = "nah restore -from " + shellQuote(from) + " -to /path/to/new-data-dir"
+
+	files := b.Repl.Status()
+	// Files behind come first, worst first; those in step follow by path,
+	// so that the pages do not shift between two clicks as syncs land.
+	inStep := slices.IndexFunc(files, func(f replica.FileStatus) bool { return !f.Behind() })
+	if inStep >= 0 {
+		slices.SortFunc(files[inStep:], func(x, y replica.FileStatus) int { return strings.Compare(x.Path, y.Path) })
+	}
+	v.FilesTotal = len(files)
+	v.PageCount = max(1, (len(files)+backupFilesPerPage-1)/backupFilesPerPage)
+	v.PageNum, _ = strconv.Atoi(r.URL.Query().Get("page"))
+	v.PageNum = min(max(v.PageNum, 1), v.PageCount)
+	now := time.Now() // replication's clock is the wall clock, not a.now
+	for _, f := range files[min((v.PageNum-1)*backupFilesPerPage, len(files)):min(v.PageNum*backupFilesPerPage, len(files))] {
+		row := ui.BackupFile{Path: f.Path, Watched: f.Watched, Local: f.TXID, Replicated: f.Replicated, Lag: f.Lag(now), LastSync: f.LastSync, Err: f.Err}
+		if id := store.PersonOfRel(f.Path); id != "" {
+			row.PersonID, row.Handle = id, id
+			if p, err := a.store.FindPersonByID(r.Context(), id); err == nil {
+				row.Handle = p.Handle
+			} else if nah.ErrorCode(err) != nah.NotFound {
+				return v, err
+			}
+		}
+		v.Files = append(v.Files, row)
+	}
+	if b.Sweep != nil {
+		last, running := b.Sweep.Last()
+		v.Sweep = &ui.SweepRow{Stamp: last.Stamp, Started: last.Started, Duration: last.Duration, Files: last.Files, Bytes: last.Bytes, Failed: last.Failed, Err: last.Err}
+		v.Sweeping, v.NextSweep = running, b.NextSweepAt()
+	}
+	return v, nil
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-:") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// handleBackupSync is "Sync now": every watched file's changes shipped,
+// waiting for the target within syncNowTimeout; the page again with the
+// result.
+func (a *App) handleBackupSync(w http.ResponseWriter, r *http.Request) {
+	b := a.cfg.Backups
+	if b == nil {
+		a.consoleError(w, r, page(r, "Backups", "backups"), backupsOff())
+		return
+	}
+	a.extendWrite(w, syncNowTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), syncNowTimeout)
+	start := time.Now()
+	err := b.SyncNow(ctx)
+	cancel()
+	took := time.Since(start)
+	v, verr := a.backupsView(r)
+	if verr != nil {
+		a.consoleError(w, r, v.Page, verr)
+		return
+	}
+	if err != nil {
+		a.log.Warn("backups: sync now", "err", err)
+		e := nah.Errorf(nah.Unavailable, "", "Sync failed after %s: %v. Posts go on locally; replication retries by itself.", ui.Round(took), err)
+		a.respondError(w, r, e, func(e *nah.Error) templ.Component {
+			v.Error = e.Message
+			return ui.BackupsPage(v)
+		})
+		return
+	}
+	v.Flash = fmt.Sprintf("Synced in %s: every watched file is on the target.", took.Round(time.Millisecond))
+	a.render(w, r, http.StatusOK, ui.BackupsPage(v))
+}
+
+// handleBackupDownload streams a .tar.gz of every database, laid out as a
+// data directory (directory.db, people/<id>/person.db): `tar xzf` gives a
+// directory that `nah serve` opens. Each file is a consistent copy made
+// with SQLite's backup API (store.Backup: one read transaction, no writer
+// waits), made one at a time and unlinked once sent, so the disk holds
+// one extra copy at most and memory holds gzip's state, never the archive.
+// Files are each consistent on their own; the directory's cached counts
+// of a person posting meanwhile may trail their file, which the store
+// mends at its next read. Errors before the first byte go to the console's
+// error page; after it, the connection is cut, so the client sees a broken
+// download rather than an archive that looks whole.
+func (a *App) handleBackupDownload(w http.ResponseWriter, r *http.Request) {
+	pg := page(r, "Backups", "backups")
+	name := "nah-backup-" + time.Now().UTC().Format("20060102T150405Z") + ".tar.gz"
+	if r.Method == http.MethodHead {
+		setDownloadHeaders(w, name)
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	select {
+	case a.exports <- struct{}{}: // it reads whole files, like an export
+		defer func() { <-a.exports }()
+	default:
+		a.consoleError(w, r, pg, errOverloaded())
+		return
+	}
+	if err := a.takeOrOverloaded(downloadCost); err != nil {
+		a.consoleError(w, r, pg, err)
+		return
+	}
+	defer a.mem.give(downloadCost)
+	rels, err := a.store.Databases(r.Context())
+	if err != nil {
+		a.consoleError(w, r, pg, err)
+		return
+	}
+	a.extendWrite(w, downloadWriteTimeout)
+	setDownloadHeaders(w, name)
+	w.WriteHeader(http.StatusOK)
+	if err := a.writeBackupTar(r.Context(), w, rels); err != nil {
+		if !errors.Is(r.Context().Err(), context.Canceled) {
+			a.log.Error("full backup: streaming failed", "err", err)
+		}
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// extendWrite lets the answer to w be written for d from now, beyond the
+// server's 30 s WriteTimeout, which would otherwise cut off a download, or
+// the page after a sync or restore that waited on the target.
+func (a *App) extendWrite(w http.ResponseWriter, d time.Duration) {
+	if err := http.NewResponseController(w).SetWriteDeadline(time.Now().Add(d + writeTimeout)); err != nil {
+		a.log.Warn("backups: cannot extend the write deadline", "err", err)
+	}
+}
+
+func setDownloadHeaders(w http.ResponseWriter, name string) {
+	h := w.Header()
+	h.Set("Content-Type", "application/gzip")
+	h.Set("Content-Disposition", `attachment; filename="`+name+`"`)
+	h.Set("Cache-Control", "no-store")
+}
+
+// writeBackupTar writes the archive of rels to w. A person deleted and
+// purged since the list was made is left out; any other failure ends it.
+func (a *App) writeBackupTar(ctx context.Context, w io.Writer, rels []string) error {
+	zw, err := gzip.NewWriterLevel(w, downloadLevel)
+	if err != nil {
+		return err
+	}
+	tw := tar.NewWriter(zw)
+	now := time.Now()
+	dirs := map[string]bool{}
+	dir := func(name string) error {
+		if dirs[name] {
+			return nil
+		}
+		dirs[name] = true
+		return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: name + "/", Mode: 0o700, ModTime: now})
+	}
+	for _, rel := range rels {
+		f, err := a.store.Backup(ctx, rel)
+		if nah.ErrorCode(err) == nah.NotFound {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", rel, err)
+		}
+		err = func() error {
+			defer f.Close()
+			st, err := f.Stat()
+			if err != nil {
+				return err
+			}
+			if id := store.PersonOfRel(rel); id != "" {
+				if err := dir("people"); err != nil {
+					return err
+				}
+				if err := dir("people/" + id); err != nil {
+					return err
+				}
+			}
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: rel, Mode: 0o600, Size: st.Size(), ModTime: now}); err != nil {
+				return err
+			}
+			_, err = io.Copy(tw, f)
+			return err
+		}()
+		if err != nil {
+			return fmt.Errorf("%s: %w", rel, err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	return zw.Close()
+}
+
+// restoreRequest reads the person (an id, or a handle typed on the
+// Backups page) and the time of a restore.
+func (a *App) restoreRequest(r *http.Request, who, at string) (nah.Person, time.Time, error) {
+	if a.cfg.Backups == nil {
+		return nah.Person{}, time.Time{}, backupsOff()
+	}
+	who = strings.TrimSpace(who)
+	p, err := a.store.FindPersonByID(r.Context(), who)
+	if nah.ErrorCode(err) == nah.NotFound {
+		p, _, err = a.store.FindPersonByHandle(r.Context(), strings.ToLower(who))
+	}
+	if err != nil {
+		return p, time.Time{}, err
+	}
+	t, err := parseRestoreTime(at)
+	if err != nil {
+		return p, t, err
+	}
+	if t.After(time.Now()) {
+		return p, t, nah.Errorf(nah.Invalid, "", "%s is in the future: choose a past time (UTC)", ui.WhenT(t))
+	}
+	return p, t, nil
+}
+
+// parseRestoreTime reads a time in UTC as a datetime-local input sends it
+// (with or without seconds) or as RFC 3339.
+func parseRestoreTime(s string) (time.Time, error) {
+	s = strings.TrimSpace(s)
+	for _, layout := range []string{time.RFC3339, "2006-01-02T15:04:05", "2006-01-02T15:04"} {
+		if t, err := time.ParseInLocation(layout, s, time.UTC); err == nil {
+			return t.UTC(), nil
+		}
+	}
+	return time.Time{}, nah.Errorf(nah.Invalid, "", "the time %q is not a date and time such as 2026-01-31T18:00:00", s)
+}
+
+// handleRestoreConfirm is the confirmation step of a person's restore: what
+// will happen, and the button that does it. It changes nothing.
+func (a *App) handleRestoreConfirm(w http.ResponseWriter, r *http.Request) {
+	pg := page(r, "Restore a person", "backups")
+	q := r.URL.Query()
+	p, at, err := a.restoreRequest(r, q.Get("person"), q.Get("at"))
+	if err != nil {
+		a.consoleError(w, r, pg, err)
+		return
+	}
+	n, err := a.store.MomentCount(r.Context(), p.ID)
+	if err != nil && nah.ErrorCode(err) != nah.Unavailable { // an unreadable file is what a restore mends
+		a.consoleError(w, r, pg, err)
+		return
+	}
+	pg.Title = "Restore " + p.Handle
+	a.render(w, r, http.StatusOK, ui.RestorePersonPage(ui.RestorePerson{Page: pg, PersonID: p.ID, Handle: p.Handle, At: at, Moments: n}))
+}
+
+// handleRestore restores one person's file to a time while the server
+// runs: the store closes their file (replication lets go of it through the
+// store's hooks) and holds off their requests, the replica's copy as at
+// the time is made beside it and checked whole, Litestream's local state
+// of the old file is cleared (it describes a file that is gone), and the
+// copy takes the file's place; their next write watches the new file.
+// Everyone else goes on meanwhile. A failure leaves the old file.
+func (a *App) handleRestore(w http.ResponseWriter, r *http.Request) {
+	pg := page(r, "Restore a person", "backups")
+	r.Body = http.MaxBytesReader(w, r.Body, smallBody)
+	p, at, err := a.restoreRequest(r, r.PostFormValue("person"), r.PostFormValue("at"))
+	if err != nil {
+		a.consoleError(w, r, pg, err)
+		return
+	}
+	b := a.cfg.Backups
+	a.extendWrite(w, restoreTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), restoreTimeout)
+	defer cancel()
+	start := time.Now()
+	rel := store.PersonRel(p.ID)
+	var source string
+	err = a.store.ReplacePersonFile(ctx, p.ID, func(path string) error {
+		var err error
+		source, err = replica.RestoreFile(ctx, b.Repl.Target(), rel, path, at)
+		if errors.Is(err, replica.ErrNothing) {
+			return nah.Errorf(nah.NotFound, "", "The replica holds no copy of %s's file as at %s: nothing was changed.", p.Handle, ui.WhenT(at))
+		}
+		if err != nil {
+			return nah.Errorf(nah.Unavailable, "", "The replica could not give back %s's file as at %s: %v. Nothing was changed.", p.Handle, ui.WhenT(at), err)
+		}
+		if err := store.IntegrityCheck(ctx, path); err != nil {
+			return nah.Errorf(nah.Unavailable, "", "The copy of %s's file failed its integrity check: %v. Nothing was changed.", p.Handle, err)
+		}
+		// Inside make the file is closed and not watched.
+		return b.Repl.ClearState(a.store.Path(rel))
+	})
+	if err != nil {
+		a.consoleError(w, r, pg, err)
+		return
+	}
+	took := time.Since(start)
+	n, err := a.store.MomentCount(r.Context(), p.ID)
+	if err != nil {
+		a.consoleError(w, r, pg, err)
+		return
+	}
+	a.log.Info("person restored to a time", "person", p.ID, "at", at, "source", source, "moments", n, "took", took.Round(time.Millisecond))
+	pg.Title = "Restored " + p.Handle
+	a.render(w, r, http.StatusOK, ui.RestorePersonPage(ui.RestorePerson{Page: pg, PersonID: p.ID, Handle: p.Handle, At: at, Moments: n, Done: true, Source: source, Took: took}))
+}
+
+// personRef matches a person's folder in a replication error, which
+// /healthz (public) must not name.
+var personRef = regexp.MustCompile(`people/[A-Za-z0-9_-]+`)
+
+// replicationHealth is /healthz's replication field (nil when off).
+type replicationHealth struct {
+	Status          string  `json:"status"` // ok or behind
+	FilesBehind     int     `json:"files_behind"`
+	WorstLagSeconds float64 `json:"worst_lag_seconds"`
+	Error           string  `json:"error,omitempty"`
+}
+
+func (a *App) replicationHealth() *replicationHealth {
+	if a.cfg.Backups == nil {
+		return nil
+	}
+	h := a.cfg.Backups.Health()
+	out := &replicationHealth{Status: "ok", FilesBehind: h.Behind, WorstLagSeconds: h.Worst.Round(time.Millisecond).Seconds()}
+	if !h.Ok {
+		out.Status = "behind"
+		out.Error = personRef.ReplaceAllString(h.LastErr, "people/…")
+	}
+	return out
+}
+
+// replicationGauges are the metrics of replication and the sweep, empty
+// when replication is off.
+func (a *App) replicationGauges() []gauge {
+	b := a.cfg.Backups
+	if b == nil {
+		return nil
+	}
+	h := b.Health()
+	failing := 0
+	for _, f := range b.Repl.Status() {
+		if f.Err != "" {
+			failing++
+		}
+	}
+	healthy := 0.0
+	if h.Ok {
+		healthy = 1
+	}
+	gs := []gauge{
+		{"nah_replica_healthy", "1 while replication is in step (nothing behind by more than a minute, the last sync now did not fail), else 0.", healthy},
+		{"nah_replica_files_watched", "Databases Litestream watches now.", float64(h.Watched)},
+		{"nah_replica_files_behind", "Databases whose target lacks some of their transactions.", float64(h.Behind)},
+		{"nah_replica_files_failing", "Databases whose last watch or final sync to the target failed.", float64(failing)},
+		{"nah_replica_worst_lag_seconds", "Seconds since the database furthest behind was last in step with the target.", h.Worst.Seconds()},
+	}
+	if b.Sweep != nil {
+		last, _ := b.Sweep.Last()
+		gs = append(gs,
+			gauge{"nah_backup_sweep_duration_seconds", "How long the last nightly copy took.", last.Duration.Seconds()},
+			gauge{"nah_backup_sweep_bytes", "Bytes the last nightly copy wrote.", float64(last.Bytes)},
+			gauge{"nah_backup_sweep_failures", "Databases the last nightly copy could not copy.", float64(len(last.Failed))},
+		)
+	}
+	return gs
+}

@@ -1,0 +1,603 @@
+package app
+
+import (
+	"archive/tar"
+	"compress/gzip"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nah-app/nah/replica"
+	"github.com/nah-app/nah/store"
+)
+
+// replicatedServer is a test server that replicates to a real directory,
+// wired as cmd/nah wires it (startReplication, startBackups) without the
+// background loop: tests sync and sweep when they mean to.
+type replicatedServer struct {
+	*testServer
+	replicaDir string
+	backups    *replica.Backups
+}
+
+func newReplicatedServer(t *testing.T, edit ...func(*serverConfig)) *replicatedServer {
+	t.Helper()
+	ctx := context.Background()
+	dir, rdir := t.TempDir(), t.TempDir()
+	target, err := replica.ParseTarget(rdir, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := target.Init(ctx); err != nil {
+		t.Fatal(err)
+	}
+	meta := filepath.Join(dir, "replication")
+	if err := os.MkdirAll(meta, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	r, err := replica.Open(ctx, replica.Config{Target: target, DataDir: dir, MetaDir: meta, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Registered before the server's cleanup, so it runs after the store
+	// closed (and unwatched) its files.
+	t.Cleanup(func() { r.Close(context.Background()) })
+	ts := newTestServer(t, append([]func(*serverConfig){func(c *serverConfig) {
+		c.Dir = dir
+		c.Hooks = store.Hooks{Watch: r.Watch, MaxWatched: 64, Unwatch: func(p string) {
+			if err := r.Unwatch(p); err != nil {
+				log.Warn("replication: last sync", "err", err)
+			}
+		}}
+	}}, edit...)...)
+	if err := r.Watch(ctx, ts.store.Path(store.DirectoryRel)); err != nil {
+		t.Fatal(err)
+	}
+	b := &replica.Backups{
+		Repl: r, Every: 24 * time.Hour, At: 3 * time.Hour, Behind: time.Minute,
+		Rewatch: ts.store.Rewatch, Log: log,
+		Sweep: &replica.Sweeper{Target: target, Keep: 7, Copy: ts.store.Backup, List: ts.store.Databases},
+	}
+	ts.app.cfg.Backups = b // no request has been served yet
+	return &replicatedServer{testServer: ts, replicaDir: rdir, backups: b}
+}
+
+// postMoment posts through the API without the test's helpers, for the
+// goroutines that keep posting: the moment's id, or an error.
+func postMoment(base string, c *http.Client, token, body string) (string, error) {
+	j, _ := json.Marshal(map[string]string{"body": base64.StdEncoding.EncodeToString([]byte(body))})
+	req, _ := http.NewRequest("POST", base+"/api/v1/moments", strings.NewReader(string(j)))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := c.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer res.Body.Close()
+	var out struct {
+		ID string `json:"id"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&out); err != nil || res.StatusCode != 201 {
+		return "", fmt.Errorf("post: %d %v", res.StatusCode, err)
+	}
+	return out.ID, nil
+}
+
+// posters keeps people posting until stop is called, which returns every
+// acknowledged moment's id by person and any failure; acks says how many
+// posts each person has had acknowledged so far.
+func posters(ts *testServer, people []account) (acks func() map[string]int, stop func() (map[string][]string, error)) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	acked := map[string][]string{}
+	var firstErr error
+	for _, p := range people {
+		wg.Go(func() {
+			c := ts.Client()
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				id, err := postMoment(ts.URL, c, p.token, fmt.Sprintf("%s %d", p.handle, i))
+				mu.Lock()
+				if err != nil && firstErr == nil {
+					firstErr = fmt.Errorf("%s: %w", p.handle, err)
+				} else if err == nil {
+					acked[p.id] = append(acked[p.id], id)
+				}
+				mu.Unlock()
+				time.Sleep(5 * time.Millisecond)
+			}
+		})
+	}
+	acks = func() map[string]int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := map[string]int{}
+		for id, ids := range acked {
+			n[id] = len(ids)
+		}
+		return n
+	}
+	return acks, func() (map[string][]string, error) {
+		close(done)
+		wg.Wait()
+		return acked, firstErr
+	}
+}
+
+// momentIDs are the ids of every moment in person id's file.
+func momentIDs(t *testing.T, s *store.Store, id string) []string {
+	t.Helper()
+	ms, err := s.Moments(context.Background(), id, nil, 100_000, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, m := range ms {
+		out = append(out, m.ID)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func mustSync(t *testing.T, b *replica.Backups) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := b.SyncNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// postAroundTime posts n moments as a, syncs, and returns their ids
+// (sorted) and a time to restore to: a whole second after every one of them
+// reached the target, and 300 ms before this returns, so that whatever is
+// posted next is after it.
+func (rs *replicatedServer) postAroundTime(t *testing.T, a account, n int) ([]string, time.Time) {
+	t.Helper()
+	var ids []string
+	for i := range n {
+		ids = append(ids, rs.post(t, a, fmt.Appendf(nil, "early %d", i)))
+	}
+	mustSync(t, rs.backups)
+	at := time.Now().Truncate(time.Second).Add(time.Second)
+	time.Sleep(time.Until(at.Add(300 * time.Millisecond)))
+	slices.Sort(ids)
+	return ids, at
+}
+
+var fileRowRE = regexp.MustCompile(`(?s)<table id="backup-files">.*?<tbody>(.*?)</tbody>`)
+
+// fileRows counts the rows of the Backups page's file list.
+func fileRows(t *testing.T, body string) int {
+	t.Helper()
+	m := fileRowRE.FindStringSubmatch(body)
+	if m == nil {
+		t.Fatalf("no file list in the page:\n%s", body)
+	}
+	return strings.Count(m[1], "<tr>")
+}
+
+func TestBackupsPageAndOverview(t *testing.T) {
+	rs := newReplicatedServer(t)
+	var people []account
+	for i := range 60 {
+		a := rs.signup(t, fmt.Sprintf("p%02d", i))
+		rs.post(t, a, []byte("hello"))
+		people = append(people, a)
+	}
+	mustSync(t, rs.backups)
+	if _, err := rs.backups.Sweep.Run(context.Background(), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	c := signedInAdmin(t, rs.testServer)
+
+	p := get(t, c, rs.URL+"/console/backups")
+	if p.status != 200 {
+		t.Fatalf("backups page: %d\n%s", p.status, p.body)
+	}
+	for _, want := range []string{rs.replicaDir, "All replicated", "nah restore -from " + rs.replicaDir + " -to ", `id="sync-now"`, `id="download-all"`, "61 files, "} {
+		if !strings.Contains(p.body, want) {
+			t.Errorf("backups page lacks %q", want)
+		}
+	}
+	// 60 people and the directory: two pages, 50 and 11 rows, each
+	// person named by handle; a page past the end shows the last.
+	if n := fileRows(t, p.body); n != backupFilesPerPage {
+		t.Errorf("page 1: %d rows", n)
+	}
+	p2 := get(t, c, rs.URL+"/console/backups?page=2")
+	if n := fileRows(t, p2.body); n != 11 {
+		t.Errorf("page 2: %d rows", n)
+	}
+	if p9 := get(t, c, rs.URL+"/console/backups?page=9"); fileRows(t, p9.body) != 11 || !strings.Contains(p9.body, "page 2 of 2") {
+		t.Errorf("page past the end is not the last")
+	}
+	for _, a := range people {
+		link := `<a href="/console/people/` + a.id + `">` + a.handle + `</a>`
+		if !strings.Contains(p.body, link) && !strings.Contains(p2.body, link) {
+			t.Errorf("%s is not listed by handle", a.handle)
+		}
+	}
+
+	if o := get(t, c, rs.URL+"/console"); !strings.Contains(o.body, `id="backup-health"`) || !strings.Contains(o.body, "All replicated") {
+		t.Errorf("the overview does not show backup health:\n%s", o.body)
+	}
+	h := rs.do(t, "GET", "/healthz", "", nil)
+	rep, _ := h.json["replication"].(map[string]any)
+	if h.status != 200 || h.str("status") != "ok" || rep["status"] != "ok" {
+		t.Errorf("healthz: %d %s", h.status, h.raw)
+	}
+
+	// Sync now, and its refusal from another origin.
+	if s := postForm(t, c, rs.URL+"/console/backups/sync", nil); s.status != 200 || !strings.Contains(s.body, "Synced in") {
+		t.Errorf("sync now: %d", s.status)
+	}
+	if s := postForm(t, c, rs.URL+"/console/backups/sync", nil, "Sec-Fetch-Site", "cross-site", "Origin", "https://evil.example"); s.status != http.StatusForbidden {
+		t.Errorf("cross-origin sync now: %d", s.status)
+	}
+	if p := get(t, consoleClient(t), rs.URL+"/console/backups"); p.status != 303 {
+		t.Errorf("signed out: %d", p.status)
+	}
+
+	var metrics strings.Builder
+	rs.app.writePrometheus(&metrics)
+	for _, want := range []string{"nah_replica_files_watched ", "nah_replica_healthy 1", "nah_replica_files_failing 0", "nah_backup_sweep_bytes "} {
+		if !strings.Contains(metrics.String(), want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
+
+// TestBackupsBehindHealth: a target that cannot be written makes health
+// degraded (200, with the error), the overview and the page say so, and
+// posts go on; once the target is back, sync catches up.
+func TestBackupsBehindHealth(t *testing.T) {
+	rs := newReplicatedServer(t)
+	ann := rs.signup(t, "ann")
+	rs.post(t, ann, []byte("before"))
+	mustSync(t, rs.backups)
+	c := signedInAdmin(t, rs.testServer)
+
+	// A file where the target's directory was: even root cannot write it.
+	if err := os.RemoveAll(rs.replicaDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(rs.replicaDir, []byte("not a directory"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	rs.post(t, ann, []byte("while the target is away"))
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("a post took %s while the target was away", d)
+	}
+	s := postForm(t, c, rs.URL+"/console/backups/sync", nil)
+	if s.status != http.StatusServiceUnavailable || !strings.Contains(s.body, "Sync failed") || !strings.Contains(s.body, `id="backup-files"`) {
+		t.Errorf("sync now with the target away: %d\n%s", s.status, s.body)
+	}
+	h := rs.do(t, "GET", "/healthz", "", nil)
+	rep, _ := h.json["replication"].(map[string]any)
+	if h.status != 200 || h.str("status") != "degraded" || rep["status"] != "behind" || rep["error"] == "" || strings.Contains(string(h.raw), ann.id) {
+		t.Errorf("healthz with the target away: %d %s", h.status, h.raw)
+	}
+	if o := get(t, c, rs.URL+"/console"); !strings.Contains(o.body, `id="backup-health" role="alert"`) {
+		t.Errorf("the overview does not say replication is behind")
+	}
+	var metrics strings.Builder
+	rs.app.writePrometheus(&metrics)
+	if !strings.Contains(metrics.String(), "nah_replica_healthy 0\n") || strings.Contains(metrics.String(), "nah_replica_files_behind 0\n") {
+		t.Errorf("metrics do not say replication is behind:\n%s", metrics.String())
+	}
+
+	// The target is back.
+	if err := os.Remove(rs.replicaDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(rs.replicaDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	rs.post(t, ann, []byte("after"))
+	mustSync(t, rs.backups)
+	if h := rs.do(t, "GET", "/healthz", "", nil); h.str("status") != "ok" {
+		t.Errorf("healthz once the target is back: %s", h.raw)
+	}
+}
+
+// untarTo extracts a .tar.gz into dir, refusing any name that climbs out.
+func untarTo(t *testing.T, r io.Reader, dir string) []string {
+	t.Helper()
+	zr, err := gzip.NewReader(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(zr)
+	var files []string
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return files
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, filepath.FromSlash(h.Name))
+		if !strings.HasPrefix(p, dir+string(os.PathSeparator)) {
+			t.Fatalf("entry %q climbs out", h.Name)
+		}
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := os.MkdirAll(p, 0o700); err != nil {
+				t.Fatal(err)
+			}
+		case tar.TypeReg:
+			f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.Copy(f, tr); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			files = append(files, h.Name)
+		default:
+			t.Fatalf("entry %q of type %c", h.Name, h.Typeflag)
+		}
+	}
+}
+
+// TestBackupDownloadWhileWriting: the full backup, downloaded while people
+// keep posting, is a data directory whose every file passes SQLite's
+// integrity check and that a store opens; it holds every person and every
+// moment acknowledged before the download, and nothing the live store
+// lacks.
+func TestBackupDownloadWhileWriting(t *testing.T) {
+	rs := newReplicatedServer(t)
+	var people []account
+	for i := range 6 {
+		a := rs.signup(t, fmt.Sprintf("writer%d", i))
+		for j := range 20 {
+			rs.post(t, a, fmt.Appendf(nil, "%s %d", a.handle, j))
+		}
+		people = append(people, a)
+	}
+	before := map[string][]string{}
+	for _, a := range people {
+		before[a.id] = momentIDs(t, rs.store, a.id)
+	}
+	_, stop := posters(rs.testServer, people[:3])
+	c := signedInAdmin(t, rs.testServer)
+	res, err := c.Get(rs.URL + "/console/backups/download")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != 200 || res.Header.Get("Content-Type") != "application/gzip" || !strings.Contains(res.Header.Get("Content-Disposition"), ".tar.gz") {
+		t.Fatalf("download: %d %v", res.StatusCode, res.Header)
+	}
+	out := filepath.Join(t.TempDir(), "data")
+	if err := os.Mkdir(out, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	files := untarTo(t, res.Body, out)
+	if _, err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	want, err := rs.store.Databases(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(files)
+	if !slices.Equal(files, want) {
+		t.Fatalf("archive holds %v, the server %v", files, want)
+	}
+	for _, f := range files {
+		if err := store.IntegrityCheck(context.Background(), filepath.Join(out, f)); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+	restored, err := store.Open(context.Background(), store.Config{Dir: out})
+	if err != nil {
+		t.Fatalf("the extracted backup does not open: %v", err)
+	}
+	defer restored.Close()
+	for _, a := range people {
+		if _, err := restored.FindPersonByID(context.Background(), a.id); err != nil {
+			t.Errorf("%s: %v", a.handle, err)
+		}
+		got, live := momentIDs(t, restored, a.id), momentIDs(t, rs.store, a.id)
+		for _, id := range before[a.id] {
+			if _, ok := slices.BinarySearch(got, id); !ok {
+				t.Errorf("%s: moment %s, acknowledged before the download, is not in it", a.handle, id)
+			}
+		}
+		for _, id := range got {
+			if _, ok := slices.BinarySearch(live, id); !ok {
+				t.Errorf("%s: moment %s is in the backup and not on the server", a.handle, id)
+			}
+		}
+	}
+}
+
+// TestBackupRestorePersonToTime: one person restored to a time through the
+// console's confirmation step while 8 others keep posting: the person is
+// as they were then (moments before it present, after it absent), the
+// others lose nothing, and the restored file replicates again.
+func TestBackupRestorePersonToTime(t *testing.T) {
+	rs := newReplicatedServer(t)
+	ann := rs.signup(t, "ann")
+	var others []account
+	for i := range 8 {
+		others = append(others, rs.signup(t, fmt.Sprintf("other%d", i)))
+	}
+	early, at := rs.postAroundTime(t, ann, 5)
+	acks, stop := posters(rs.testServer, others)
+	// waitPosts waits until each of the others has had a post acknowledged
+	// since counts were taken.
+	waitPosts := func(step string, counts map[string]int) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			now, all := acks(), true
+			for _, o := range others {
+				all = all && now[o.id] > counts[o.id]
+			}
+			if all {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the others do not all post: %v", step, now)
+			}
+		}
+	}
+	waitPosts("before the restore", nil)
+	for i := range 5 {
+		rs.post(t, ann, fmt.Appendf(nil, "late %d", i))
+	}
+	mustSync(t, rs.backups)
+	if n := len(momentIDs(t, rs.store, ann.id)); n != 10 {
+		t.Fatalf("ann has %d moments before the restore", n)
+	}
+
+	c := signedInAdmin(t, rs.testServer)
+	form := url.Values{"person": {"ann"}, "at": {at.Format("2006-01-02T15:04:05")}}
+	confirm := get(t, c, rs.URL+"/console/backups/restore?"+form.Encode())
+	if confirm.status != 200 || !strings.Contains(confirm.body, `id="restore-confirm"`) || !strings.Contains(confirm.body, "now 10 moments") {
+		t.Fatalf("confirmation: %d\n%s", confirm.status, confirm.body)
+	}
+	if n := len(momentIDs(t, rs.store, ann.id)); n != 10 {
+		t.Fatalf("the confirmation step changed ann: %d moments", n)
+	}
+	done := postForm(t, c, rs.URL+"/console/backups/restore", url.Values{"person": {ann.id}, "at": {at.Format(time.RFC3339)}})
+	if done.status != 200 || !strings.Contains(done.body, "from the history") || !strings.Contains(done.body, "5 moments now") {
+		t.Fatalf("restore: %d\n%s", done.status, done.body)
+	}
+	waitPosts("after the restore", acks())
+	acked, err := stop()
+	if err != nil {
+		t.Fatalf("a post failed during the restore: %v", err)
+	}
+	if got := momentIDs(t, rs.store, ann.id); !slices.Equal(got, early) {
+		t.Errorf("ann after the restore has %v, want the early %v", got, early)
+	}
+	for _, o := range others {
+		got := momentIDs(t, rs.store, o.id)
+		for _, id := range acked[o.id] {
+			if _, ok := slices.BinarySearch(got, id); !ok {
+				t.Errorf("%s lost acknowledged moment %s", o.handle, id)
+			}
+		}
+	}
+	// Ann posts again; the new file replicates: a restore of the newest
+	// state has the early moments and the new one.
+	again := rs.post(t, ann, []byte("after the restore"))
+	mustSync(t, rs.backups)
+	p := filepath.Join(t.TempDir(), "ann.db")
+	if _, err := replica.RestoreFile(context.Background(), rs.backups.Repl.Target(), store.PersonRel(ann.id), p, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.IntegrityCheck(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	latest := filepath.Join(t.TempDir(), "data")
+	os.MkdirAll(filepath.Join(latest, "people", ann.id), 0o700)
+	if err := os.Rename(p, filepath.Join(latest, filepath.FromSlash(store.PersonRel(ann.id)))); err != nil {
+		t.Fatal(err)
+	}
+	// The directory of the live server, copied, names ann.
+	dirCopy, err := rs.store.Backup(context.Background(), store.DirectoryRel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst, _ := os.Create(filepath.Join(latest, "directory.db"))
+	io.Copy(dst, dirCopy)
+	dst.Close()
+	dirCopy.Close()
+	s2, err := store.Open(context.Background(), store.Config{Dir: latest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	want := append(slices.Clone(early), again)
+	slices.Sort(want)
+	if got := momentIDs(t, s2, ann.id); !slices.Equal(got, want) {
+		t.Errorf("the replica after the restore has %v, want %v", got, want)
+	}
+}
+
+// TestBackupRestoreRefusals: a person the replica holds nothing of, a time
+// in the future or not a time, and an unknown person are refused with a
+// clear sentence, and nothing changes.
+func TestBackupRestoreRefusals(t *testing.T) {
+	rs := newReplicatedServer(t)
+	ann := rs.signup(t, "ann")
+	rs.post(t, ann, []byte("one"))
+	rs.post(t, ann, []byte("two"))
+	mustSync(t, rs.backups)
+	before := momentIDs(t, rs.store, ann.id)
+	c := signedInAdmin(t, rs.testServer)
+	at := time.Now().UTC().Format(time.RFC3339)
+
+	// Never replicated: the server now replicates to a new, empty target.
+	empty, err := replica.ParseTarget(t.TempDir(), func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := replica.Open(context.Background(), replica.Config{Target: empty, DataDir: rs.dir, MetaDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r2.Close(context.Background())
+	rs.app.cfg.Backups = &replica.Backups{Repl: r2, Behind: time.Minute}
+	p := postForm(t, c, rs.URL+"/console/backups/restore", url.Values{"person": {ann.id}, "at": {at}})
+	if p.status != 404 || !strings.Contains(p.body, "holds no copy of ann") || !strings.Contains(p.body, "nothing was changed") {
+		t.Errorf("restore of a person never replicated: %d\n%s", p.status, p.body)
+	}
+	if got := momentIDs(t, rs.store, ann.id); !slices.Equal(got, before) {
+		t.Errorf("a refused restore changed ann: %v", got)
+	}
+	rs.post(t, ann, []byte("still posting"))
+
+	for _, tc := range []struct {
+		person, at string
+		status     int
+		says       string
+	}{
+		{ann.id, time.Now().Add(time.Hour).UTC().Format(time.RFC3339), 400, "in the future"},
+		{ann.id, "yesterday", 400, "not a date and time"},
+		{"nobody", at, 404, "no such person"},
+	} {
+		p := postForm(t, c, rs.URL+"/console/backups/restore", url.Values{"person": {tc.person}, "at": {tc.at}})
+		if p.status != tc.status || !strings.Contains(p.body, tc.says) {
+			t.Errorf("restore %s at %s: %d, want %d saying %q", tc.person, tc.at, p.status, tc.status, tc.says)
+		}
+	}
+
+	// Replication off: the page says so, the actions are refused.
+	rs.app.cfg.Backups = nil
+	if p := get(t, c, rs.URL+"/console/backups"); p.status != 200 || !strings.Contains(p.body, "Backups are off") {
+		t.Errorf("backups page with replication off: %d", p.status)
+	}
+	if p := postForm(t, c, rs.URL+"/console/backups/sync", nil); p.status != 404 {
+		t.Errorf("sync with replication off: %d", p.status)
+	}
+	if h := rs.do(t, "GET", "/healthz", "", nil); h.json["replication"] != nil {
+		t.Errorf("healthz with replication off: %s", h.raw)
+	}
+}

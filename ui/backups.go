@@ -1,0 +1,79 @@
+package ui
+
+import "time"
+
+// The views of the console's Backups page (backups.templ): replication's
+// health and per-file state, the last sweep, the downloads, and a person's
+// restore to a time with its confirmation step.
+
+// BackupHealth is replication at a glance, on the Backups page and the
+// Overview.
+type BackupHealth struct {
+	Ok      bool
+	Summary string // "All replicated up to 2 s ago", "3 files behind, the worst by 4m0s"
+	Err     string // the error of a file behind, if any
+}
+
+// Backups is the Backups page.
+type Backups struct {
+	Page
+	Off    bool   // NAH_REPLICA_URL=off: nothing is replicated
+	Target string // secrets masked
+	Health BackupHealth
+
+	// Files is one page of the files replicated this run, worst first.
+	Files                          []BackupFile
+	FilesTotal, PageNum, PageCount int
+
+	Sweep     *SweepRow // nil: no sweep planned (NAH_SWEEP_EVERY off)
+	Sweeping  bool
+	NextSweep time.Time
+
+	// RestoreCommand rebuilds the whole server from the target.
+	RestoreCommand string
+}
+
+// BackupFile is one database's replication.
+type BackupFile struct {
+	Path              string
+	PersonID, Handle  string // empty for the directory
+	Watched           bool
+	Local, Replicated uint64 // transaction positions
+	Lag               time.Duration
+	LastSync          time.Time
+	Err               string
+}
+
+// SweepRow is the last sweep (Stamp empty: none yet in this run).
+type SweepRow struct {
+	Stamp    string
+	Started  time.Time
+	Duration time.Duration
+	Files    int
+	Bytes    int64
+	Failed   []string
+	Err      string
+}
+
+// RestorePerson is a person's restore to a time: the confirmation step
+// (Done false) and the result (Done true).
+type RestorePerson struct {
+	Page
+	PersonID, Handle string
+	At               time.Time
+	Moments          int // before the restore; after it once Done
+	Done             bool
+	Source           string // "history" or "sweep <stamp>"
+	Took             time.Duration
+}
+
+// WhenT formats a time for a table, or "never".
+func WhenT(t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05 UTC")
+}
+
+// Round is d to the second, as a table shows a lag.
+func Round(d time.Duration) string { return d.Round(time.Second).String() }

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
+	"path"
 	"regexp"
 	"slices"
 	"strconv"
@@ -288,6 +290,41 @@ func (a *App) writeBackupTar(ctx context.Context, w io.Writer, rels []string) er
 				}
 			}
 			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: rel, Mode: 0o600, Size: st.Size(), ModTime: now}); err != nil {
+				return err
+			}
+			_, err = io.Copy(tw, f)
+			return err
+		}()
+		if err != nil {
+			return fmt.Errorf("%s: %w", rel, err)
+		}
+	}
+	// Media files never change once written: each is copied as it is. One
+	// deleted since the list was made is left out.
+	media, err := a.store.MediaFiles(ctx)
+	if err != nil {
+		return err
+	}
+	for _, rel := range media {
+		f, err := a.store.OpenMediaFile(rel)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		err = func() error {
+			defer f.Close()
+			st, err := f.Stat()
+			if err != nil {
+				return err
+			}
+			for _, d := range []string{"people", path.Dir(path.Dir(rel)), path.Dir(rel)} {
+				if err := dir(d); err != nil {
+					return err
+				}
+			}
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: rel, Mode: 0o600, Size: st.Size(), ModTime: st.ModTime()}); err != nil {
 				return err
 			}
 			_, err = io.Copy(tw, f)

@@ -2,6 +2,7 @@ package app
 
 import (
 	"archive/tar"
+	"bytes"
 	"compress/gzip"
 	"context"
 	"encoding/base64"
@@ -382,6 +383,11 @@ func TestBackupDownloadWhileWriting(t *testing.T) {
 	for _, a := range people {
 		before[a.id] = momentIDs(t, rs.store, a.id)
 	}
+	photo := bytes.Repeat([]byte("a photo "), 2048)
+	st, media, _ := rs.testServer.upload(t, people[5], photo, "image/jpeg")
+	if st != 201 {
+		t.Fatalf("upload: %d", st)
+	}
 	_, stop := posters(rs.testServer, people[:3])
 	c := signedInAdmin(t, rs.testServer)
 	res, err := c.Get(rs.URL + "/console/backups/download")
@@ -404,11 +410,20 @@ func TestBackupDownloadWhileWriting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	mediaRel := "people/" + people[5].id + "/media/" + media.ID
+	want = append(want, mediaRel)
 	slices.Sort(files)
+	slices.Sort(want)
 	if !slices.Equal(files, want) {
 		t.Fatalf("archive holds %v, the server %v", files, want)
 	}
+	if got, err := os.ReadFile(filepath.Join(out, filepath.FromSlash(mediaRel))); err != nil || !bytes.Equal(got, photo) {
+		t.Fatalf("the media file in the archive: %d bytes, %v; want %d", len(got), err, len(photo))
+	}
 	for _, f := range files {
+		if f == mediaRel {
+			continue
+		}
 		if err := store.IntegrityCheck(context.Background(), filepath.Join(out, f)); err != nil {
 			t.Errorf("%s: %v", f, err)
 		}

@@ -2,7 +2,6 @@ package replica
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -300,14 +299,22 @@ func (r *Replicator) record(rel string, db *litestream.DB) {
 }
 
 // SyncAll ships every watched file's changes now and waits for the target.
+// The first file the target fails stops it: Litestream's client retries
+// for seconds, and a target that is down would otherwise hold the caller
+// that long for every file.
 func (r *Replicator) SyncAll(ctx context.Context) error {
-	var errs []error
-	for _, db := range r.ls.DBs() {
+	dbs := r.ls.DBs()
+	for i, db := range dbs {
 		if _, err := r.ls.SyncDB(ctx, db.Path(), true); err != nil {
-			errs = append(errs, err)
+			r.setDown(err)
+			if left := len(dbs) - i - 1; left > 0 {
+				return fmt.Errorf("%w (%d more files not tried)", err, left)
+			}
+			return err
 		}
 	}
-	return errors.Join(errs...)
+	r.setDown(nil) // every file reached the target
+	return nil
 }
 
 // Sync ships one watched file's changes now and waits for the target; a

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/nah-app/nah/digest"
-	"github.com/nah-app/nah/replica"
+	"github.com/nah-app/nah/backup"
 )
 
 // Config is what app needs to know of the process's configuration. cmd/nah
@@ -14,7 +14,7 @@ import (
 type Config struct {
 	// Backups is replication, the sweep and restores (nil: NAH_REPLICA_URL
 	// is off): the console's Backups page and health read it.
-	Backups *replica.Backups
+	Backups *backup.Backups
 	// OpenSignup accepts sign-ups without a join code, unless the console
 	// has saved an override.
 	OpenSignup bool

@@ -19,7 +19,7 @@ import (
 	"github.com/a-h/templ"
 
 	"github.com/nah-app/nah"
-	"github.com/nah-app/nah/replica"
+	"github.com/nah-app/nah/backup"
 	"github.com/nah-app/nah/store"
 	"github.com/nah-app/nah/ui"
 )
@@ -27,7 +27,7 @@ import (
 // The console's Backups page (issue 9): replication's health and each
 // file's state, the last and next sweep, "sync now", a full backup to
 // download, and a person's restore to a time. Replication itself is
-// package replica's; this file only shows it and calls it.
+// package backup's; this file only shows it and calls it.
 
 const (
 	// backupFilesPerPage bounds the file list: 10,000 people make 200
@@ -60,14 +60,14 @@ func backupsOff() error {
 }
 
 // backupHealth sums replication up for the Overview and the Backups page.
-func backupHealth(b *replica.Backups) ui.BackupHealth {
+func backupHealth(b *backup.Backups) ui.BackupHealth {
 	if b == nil {
 		return ui.BackupHealth{Ok: true, Summary: "Off (NAH_REPLICA_URL=off): nothing is replicated."}
 	}
 	return healthLine(b.Health())
 }
 
-func healthLine(h replica.Health) ui.BackupHealth {
+func healthLine(h backup.Health) ui.BackupHealth {
 	out := ui.BackupHealth{Ok: h.Ok, Err: h.LastErr}
 	switch {
 	case !h.Ok:
@@ -117,9 +117,9 @@ func (a *App) backupsView(r *http.Request) (ui.Backups, error) {
 	files := b.Repl.Status()
 	// Files behind come first, worst first; those in step follow by path,
 	// so that the pages do not shift between two clicks as syncs land.
-	inStep := slices.IndexFunc(files, func(f replica.FileStatus) bool { return !f.Behind() })
+	inStep := slices.IndexFunc(files, func(f backup.FileStatus) bool { return !f.Behind() })
 	if inStep >= 0 {
-		slices.SortFunc(files[inStep:], func(x, y replica.FileStatus) int { return strings.Compare(x.Path, y.Path) })
+		slices.SortFunc(files[inStep:], func(x, y backup.FileStatus) int { return strings.Compare(x.Path, y.Path) })
 	}
 	v.FilesTotal = len(files)
 	v.PageCount = max(1, (len(files)+backupFilesPerPage-1)/backupFilesPerPage)
@@ -419,8 +419,8 @@ func (a *App) handleRestore(w http.ResponseWriter, r *http.Request) {
 	var source string
 	err = a.store.ReplacePersonFile(ctx, p.ID, func(path string) error {
 		var err error
-		source, err = replica.RestoreFile(ctx, b.Repl.Target(), rel, path, at)
-		if errors.Is(err, replica.ErrNothing) {
+		source, err = backup.RestoreFile(ctx, b.Repl.Target(), rel, path, at)
+		if errors.Is(err, backup.ErrNothing) {
 			return nah.Errorf(nah.NotFound, "", "The replica holds no copy of %s's file as at %s: nothing was changed.", p.Handle, ui.WhenT(at))
 		}
 		if err != nil {

@@ -21,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nah-app/nah/replica"
+	"github.com/nah-app/nah/backup"
 	"github.com/nah-app/nah/store"
 )
 
@@ -31,14 +31,14 @@ import (
 type replicatedServer struct {
 	*testServer
 	replicaDir string
-	backups    *replica.Backups
+	backups    *backup.Backups
 }
 
 func newReplicatedServer(t *testing.T, edit ...func(*serverConfig)) *replicatedServer {
 	t.Helper()
 	ctx := context.Background()
 	dir, rdir := t.TempDir(), t.TempDir()
-	target, err := replica.ParseTarget(rdir, func(string) string { return "" })
+	target, err := backup.ParseTarget(rdir, func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func newReplicatedServer(t *testing.T, edit ...func(*serverConfig)) *replicatedS
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	r, err := replica.Open(ctx, replica.Config{Target: target, DataDir: dir, MetaDir: meta, Logger: log})
+	r, err := backup.Open(ctx, backup.Config{Target: target, DataDir: dir, MetaDir: meta, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,10 +68,10 @@ func newReplicatedServer(t *testing.T, edit ...func(*serverConfig)) *replicatedS
 	if err := r.Watch(ctx, ts.store.Path(store.DirectoryRel)); err != nil {
 		t.Fatal(err)
 	}
-	b := &replica.Backups{
+	b := &backup.Backups{
 		Repl: r, Every: 24 * time.Hour, At: 3 * time.Hour, Behind: time.Minute,
 		Rewatch: ts.store.Rewatch, Log: log,
-		Sweep: &replica.Sweeper{Target: target, Keep: 7, Copy: ts.store.Backup, List: ts.store.Databases},
+		Sweep: &backup.Sweeper{Target: target, Keep: 7, Copy: ts.store.Backup, List: ts.store.Databases},
 	}
 	ts.app.cfg.Backups = b // no request has been served yet
 	return &replicatedServer{testServer: ts, replicaDir: rdir, backups: b}
@@ -159,7 +159,7 @@ func momentIDs(t *testing.T, s *store.Store, id string) []string {
 	return out
 }
 
-func mustSync(t *testing.T, b *replica.Backups) {
+func mustSync(t *testing.T, b *backup.Backups) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -524,7 +524,7 @@ func TestBackupRestorePersonToTime(t *testing.T) {
 	again := rs.post(t, ann, []byte("after the restore"))
 	mustSync(t, rs.backups)
 	p := filepath.Join(t.TempDir(), "ann.db")
-	if _, err := replica.RestoreFile(context.Background(), rs.backups.Repl.Target(), store.PersonRel(ann.id), p, time.Time{}); err != nil {
+	if _, err := backup.RestoreFile(context.Background(), rs.backups.Repl.Target(), store.PersonRel(ann.id), p, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := store.IntegrityCheck(context.Background(), p); err != nil {
@@ -570,16 +570,16 @@ func TestBackupRestoreRefusals(t *testing.T) {
 	at := time.Now().UTC().Format(time.RFC3339)
 
 	// Never replicated: the server now replicates to a new, empty target.
-	empty, err := replica.ParseTarget(t.TempDir(), func(string) string { return "" })
+	empty, err := backup.ParseTarget(t.TempDir(), func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)
 	}
-	r2, err := replica.Open(context.Background(), replica.Config{Target: empty, DataDir: rs.dir, MetaDir: t.TempDir()})
+	r2, err := backup.Open(context.Background(), backup.Config{Target: empty, DataDir: rs.dir, MetaDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r2.Close(context.Background())
-	rs.app.cfg.Backups = &replica.Backups{Repl: r2, Behind: time.Minute}
+	rs.app.cfg.Backups = &backup.Backups{Repl: r2, Behind: time.Minute}
 	p := postForm(t, c, rs.URL+"/console/backups/restore", url.Values{"person": {ann.id}, "at": {at}})
 	if p.status != 404 || !strings.Contains(p.body, "holds no copy of ann") || !strings.Contains(p.body, "nothing was changed") {
 		t.Errorf("restore of a person never replicated: %d\n%s", p.status, p.body)

@@ -13,7 +13,7 @@ import (
 	"github.com/nah-app/nah"
 )
 
-// What replication (package replica) needs from the store: the files to
+// What replication (package backup) needs from the store: the files to
 // copy, consistent copies of them, a way to bring a file back into the
 // watched set, and a person's file swapped for a restored one while the
 // server runs. Paths are relative to the data directory, slash-separated:

@@ -51,7 +51,7 @@ import (
 // it watches (../shared/notes/litestream-nah.md, measured under these
 // settings): Litestream's own connection (under the same soft heap limit),
 // a long read transaction, a raw descriptor and an LTX encoder, ~384 KiB
-// settled and ~404 KiB at peak (replica.PerFileBytes), 4 goroutines and 4
+// settled and ~404 KiB at peak (backup.PerFileBytes), 4 goroutines and 4
 // descriptors. Watching every open file would cost 512 x 404 KiB ~ 200 MB,
 // so only files written recently are watched, a subset of the open ones
 // (files.go's watched set, Hooks.MaxWatched = NAH_REPLICA_MAX_FILES):

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/nah-app/nah/replica"
+	"github.com/nah-app/nah/backup"
 	"github.com/nah-app/nah/store"
 )
 
@@ -29,7 +29,7 @@ const behindAfter = time.Minute
 // or a directory that cannot be made stops the start, naming the variable)
 // and starts the replicator, which the store's hooks then feed. nil when
 // NAH_REPLICA_URL is off.
-func startReplication(ctx context.Context, cfg *config, log *slog.Logger) (*replica.Replicator, error) {
+func startReplication(ctx context.Context, cfg *config, log *slog.Logger) (*backup.Replicator, error) {
 	t := cfg.ReplicaTarget
 	if t == nil {
 		log.Warn("NAH_REPLICA_URL is off: no backups are made")
@@ -44,7 +44,7 @@ func startReplication(ctx context.Context, cfg *config, log *slog.Logger) (*repl
 	if err := os.MkdirAll(meta, 0o700); err != nil {
 		return nil, err
 	}
-	r, err := replica.Open(ctx, replica.Config{Target: t, DataDir: cfg.Store.Dir, MetaDir: meta, Logger: log})
+	r, err := backup.Open(ctx, backup.Config{Target: t, DataDir: cfg.Store.Dir, MetaDir: meta, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -68,11 +68,11 @@ func startReplication(ctx context.Context, cfg *config, log *slog.Logger) (*repl
 // startBackups watches the directory (always: it holds every account) and
 // starts the sweep and catch-up loop, which stops with ctx; stopped is
 // closed once it has.
-func startBackups(ctx context.Context, cfg config, s *store.Store, r *replica.Replicator, log *slog.Logger) (_ *replica.Backups, stopped chan struct{}, _ error) {
+func startBackups(ctx context.Context, cfg config, s *store.Store, r *backup.Replicator, log *slog.Logger) (_ *backup.Backups, stopped chan struct{}, _ error) {
 	if err := r.Watch(ctx, s.Path(store.DirectoryRel)); err != nil {
 		log.Warn("replication: the directory", "err", err)
 	}
-	b := &replica.Backups{
+	b := &backup.Backups{
 		Repl:    r,
 		Every:   cfg.SweepEvery,
 		At:      sweepAt,
@@ -81,7 +81,7 @@ func startBackups(ctx context.Context, cfg config, s *store.Store, r *replica.Re
 		Log:     log,
 	}
 	if cfg.SweepEvery > 0 {
-		b.Sweep = &replica.Sweeper{Target: cfg.ReplicaTarget, Keep: cfg.SweepKeep, Pace: sweepPace, Copy: s.Backup, List: s.Databases,
+		b.Sweep = &backup.Sweeper{Target: cfg.ReplicaTarget, Keep: cfg.SweepKeep, Pace: sweepPace, Copy: s.Backup, List: s.Databases,
 			Media: s.MediaFiles, OpenMedia: s.OpenMediaFile}
 	}
 	stopped = make(chan struct{})

@@ -21,7 +21,7 @@ import (
 	"github.com/nah-app/nah"
 	"github.com/nah-app/nah/app"
 	"github.com/nah-app/nah/digest"
-	"github.com/nah-app/nah/replica"
+	"github.com/nah-app/nah/backup"
 	"github.com/nah-app/nah/store"
 )
 
@@ -50,7 +50,7 @@ type config struct {
 	// Replication (NAH_REPLICA_*, NAH_SWEEP_*): Target is nil when
 	// NAH_REPLICA_URL is off.
 	ReplicaURL      string
-	ReplicaTarget   *replica.Target
+	ReplicaTarget   *backup.Target
 	ReplicaMaxFiles int
 	SweepEvery      time.Duration // 0: no sweep
 	SweepKeep       int
@@ -72,7 +72,7 @@ type config struct {
 //   - a base of 40 MB: the runtime, the graph of people and connections
 //     (6 MB for 10,000 people), token and rate-limit caches, metrics;
 //   - replication: each watched file costs ~404 KiB at peak
-//     (replica.PerFileBytes: Litestream's own connection, read transaction
+//     (backup.PerFileBytes: Litestream's own connection, read transaction
 //     and LTX encoder), 25 MiB at the default NAH_REPLICA_MAX_FILES of 64;
 //   - the open connections, idle or not: 45 KB each under churn
 //     (app/listener.go), 22.5 MB at the default 512, and with HTTPS the
@@ -104,7 +104,7 @@ func (c *config) plan() error {
 	}
 	var repl int64
 	if c.ReplicaTarget != nil {
-		repl = int64(c.ReplicaMaxFiles) * replica.PerFileBytes
+		repl = int64(c.ReplicaMaxFiles) * backup.PerFileBytes
 	}
 	c.GoMemoryLimit = c.MemoryLimit - sqlite
 	c.App.MemoryBudget = c.GoMemoryLimit - heads*3/2 - memoryBase - conns - repl
@@ -568,7 +568,7 @@ func readConfig(getenv func(string) string) (config, error) {
 		return config{}, err
 	}
 	if c.ReplicaURL != "" {
-		t, err := replica.ParseTarget(c.ReplicaURL, getenv)
+		t, err := backup.ParseTarget(c.ReplicaURL, getenv)
 		if err != nil {
 			return config{}, fmt.Errorf("NAH_REPLICA_URL=%q: %v", c.ReplicaURL, err)
 		}

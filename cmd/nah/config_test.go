@@ -10,7 +10,7 @@ import (
 
 	"github.com/nah-app/nah"
 	"github.com/nah-app/nah/app"
-	"github.com/nah-app/nah/replica"
+	"github.com/nah-app/nah/backup"
 	"github.com/nah-app/nah/store"
 )
 
@@ -115,7 +115,7 @@ func TestMemoryPlan(t *testing.T) {
 	if c.MemoryLimit != 320<<20 || c.GoMemoryLimit != c.MemoryLimit-sqlite {
 		t.Fatalf("limit %d, Go's share %d, SQLite's %d", c.MemoryLimit, c.GoMemoryLimit, sqlite)
 	}
-	repl := int64(defaultReplicaMaxFiles) * replica.PerFileBytes
+	repl := int64(defaultReplicaMaxFiles) * backup.PerFileBytes
 	if want := c.GoMemoryLimit - store.DefaultHeadCacheBytes*3/2 - memoryBase - app.DefaultMaxConnections*connectionBytes - repl; c.App.MemoryBudget != want || want < 64<<20 {
 		t.Fatalf("request budget %d, want %d (and at least 64 MiB by default)", c.App.MemoryBudget, want)
 	}

@@ -14,7 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nah-app/nah/replica"
+	"github.com/nah-app/nah/backup"
 	"github.com/nah-app/nah/store"
 )
 
@@ -57,7 +57,7 @@ func restoreCmd(ctx context.Context, args []string, getenv func(string) string, 
 			return usageError{fmt.Sprintf("-time %q: not an RFC 3339 time such as 2026-11-30T07:00:00Z", *at)}
 		}
 	}
-	t, err := replica.ParseTarget(*from, getenv)
+	t, err := backup.ParseTarget(*from, getenv)
 	if err != nil {
 		return usageError{fmt.Sprintf("-from %q: %v", *from, err)}
 	}
@@ -119,10 +119,10 @@ func emptyDataDir(dir string) error {
 
 // restoreAll restores every database of t into dir with the given number
 // of workers. The first failure stops the others.
-func restoreAll(ctx context.Context, t *replica.Target, dir string, when time.Time, workers int, stderr io.Writer) (restoreResult, error) {
+func restoreAll(ctx context.Context, t *backup.Target, dir string, when time.Time, workers int, stderr io.Writer) (restoreResult, error) {
 	start := time.Now()
 	res := restoreResult{sweeps: map[string]int{}}
-	rels, err := replica.Databases(ctx, t)
+	rels, err := backup.Databases(ctx, t)
 	if err != nil {
 		return res, fmt.Errorf("read the replica at %s: %w", t.Redacted(), err)
 	}
@@ -158,7 +158,7 @@ func restoreAll(ctx context.Context, t *replica.Target, dir string, when time.Ti
 				src, n, err := restoreOne(ctx, t, dir, rel, when)
 				mu.Lock()
 				switch {
-				case errors.Is(err, replica.ErrNothing) && !when.IsZero():
+				case errors.Is(err, backup.ErrNothing) && !when.IsZero():
 					res.skipped++
 				case err != nil:
 					if ctx.Err() == nil || !errors.Is(err, context.Canceled) {
@@ -215,8 +215,8 @@ feed:
 // for them). A media file uploaded after -time has no row and is removed
 // at its owner's first use of media; one deleted before the last sweep is
 // no longer on the target.
-func restoreMedia(ctx context.Context, t *replica.Target, dir string, workers int) (int, int64, error) {
-	rels, err := replica.MediaFiles(ctx, t)
+func restoreMedia(ctx context.Context, t *backup.Target, dir string, workers int) (int, int64, error) {
+	rels, err := backup.MediaFiles(ctx, t)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -239,7 +239,7 @@ func restoreMedia(ctx context.Context, t *replica.Target, dir string, workers in
 			defer func() { <-sem }()
 			err := os.MkdirAll(filepath.Dir(out), 0o700)
 			if err == nil {
-				err = replica.RestoreMedia(ctx, t, rel, out)
+				err = backup.RestoreMedia(ctx, t, rel, out)
 			}
 			st, serr := os.Stat(out)
 			mu.Lock()
@@ -259,13 +259,13 @@ func restoreMedia(ctx context.Context, t *replica.Target, dir string, workers in
 // restoreOne restores database rel into dir, private to its owner, and
 // checks it whole. It returns where the copy came from and its size; a
 // file with no copy as old as when leaves nothing behind.
-func restoreOne(ctx context.Context, t *replica.Target, dir, rel string, when time.Time) (string, int64, error) {
+func restoreOne(ctx context.Context, t *backup.Target, dir, rel string, when time.Time) (string, int64, error) {
 	out := filepath.Join(dir, filepath.FromSlash(rel))
 	folder := filepath.Dir(out)
 	if err := os.MkdirAll(folder, 0o700); err != nil {
 		return "", 0, err
 	}
-	src, err := replica.RestoreFile(ctx, t, rel, out, when)
+	src, err := backup.RestoreFile(ctx, t, rel, out, when)
 	if err != nil {
 		if folder != dir {
 			os.Remove(folder) // only if empty

@@ -21,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nah-app/nah/replica"
+	"github.com/nah-app/nah/backup"
 	"github.com/nah-app/nah/store"
 )
 
@@ -577,11 +577,11 @@ func TestRestoreFromSweep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	target, err := replica.ParseTarget(repl, os.Getenv)
+	target, err := backup.ParseTarget(repl, os.Getenv)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sw := &replica.Sweeper{Target: target, Keep: 7, Copy: s.Backup, List: s.Databases, Media: s.MediaFiles, OpenMedia: s.OpenMediaFile}
+	sw := &backup.Sweeper{Target: target, Keep: 7, Copy: s.Backup, List: s.Databases, Media: s.MediaFiles, OpenMedia: s.OpenMediaFile}
 	res, err := sw.Run(ctx, time.Now())
 	if err != nil || res.Files != 3 || len(res.Failed) > 0 || res.MediaCopied != 1 {
 		t.Fatalf("sweep: %+v %v", res, err)

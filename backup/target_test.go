@@ -1,4 +1,4 @@
-package replica_test
+package backup_test
 
 import (
 	"os"
@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nah-app/nah/replica"
+	"github.com/nah-app/nah/backup"
 )
 
 // TestParseTarget: NAH_REPLICA_URL as an operator writes it, read into where
@@ -69,7 +69,7 @@ func TestParseTarget(t *testing.T) {
 		{name: "bad URL", raw: "s3://bu cket/%zz", env: keys, err: "not a URL"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			tg, err := replica.ParseTarget(c.raw, func(k string) string { return c.env[k] })
+			tg, err := backup.ParseTarget(c.raw, func(k string) string { return c.env[k] })
 			if c.err != "" {
 				if err == nil || !strings.Contains(err.Error(), c.err) {
 					t.Fatalf("ParseTarget(%q) = %v, want an error with %q", c.raw, err, c.err)

@@ -1,4 +1,4 @@
-package replica_test
+package backup_test
 
 import (
 	"context"
@@ -10,24 +10,24 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nah-app/nah/replica"
+	"github.com/nah-app/nah/backup"
 	"github.com/nah-app/nah/store"
 )
 
 // replicated opens a store on a new data directory whose files replicate
 // to a directory target, wired as the server wires it.
-func replicated(t *testing.T) (s *store.Store, r *replica.Replicator, target *replica.Target, data, dir string) {
+func replicated(t *testing.T) (s *store.Store, r *backup.Replicator, target *backup.Target, data, dir string) {
 	t.Helper()
 	ctx := context.Background()
 	data, dir = t.TempDir(), t.TempDir()
-	target, err := replica.ParseTarget(dir, os.Getenv)
+	target, err := backup.ParseTarget(dir, os.Getenv)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := target.Init(ctx); err != nil {
 		t.Fatal(err)
 	}
-	r, err = replica.Open(ctx, replica.Config{Target: target, DataDir: data, MetaDir: filepath.Join(data, "replication")})
+	r, err = backup.Open(ctx, backup.Config{Target: target, DataDir: data, MetaDir: filepath.Join(data, "replication")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestRestoreFile(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	rels, err := replica.Databases(ctx, target)
+	rels, err := backup.Databases(ctx, target)
 	if err != nil || strings.Join(rels, " ") != store.DirectoryRel+" "+rel {
 		t.Fatalf("Databases: %v %v", rels, err)
 	}
@@ -105,7 +105,7 @@ func TestRestoreFile(t *testing.T) {
 		want int
 	}{{time.Time{}, 5}, {third, 3}} {
 		o := filepath.Join(out, "at-"+c.at.Format("150405.000"))
-		src, err := replica.RestoreFile(ctx, target, rel, o, c.at)
+		src, err := backup.RestoreFile(ctx, target, rel, o, c.at)
 		if err != nil || src != "history" {
 			t.Fatalf("RestoreFile at %v: %q %v", c.at, src, err)
 		}
@@ -113,14 +113,14 @@ func TestRestoreFile(t *testing.T) {
 			t.Errorf("restored at %v: %d moments, want %d", c.at, n, c.want)
 		}
 	}
-	if _, err := replica.RestoreFile(ctx, target, rel, filepath.Join(out, "before"), made); !errors.Is(err, replica.ErrNothing) {
+	if _, err := backup.RestoreFile(ctx, target, rel, filepath.Join(out, "before"), made); !errors.Is(err, backup.ErrNothing) {
 		t.Errorf("RestoreFile before the file was made: %v, want ErrNothing", err)
 	}
 	if _, err := os.Stat(filepath.Join(out, "before")); err == nil {
 		t.Error("a file was left where there was nothing to restore")
 	}
 	for _, bad := range []string{"../directory.db", "people/../../x/person.db", "people/a/b/person.db", "other.db"} {
-		if _, err := replica.RestoreFile(ctx, target, bad, filepath.Join(out, "bad"), time.Time{}); err == nil {
+		if _, err := backup.RestoreFile(ctx, target, bad, filepath.Join(out, "bad"), time.Time{}); err == nil {
 			t.Errorf("RestoreFile(%q) accepted", bad)
 		}
 	}
@@ -130,7 +130,7 @@ func TestRestoreFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sw := &replica.Sweeper{Target: target, Keep: 7, Copy: s.Backup, List: s.Databases}
+	sw := &backup.Sweeper{Target: target, Keep: 7, Copy: s.Backup, List: s.Databases}
 	res, err := sw.Run(ctx, time.Now())
 	s.Close()
 	if err != nil || res.Files != 2 {
@@ -140,14 +140,14 @@ func TestRestoreFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := filepath.Join(out, "from-sweep")
-	src, err := replica.RestoreFile(ctx, target, rel, o, time.Time{})
+	src, err := backup.RestoreFile(ctx, target, rel, o, time.Time{})
 	if err != nil || src != "sweep "+res.Stamp {
 		t.Fatalf("RestoreFile without history: %q %v", src, err)
 	}
 	if n := moments(t, o); n != 5 {
 		t.Errorf("from the sweep: %d moments, want 5", n)
 	}
-	if _, err := replica.RestoreFile(ctx, target, rel, filepath.Join(out, "old"), made); !errors.Is(err, replica.ErrNothing) {
+	if _, err := backup.RestoreFile(ctx, target, rel, filepath.Join(out, "old"), made); !errors.Is(err, backup.ErrNothing) {
 		t.Errorf("RestoreFile without history, before the sweep: %v, want ErrNothing", err)
 	}
 }

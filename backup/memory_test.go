@@ -1,4 +1,4 @@
-package replica_test
+package backup_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nah-app/nah/replica"
+	"github.com/nah-app/nah/backup"
 	"github.com/nah-app/nah/store"
 )
 
@@ -33,7 +33,7 @@ func TestReplicationMemoryPerFile(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(50))
 	ctx := context.Background()
 	dir := t.TempDir()
-	tg, err := replica.ParseTarget(filepath.Join(t.TempDir(), "replica"), func(string) string { return "" })
+	tg, err := backup.ParseTarget(filepath.Join(t.TempDir(), "replica"), func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func TestReplicationMemoryPerFile(t *testing.T) {
 	}
 	meta := filepath.Join(dir, "replication")
 	os.MkdirAll(meta, 0o700)
-	r, err := replica.Open(ctx, replica.Config{Target: tg, DataDir: dir, MetaDir: meta, Logger: testLogger(t)})
+	r, err := backup.Open(ctx, backup.Config{Target: tg, DataDir: dir, MetaDir: meta, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestReplicationMemoryPerFile(t *testing.T) {
 	t.Logf("per watched file: %.0f KiB (RSS delta / %d), %.0f KiB marginal (%d -> %d), %.1f goroutines, %.1f descriptors",
 		per, files, marginal, few, files, float64(atAll.goroutines-base.goroutines)/float64(files), float64(atAll.fds-base.fds)/float64(files))
 	if per > 2048 {
-		t.Errorf("a watched file costs %.0f KiB, over 2 MiB: replica.PerFileBytes (%d KiB) and the memory plan are wrong", per, replica.PerFileBytes>>10)
+		t.Errorf("a watched file costs %.0f KiB, over 2 MiB: backup.PerFileBytes (%d KiB) and the memory plan are wrong", per, backup.PerFileBytes>>10)
 	}
 }
 

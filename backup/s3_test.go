@@ -1,4 +1,4 @@
-package replica_test
+package backup_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/nah-app/nah/internal/tests3"
-	"github.com/nah-app/nah/replica"
+	"github.com/nah-app/nah/backup"
 	"github.com/nah-app/nah/store"
 )
 
@@ -90,7 +90,7 @@ func TestS3RoundTrip(t *testing.T) {
 	}
 
 	// The sweep copies every file, the quiet ones too, to the bucket.
-	sw := &replica.Sweeper{Target: tg, Keep: 2, Copy: n.s.Backup, List: n.s.Databases}
+	sw := &backup.Sweeper{Target: tg, Keep: 2, Copy: n.s.Backup, List: n.s.Databases}
 	res, err := sw.Run(ctx, time.Now())
 	if err != nil {
 		t.Fatalf("sweep: %v", err)
@@ -107,7 +107,7 @@ func TestS3RoundTrip(t *testing.T) {
 			t.Errorf("%s restored from %s, want the sweep", rel, src)
 		}
 	}
-	all, err := replica.Databases(ctx, tg)
+	all, err := backup.Databases(ctx, tg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +176,7 @@ func TestS3TargetAwayAndBack(t *testing.T) {
 // post and files leaving the watched set included), health says
 // replication is behind and why; once the target is back, replication
 // catches up by itself and a restore equals the live data.
-func targetAwayAndBack(t *testing.T, tg *replica.Target, down, up func()) {
+func targetAwayAndBack(t *testing.T, tg *backup.Target, down, up func()) {
 	n := openNode(t, t.TempDir(), tg, nodeOpts{maxOpen: 16, maxWatched: 3, run: true})
 	var ids []string
 	for i := range 4 {
@@ -199,7 +199,7 @@ func targetAwayAndBack(t *testing.T, tg *replica.Target, down, up func()) {
 	down()
 	newcomer := n.person(t, "newcomer")
 	during := posts(68, 60, append(ids, newcomer))
-	var h replica.Health
+	var h backup.Health
 	if !eventually(30*time.Second, func() bool {
 		h = n.b.Health()
 		return !h.Ok && h.Behind > 0 && h.LastErr != ""

@@ -1,4 +1,4 @@
-package replica_test
+package backup_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/nah-app/nah/internal/testdisk"
-	"github.com/nah-app/nah/replica"
+	"github.com/nah-app/nah/backup"
 )
 
 // TestDirTargetReadOnly: the replica directory (another disk) turns
@@ -16,7 +16,7 @@ import (
 // do as root, so the directory is a small tmpfs of its own, remounted.
 func TestDirTargetReadOnly(t *testing.T) {
 	dir := testdisk.Mount(t, "64m")
-	tg, err := replica.ParseTarget(dir, func(string) string { return "" })
+	tg, err := backup.ParseTarget(dir, func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package replica_test
+package backup_test
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/nah-app/nah/internal/tests3"
-	"github.com/nah-app/nah/replica"
+	"github.com/nah-app/nah/backup"
 	"github.com/nah-app/nah/store"
 )
 
@@ -34,13 +34,13 @@ func TestMain(m *testing.M) {
 // s3Target parses and initialises s3://nah-test/<prefix> on srv (or on
 // endpoint, a proxy in front of it, when not empty) as an operator would
 // configure it.
-func s3Target(t testing.TB, srv *tests3.Server, prefix, endpoint string) *replica.Target {
+func s3Target(t testing.TB, srv *tests3.Server, prefix, endpoint string) *backup.Target {
 	t.Helper()
 	if endpoint == "" {
 		endpoint = srv.Endpoint()
 	}
 	env := srv.Env(endpoint)
-	tg, err := replica.ParseTarget("s3://"+tests3.Bucket+"/"+prefix, func(k string) string { return env[k] })
+	tg, err := backup.ParseTarget("s3://"+tests3.Bucket+"/"+prefix, func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,8 +56,8 @@ func s3Target(t testing.TB, srv *tests3.Server, prefix, endpoint string) *replic
 type node struct {
 	dir string
 	s   *store.Store
-	r   *replica.Replicator
-	b   *replica.Backups
+	r   *backup.Replicator
+	b   *backup.Backups
 
 	cancel context.CancelFunc
 	closed bool
@@ -68,7 +68,7 @@ type nodeOpts struct {
 	run                 bool // start Backups.Run
 }
 
-func openNode(t testing.TB, dir string, tg *replica.Target, o nodeOpts) *node {
+func openNode(t testing.TB, dir string, tg *backup.Target, o nodeOpts) *node {
 	t.Helper()
 	ctx := context.Background()
 	log := testLogger(t)
@@ -76,7 +76,7 @@ func openNode(t testing.TB, dir string, tg *replica.Target, o nodeOpts) *node {
 	if err := os.MkdirAll(meta, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	r, err := replica.Open(ctx, replica.Config{Target: tg, DataDir: dir, MetaDir: meta, Logger: log})
+	r, err := backup.Open(ctx, backup.Config{Target: tg, DataDir: dir, MetaDir: meta, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func openNode(t testing.TB, dir string, tg *replica.Target, o nodeOpts) *node {
 		t.Fatal(err)
 	}
 	n := &node{dir: dir, s: s, r: r}
-	n.b = &replica.Backups{Repl: r, Behind: time.Minute, Rewatch: s.Rewatch, Log: log, CatchUpEvery: time.Second}
+	n.b = &backup.Backups{Repl: r, Behind: time.Minute, Rewatch: s.Rewatch, Log: log, CatchUpEvery: time.Second}
 	rctx, cancel := context.WithCancel(ctx)
 	n.cancel = cancel
 	if o.run {
@@ -232,13 +232,13 @@ func sameRows(t testing.TB, live, restored string) int {
 // restoreAll restores every file of the node from tg into a fresh folder
 // and compares it row by row with the live file; it returns where each
 // came from.
-func restoreAll(t testing.TB, n *node, tg *replica.Target, rels []string) map[string]string {
+func restoreAll(t testing.TB, n *node, tg *backup.Target, rels []string) map[string]string {
 	t.Helper()
 	out := t.TempDir()
 	from := map[string]string{}
 	for i, rel := range rels {
 		p := filepath.Join(out, fmt.Sprintf("%03d.db", i))
-		src, err := replica.RestoreFile(context.Background(), tg, rel, p, time.Time{})
+		src, err := backup.RestoreFile(context.Background(), tg, rel, p, time.Time{})
 		if err != nil {
 			t.Fatalf("restore %s: %v", rel, err)
 		}

@@ -4,8 +4,8 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/nah-app/nah/digest"
 	"github.com/nah-app/nah/backup"
+	"github.com/nah-app/nah/digest"
 )
 
 // Config is what app needs to know of the process's configuration. cmd/nah

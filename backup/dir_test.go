@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nah-app/nah/internal/testdisk"
 	"github.com/nah-app/nah/backup"
+	"github.com/nah-app/nah/internal/testdisk"
 )
 
 // TestDirTargetReadOnly: the replica directory (another disk) turns

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nah-app/nah/internal/tests3"
 	"github.com/nah-app/nah/backup"
+	"github.com/nah-app/nah/internal/tests3"
 	"github.com/nah-app/nah/store"
 )
 

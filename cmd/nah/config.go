@@ -20,8 +20,8 @@ import (
 
 	"github.com/nah-app/nah"
 	"github.com/nah-app/nah/app"
-	"github.com/nah-app/nah/digest"
 	"github.com/nah-app/nah/backup"
+	"github.com/nah-app/nah/digest"
 	"github.com/nah-app/nah/store"
 )
 

@@ -616,3 +616,34 @@ func TestBackupRestoreRefusals(t *testing.T) {
 		t.Errorf("healthz with replication off: %s", h.raw)
 	}
 }
+
+// TestRestoredPersonIsReplicated: after a person is restored to a time and
+// does not post again, the replica's newest copy of their file is the
+// restored one; else a whole-server restore would bring back what the
+// restore replaced.
+func TestRestoredPersonIsReplicated(t *testing.T) {
+	rs := newReplicatedServer(t)
+	ann := rs.signup(t, "ann")
+	early, at := rs.postAroundTime(t, ann, 5)
+	for i := range 5 {
+		rs.post(t, ann, fmt.Appendf(nil, "late %d", i))
+	}
+	mustSync(t, rs.backups)
+	c := signedInAdmin(t, rs.testServer)
+	if done := postForm(t, c, rs.URL+"/console/backups/restore", url.Values{"person": {ann.id}, "at": {at.Format(time.RFC3339)}}); done.status != 200 {
+		t.Fatalf("restore: %d", done.status)
+	}
+	mustSync(t, rs.backups)
+	p := filepath.Join(t.TempDir(), "person.db")
+	src, err := backup.RestoreFile(context.Background(), rs.backups.Repl.Target(), store.PersonRel(ann.id), p, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := store.ExportedMoments(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(early) {
+		t.Fatalf("the replica's newest copy (from %s) has %d moments; the restored person has %d", src, len(got), len(early))
+	}
+}

@@ -1,6 +1,8 @@
 package backup
 
 import (
+	"github.com/nah-app/nah"
+
 	"context"
 	"log/slog"
 	"path/filepath"
@@ -103,7 +105,7 @@ func (b *Backups) catchUp(ctx context.Context) {
 		b.Log.Warn("replication: the target is failing", "behind", len(behind), "err", err)
 		return
 	}
-	n := 0
+	n, tried := 0, 0
 	for _, f := range behind {
 		if f.Watched {
 			sctx, cancel := context.WithTimeout(ctx, probeTimeout)
@@ -114,11 +116,20 @@ func (b *Backups) catchUp(ctx context.Context) {
 			}
 			continue
 		}
-		if b.Rewatch == nil || n >= 8 {
+		if b.Rewatch == nil || n >= 8 || tried >= 32 {
 			continue
 		}
-		n++
-		if err := b.Rewatch(ctx, f.Path); err != nil {
+		// Eight brought back a round; a file that cannot be (its person was
+		// deleted meanwhile, or it cannot be read) does not take their
+		// place, so a few of those never starve the rest.
+		tried++
+		err := b.Rewatch(ctx, f.Path)
+		switch {
+		case err == nil:
+			n++
+		case nah.ErrorCode(err) == nah.NotFound:
+			b.Repl.drop(f.Path) // deleted: its purge forgets the rest
+		default:
 			b.Log.Warn("replication: catch up", "path", f.Path, "err", err)
 		}
 	}

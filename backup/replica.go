@@ -208,6 +208,10 @@ func (r *Replicator) Unwatch(path string) error {
 	done := make(chan struct{})
 	r.mu.Lock()
 	st := r.files[rel]
+	if st == nil { // registered by someone else than Watch: keep its state from now
+		st = &fileState{Since: time.Now()}
+		r.files[rel] = st
+	}
 	st.unwatchDone = done
 	r.mu.Unlock()
 	defer close(done)
@@ -265,6 +269,16 @@ func (r *Replicator) Probe(ctx context.Context) error {
 	err := r.cfg.Target.Check(ctx)
 	r.setDown(err)
 	return err
+}
+
+// drop forgets the state of a file that is not watched (its person was
+// deleted): it leaves the Backups page and the catch-up loop.
+func (r *Replicator) drop(rel string) {
+	r.mu.Lock()
+	if st := r.files[rel]; st != nil && !st.Watched {
+		delete(r.files, rel)
+	}
+	r.mu.Unlock()
 }
 
 // record copies a watched file's positions into its state.

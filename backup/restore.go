@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path"
 	"sort"
@@ -116,6 +117,11 @@ func RestoreFile(ctx context.Context, t *Target, rel, out string, at time.Time) 
 	if err := copyTo(ctx, t.store(), path.Join(sweepPrefix, stamp, rel), out); err != nil {
 		os.Remove(out)
 		return "", fmt.Errorf("%s: from sweep %s: %w", rel, stamp, err)
+	}
+	if !errors.Is(herr, litestream.ErrNoSnapshots) && !errors.Is(herr, litestream.ErrTxNotAvailable) && !errors.Is(herr, os.ErrNotExist) {
+		// The history is there but failed: the sweep's copy may be up to a
+		// day older than the history would have been. Say so.
+		slog.Warn("restore: the Litestream history failed, the sweep's copy was used", "path", rel, "sweep", stamp, "err", herr)
 	}
 	return "sweep " + stamp, nil
 }

@@ -33,6 +33,7 @@ type personFile struct {
 	refs    int           // guarded by fileCache.mu
 	elem    *list.Element // guarded by fileCache.mu; nil once evicted
 	watched chan struct{} // guarded by fileCache.mu; non-nil once replication was asked to watch, closed when it answered
+	counted bool          // guarded by fileCache.mu; in fileCache.watched (it was in the cache when watched)
 }
 
 // Hooks let replication follow the open-file cache. BeforeOpen runs before
@@ -213,7 +214,8 @@ func (c *fileCache) removeLocked(f *personFile) {
 	f.elem = nil
 	delete(c.byID, f.id)
 	c.markClosingLocked(f)
-	if f.watched != nil {
+	if f.counted {
+		f.counted = false
 		c.watched--
 	}
 }
@@ -247,7 +249,10 @@ func (c *fileCache) watch(ctx context.Context, f *personFile) {
 	}
 	done := make(chan struct{})
 	f.watched = done
-	c.watched++
+	if f.elem != nil { // one that left the cache meanwhile (dropped, hidden) is not counted
+		f.counted = true
+		c.watched++
+	}
 	var victims []*personFile
 	for e := c.lru.Back(); e != nil && c.hooks.MaxWatched > 0 && c.watched > c.hooks.MaxWatched; {
 		v := e.Value.(*personFile)
@@ -273,8 +278,9 @@ func (c *fileCache) markClosingLocked(f *personFile) {
 	c.closing[f.id] = f
 }
 
-// closeFile closes f's database (which checkpoints its WAL and removes it)
-// and then tells replication. A watched file's WAL cannot be checkpointed
+// closeFile closes f's database (which checkpoints its WAL and removes it,
+// unless replication watches it) and then tells replication. A watched
+// file's WAL cannot be checkpointed
 // by our close (Litestream holds a read transaction on it) and outlives
 // Litestream's close at its largest size, which would make the next open
 // slow and leave a -wal behind at shutdown: it is checkpointed again once
@@ -408,8 +414,9 @@ func (c *fileCache) drop(f *personFile) {
 	}
 }
 
-// forget closes the file of person id if it is open and drops it from the
-// cache, waiting for its users; used before a person's folder is removed.
+// forget drops the file of person id from the cache and closes it now if
+// nobody uses it, else with its last user; used before a person's folder
+// is removed.
 func (c *fileCache) forget(id string) {
 	c.mu.Lock()
 	f := c.byID[id]

@@ -46,11 +46,6 @@ func (s *Store) CreatePerson(ctx context.Context, np NewPerson) (nah.Person, err
 		s.removePersonFiles(p.ID) // the folder is made before the file
 		return nah.Person{}, s.spaceErr(err)
 	}
-	// Replication watches the new file at once, as if written: someone who
-	// never posts would otherwise have no copy of it off the box until the
-	// nightly sweep, and a restore would bring back their account without
-	// its file.
-	s.files.watch(ctx, f)
 	s.files.release(f)
 	err = s.writeTx(ctx, func(tx *sql.Tx) error {
 		if np.JoinCode != "" {
@@ -70,6 +65,14 @@ func (s *Store) CreatePerson(ctx context.Context, np NewPerson) (nah.Person, err
 		return nah.Person{}, err
 	}
 	s.graph.add(p.ID, 0, s.now().UnixMilli())
+	// Replication watches the new file at once, as if written: someone who
+	// never posts would otherwise have no copy of it off the box until the
+	// nightly sweep, and a restore would bring back their account without
+	// its file. Only once the account exists: a refused sign-up (a handle
+	// taken) leaves nothing on the replica.
+	if err := s.watchPerson(ctx, p.ID); err != nil {
+		s.log.Warn("replication: watch a new person's file", "person", p.ID, "err", err)
+	}
 	return p, nil
 }
 

@@ -92,6 +92,11 @@ func (s *Store) Rewatch(ctx context.Context, rel string) error {
 	if id == "" {
 		return fmt.Errorf("store: not a person's file: %q", rel)
 	}
+	return s.watchPerson(ctx, id)
+}
+
+// watchPerson has replication watch person id's file as a write would.
+func (s *Store) watchPerson(ctx context.Context, id string) error {
 	f, err := s.files.acquire(ctx, id, false)
 	if err != nil {
 		return err
@@ -167,6 +172,14 @@ func (s *Store) ReplacePersonFile(ctx context.Context, id string, make func(path
 		os.Remove(tmp)
 		return err
 	}
+	// The old file was closed with a checkpoint; its WAL must be empty now,
+	// or removing it would lose what it holds should the swap fail.
+	if st, err := os.Stat(p + "-wal"); err == nil && st.Size() > 0 {
+		if err := checkpointClosed(p); err != nil {
+			os.Remove(tmp)
+			return fmt.Errorf("checkpoint before the swap: %w", err)
+		}
+	}
 	for _, q := range []string{p + "-wal", p + "-shm"} {
 		if err := os.Remove(q); err != nil && !errors.Is(err, os.ErrNotExist) {
 			os.Remove(tmp)
@@ -204,10 +217,17 @@ func (s *Store) ReplacePersonFile(ctx context.Context, id string, make func(path
 	s.dirtyMu.Lock()
 	delete(s.dirty, id)
 	s.dirtyMu.Unlock()
-	return s.writeTx(ctx, func(tx *sql.Tx) error {
+	err = s.writeTx(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `UPDATE people SET newest_at = ?, moments = ? WHERE id = ?`, newest, count, id)
 		return err
 	})
+	if err != nil {
+		return err
+	}
+	// Replication takes the new file at once, as a write would: until then
+	// the replica's newest copy is the old file, and a whole restore would
+	// bring back what this one replaced.
+	return s.watchPerson(ctx, id)
 }
 
 // MediaFiles lists every media file of the data directory as paths under

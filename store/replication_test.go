@@ -183,3 +183,35 @@ func TestReplacePersonFile(t *testing.T) {
 		t.Fatalf("directory count %d, %v; want 1", count, err)
 	}
 }
+
+// TestWatchedCountDoesNotDrift: a file dropped from the cache between its
+// acquire and its watch (another user's unreadable error, a hide) is
+// watched, since the write must reach the replica, but not counted in the
+// watched set it is no longer in: counted, the set would fill with ghosts
+// and close every idle watched file at each write.
+func TestWatchedCountDoesNotDrift(t *testing.T) {
+	hooks := Hooks{
+		MaxWatched: 2,
+		Watch:      func(ctx context.Context, p string) error { return nil },
+		Unwatch:    func(p string) {},
+	}
+	s := MustOpen(t, Config{Dir: t.TempDir(), MaxOpenFiles: 16, Hooks: hooks})
+	ctx := context.Background()
+	a := mustPerson(t, s, "alice").ID
+	s.files.forget(a)
+	for range 3 {
+		f, err := s.files.acquire(ctx, a, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.files.drop(f) // as useFile does after an unreadable error
+		s.files.watch(ctx, f)
+		s.files.release(f)
+	}
+	s.files.mu.Lock()
+	w, n := s.files.watched, s.files.lru.Len()
+	s.files.mu.Unlock()
+	if w != 0 {
+		t.Errorf("watched = %d with %d files in the cache", w, n)
+	}
+}

@@ -181,11 +181,15 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer, re
 		log.Info("stopped")
 	}()
 	if repl != nil {
-		b, stopped, err := startBackups(ctx, cfg, s, repl, log)
+		bctx, stopBackups := context.WithCancel(ctx)
+		b, stopped, err := startBackups(bctx, cfg, s, repl, log)
 		if err != nil {
+			stopBackups()
 			return err
 		}
-		defer func() { <-stopped }() // a sweep in progress ends before the store closes
+		// On any return, an early error included: a sweep in progress ends
+		// before the store closes.
+		defer func() { stopBackups(); <-stopped }()
 		cfg.App.Backups = b
 	}
 	// The digest loop, after the store opens; its deferred Stop runs

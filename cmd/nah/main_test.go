@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -442,5 +443,34 @@ func TestSetupLinkFromPublicURL(t *testing.T) {
 	out, err := exec.Command("env", "-i", "NAH_DATA_DIR="+dir, "NAH_PUBLIC_URL=https://nah.example.com/family", binary, "admin", "create").CombinedOutput()
 	if err != nil || !linkRE.Match(out) {
 		t.Fatalf("nah admin create: %v\n%s", err, out)
+	}
+}
+
+// TestAddressInUseExits2WithBackups: an error after the backups loop has
+// started (here the listen address, taken) still ends the process at once
+// with status 2: the loop stops with serve, not only with a signal.
+func TestAddressInUseExits2WithBackups(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cmd := exec.Command(binary, "serve")
+	cmd.Env = []string{"NAH_ADDR=" + ln.Addr().String(), "NAH_DATA_DIR=" + t.TempDir(), "NAH_REPLICA_URL=" + t.TempDir()}
+	done := make(chan error, 1)
+	var out bytes.Buffer
+	cmd.Stderr = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(out.String(), "NAH_ADDR") {
+			t.Fatalf("exit %v, want status 2 naming NAH_ADDR:\n%s", err, out.String())
+		}
+	case <-time.After(15 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("still running 15 s after failing to listen:\n%s", out.String())
 	}
 }

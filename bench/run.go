@@ -36,6 +36,7 @@ type Result struct {
 	Feed1           Latency `json:"feed_1_reader"`
 	Feed50          Latency `json:"feed_50_readers"`
 	Post16          Latency `json:"post_16_writers"`
+	PostWarmup      Latency `json:"post_warmup_16_writers"` // everyone posts once, first (load.go's warmLoad)
 	Ceiling50       Latency `json:"ceiling_50_readers"`
 	CeilingRatio    float64 `json:"feeds_per_s_ratio_to_ceiling"`
 	PeakRSSMB       float64 `json:"peak_rss_mb"`
@@ -167,6 +168,8 @@ func measure(ctx context.Context, bin, data string, f fixture.Fixture, people []
 	res.Feed1 = feedLoad(ctx, base, people, 1, d)
 	fmt.Fprintf(os.Stderr, "feed, 50 readers, %v\n", d)
 	res.Feed50 = feedLoad(ctx, base, people, 50, d)
+	fmt.Fprintf(os.Stderr, "post warm-up: everyone posts once, 16 writers\n")
+	res.PostWarmup = warmLoad(ctx, base, people, 16)
 	fmt.Fprintf(os.Stderr, "post, 16 writers, %v\n", d)
 	res.Post16 = postLoad(ctx, base, people, 16, d)
 

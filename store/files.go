@@ -76,7 +76,10 @@ type fileCache struct {
 	closed  bool
 	watched int // files in the cache that replication watches
 
-	closers sync.WaitGroup // closes running off the request path
+	walLeft    map[string]bool // guarded by mu: watched files closed with their WAL left for later, by path
+	closers    sync.WaitGroup  // closes running off the request path
+	watchers   sync.WaitGroup  // replication's Watch calls, off the request path
+	watchSlots chan struct{}   // bounds the Watch calls running at once
 }
 
 func newFileCache(dir string, max int, hooks Hooks, log *slog.Logger) *fileCache {
@@ -88,6 +91,7 @@ func newFileCache(dir string, max int, hooks Hooks, log *slog.Logger) *fileCache
 		byID:    make(map[string]*personFile),
 		closing: make(map[string]*personFile),
 		hidden:  make(map[string]bool),
+		walLeft: make(map[string]bool),
 	}
 }
 
@@ -230,10 +234,17 @@ func (c *fileCache) closeLater(fs []*personFile) {
 	}
 }
 
-// watch makes sure replication watches f before the caller writes to it,
+// watch has replication watch f, which the caller is about to write to,
 // first closing the least recently used idle watched file if the watched
-// set is full. Concurrent writers of one file wait for the first one's
-// Watch to answer. The bound is MaxWatched idle files: files in use are
+// set is full. The Watch itself runs off the request path: it registers
+// the file with Litestream and syncs it once, which snapshots a file
+// written while nobody watched, a few milliseconds of fsyncs that a post
+// need not wait for. No write is lost for it: a write made before
+// Litestream set the file up is in the file its first sync snapshots, or
+// in the WAL after that snapshot's position; and the file's close waits
+// for the Watch to end before it lets replication go (closeFile), which
+// is the race that loses writes (a file let go before Litestream set it
+// up gets no last sync). The bound is MaxWatched idle files: files in use are
 // never closed under their users, and a file closed to make room is let go
 // of by replication off the request path, a millisecond later with a
 // healthy target.
@@ -242,9 +253,8 @@ func (c *fileCache) watch(ctx context.Context, f *personFile) {
 		return
 	}
 	c.mu.Lock()
-	if w := f.watched; w != nil {
+	if f.watched != nil {
 		c.mu.Unlock()
-		<-w
 		return
 	}
 	done := make(chan struct{})
@@ -265,10 +275,12 @@ func (c *fileCache) watch(ctx context.Context, f *personFile) {
 	}
 	c.mu.Unlock()
 	c.closeLater(victims)
-	if err := c.hooks.Watch(ctx, f.path); err != nil {
-		c.log.Warn("replication: watch", "path", f.path, "err", err)
-	}
-	close(done)
+	c.watchers.Go(func() {
+		defer close(done)
+		if err := c.hooks.Watch(context.WithoutCancel(ctx), f.path); err != nil {
+			c.log.Warn("replication: watch", "path", f.path, "err", err)
+		}
+	})
 }
 
 // markClosingLocked records that f left the cache and will be closed, so
@@ -278,29 +290,57 @@ func (c *fileCache) markClosingLocked(f *personFile) {
 	c.closing[f.id] = f
 }
 
+// bigWAL is the size past which a watched file's WAL is checkpointed as
+// soon as replication lets go of it. A checkpoint makes Litestream take a
+// whole new snapshot when it next watches the file (measured: a 16 KB LTX
+// for a 200-moment file instead of 3 KB), so a small WAL is left for the
+// next open to read; a large one would make that open slow (31-51 ms for
+// a few MB, ../shared/notes/litestream-nah.md). At shutdown every WAL is
+// emptied, so that none with anything in it is left behind.
+const bigWAL = 4 << 20
+
+func walSize(p string) int64 {
+	st, err := os.Stat(p + "-wal")
+	if err != nil {
+		return 0
+	}
+	return st.Size()
+}
+
 // closeFile closes f's database (which checkpoints its WAL and removes it,
 // unless replication watches it) and then tells replication. A watched
-// file's WAL cannot be checkpointed
-// by our close (Litestream holds a read transaction on it) and outlives
-// Litestream's close at its largest size, which would make the next open
-// slow and leave a -wal behind at shutdown: it is checkpointed again once
-// replication let go.
+// file's WAL cannot be checkpointed by our close (Litestream holds a read
+// transaction on it) and outlives Litestream's close: it is checkpointed
+// once replication let go if it is large or the store is closing (bigWAL).
 func (c *fileCache) closeFile(f *personFile) {
 	if err := f.db.Close(); err != nil {
 		// The data is safe in the WAL; the next open recovers it.
 		c.log.Error("close person file", "path", f.path, "err", err)
 	}
 	c.mu.Lock()
-	watched := f.watched
+	watched, final := f.watched, c.closed
 	c.mu.Unlock()
 	if watched != nil {
 		<-watched
 		if c.hooks.Unwatch != nil {
 			c.hooks.Unwatch(f.path)
 		}
-		if err := checkpointClosed(f.path); err != nil {
-			c.log.Warn("checkpoint after replication", "path", f.path, "err", err)
+		left := !final && walSize(f.path) <= bigWAL
+		if !left {
+			if err := checkpointClosed(f.path); err != nil {
+				c.log.Warn("checkpoint after replication", "path", f.path, "err", err)
+			}
 		}
+		c.mu.Lock()
+		c.walLeft[f.path] = left
+		if !left {
+			delete(c.walLeft, f.path)
+		}
+		c.mu.Unlock()
+	} else {
+		c.mu.Lock()
+		delete(c.walLeft, f.path) // our close was the last: SQLite checkpointed it
+		c.mu.Unlock()
 	}
 	if c.hooks.AfterClose != nil {
 		c.hooks.AfterClose(f.path)
@@ -509,6 +549,26 @@ func (c *fileCache) closeAll() {
 	}
 	wg.Wait()
 	c.closers.Wait() // evictions still closing
+	c.watchers.Wait()
+	// The WALs that watched files left behind when they were let go: none
+	// with anything in it stays after a clean stop.
+	c.mu.Lock()
+	var left []string
+	for p := range c.walLeft {
+		left = append(left, p)
+	}
+	c.walLeft = make(map[string]bool)
+	c.mu.Unlock()
+	for _, p := range left {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := checkpointClosed(p); err != nil {
+				c.log.Warn("checkpoint at shutdown", "path", p, "err", err)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // useFile runs fn on the open file of person id, and turns what goes wrong

@@ -69,9 +69,6 @@ func startReplication(ctx context.Context, cfg *config, log *slog.Logger) (*back
 // starts the sweep and catch-up loop, which stops with ctx; stopped is
 // closed once it has.
 func startBackups(ctx context.Context, cfg config, s *store.Store, r *backup.Replicator, log *slog.Logger) (_ *backup.Backups, stopped chan struct{}, _ error) {
-	if err := r.Watch(ctx, s.Path(store.DirectoryRel)); err != nil {
-		log.Warn("replication: the directory", "err", err)
-	}
 	b := &backup.Backups{
 		Repl:    r,
 		Every:   cfg.SweepEvery,
@@ -87,6 +84,14 @@ func startBackups(ctx context.Context, cfg config, s *store.Store, r *backup.Rep
 	stopped = make(chan struct{})
 	go func() {
 		defer close(stopped)
+		// In the background: the directory's first snapshot takes a while
+		// on a large server, and the first feed need not wait for it.
+		// Nothing is lost meanwhile: the snapshot holds what was written
+		// before it, and the directory is let go of only at shutdown,
+		// after this goroutine ends.
+		if err := r.Watch(ctx, s.Path(store.DirectoryRel)); err != nil {
+			log.Warn("replication: the directory", "err", err)
+		}
 		b.Run(ctx)
 	}()
 	return b, stopped, nil

@@ -73,6 +73,10 @@ func (b *Backups) Run(ctx context.Context) {
 			b.catchUp(ctx)
 		case <-sweepC:
 			res, err := b.Sweep.Run(ctx, time.Now())
+			if ctx.Err() != nil {
+				b.Log.Info("backup sweep stopped by the shutdown; the next start's sweep makes a whole one", "files", res.Files)
+				return
+			}
 			if err != nil {
 				b.Log.Error("backup sweep", "err", err, "files", res.Files)
 			} else {

@@ -76,10 +76,9 @@ type fileCache struct {
 	closed  bool
 	watched int // files in the cache that replication watches
 
-	walLeft    map[string]bool // guarded by mu: watched files closed with their WAL left for later, by path
-	closers    sync.WaitGroup  // closes running off the request path
-	watchers   sync.WaitGroup  // replication's Watch calls, off the request path
-	watchSlots chan struct{}   // bounds the Watch calls running at once
+	walLeft  map[string]bool // guarded by mu: watched files closed with their WAL left for later, by path
+	closers  sync.WaitGroup  // closes running off the request path
+	watchers sync.WaitGroup  // replication's Watch calls, off the request path
 }
 
 func newFileCache(dir string, max int, hooks Hooks, log *slog.Logger) *fileCache {

@@ -149,12 +149,17 @@ func (s *Sweeper) copyOne(ctx context.Context, blobs blobStore, stamp, rel strin
 	if err != nil {
 		return 0, err
 	}
+	return putFile(ctx, blobs, path.Join(sweepPrefix, stamp, rel), f)
+}
+
+// putFile stores f under key and closes it, returning its size.
+func putFile(ctx context.Context, blobs blobStore, key string, f *os.File) (int64, error) {
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
 		return 0, err
 	}
-	return st.Size(), blobs.put(ctx, path.Join(sweepPrefix, stamp, rel), f, st.Size())
+	return st.Size(), blobs.put(ctx, key, f, st.Size())
 }
 
 // prune keeps the newest Keep complete sweeps and removes older ones and
@@ -305,12 +310,7 @@ func (s *Sweeper) copyMedia(ctx context.Context, blobs blobStore, rel string) (i
 	if err != nil {
 		return 0, err
 	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return 0, err
-	}
-	return st.Size(), blobs.put(ctx, path.Join(mediaPrefix, rel), f, st.Size())
+	return putFile(ctx, blobs, path.Join(mediaPrefix, rel), f)
 }
 
 // MediaFiles lists the media files mirrored on the target, as paths under

@@ -37,7 +37,11 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	// Servers started with the default NAH_REPLICA_URL (./replica) keep
-	// their replica in this temporary directory, not in the source tree.
+	// their replica in this temporary directory, not in the source tree;
+	// go commands run from sourceDir.
+	if sourceDir, err = os.Getwd(); err != nil {
+		panic(err)
+	}
 	if err := os.Chdir(dir); err != nil {
 		panic(err)
 	}
@@ -45,6 +49,10 @@ func TestMain(m *testing.M) {
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
+
+// sourceDir is this package's folder, the tests' working directory before
+// TestMain leaves it.
+var sourceDir string
 
 // proc is a running nah server.
 type proc struct {

@@ -481,7 +481,9 @@ func litestreamCLI(t *testing.T) string {
 	if os.Getenv("CI") == "true" {
 		fail = t.Fatalf
 	}
-	v, err := exec.Command("go", "list", "-m", "-f", "{{.Version}}", "github.com/benbjohnson/litestream").Output()
+	list := exec.Command("go", "list", "-m", "-f", "{{.Version}}", "github.com/benbjohnson/litestream")
+	list.Dir = sourceDir
+	v, err := list.Output()
 	if err != nil {
 		fail("the Litestream version in go.mod: %v", err)
 	}

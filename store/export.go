@@ -161,10 +161,14 @@ func (s *Store) ExportPerson(ctx context.Context, id, serverVersion string) (*Ex
 
 // backupFile copies the database at p into a new file beside it and
 // returns that file open for reading (and already unlinked), with the
-// copy's schema version. The caller holds p open in the file cache, so the
+// copy's schema version. An export holds p open in the file cache, so the
 // read-only connection opened here is never the file's last one: its close
 // does not checkpoint, and the cache's own close stays the one that tells
-// replication.
+// replication. The sweep copies a file nobody has open without the cache
+// (Store.Backup): then this connection may be the last and empty a small
+// WAL as it closes, which is harmless; an open of the same file during the
+// copy goes through the cache as usual, and replication could let go of it
+// only after 64 newer files were watched, far longer than a copy lasts.
 func backupFile(ctx context.Context, p string) (_ *os.File, schema int, err error) {
 	removeStaleExports(filepath.Dir(p))
 	tmp, err := os.CreateTemp(filepath.Dir(p), "export-*.db")

@@ -510,6 +510,14 @@ func (c *fileCache) unhide(id string) {
 	c.mu.Unlock()
 }
 
+// state says whether person id's file is in the cache (or being closed),
+// and whether the person is hidden (being deleted or restored).
+func (c *fileCache) state(id string) (open, hidden bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.byID[id] != nil || c.closing[id] != nil, c.hidden[id]
+}
+
 // len returns the number of open (or opening) files.
 func (c *fileCache) len() int {
 	c.mu.Lock()

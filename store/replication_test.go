@@ -215,3 +215,42 @@ func TestWatchedCountDoesNotDrift(t *testing.T) {
 		t.Errorf("watched = %d with %d files in the cache", w, n)
 	}
 }
+
+// TestBackupOfAClosedFileLeavesTheCache: the sweep's copy of a file nobody
+// has open is made without opening it in the cache (which would close hot
+// files to make room), and is the whole file.
+func TestBackupOfAClosedFileLeavesTheCache(t *testing.T) {
+	s := MustOpen(t, Config{Dir: t.TempDir()})
+	ctx := context.Background()
+	ann := mustPerson(t, s, "ann")
+	for i := range 20 {
+		if _, err := s.CreateMoment(ctx, ann.ID, fmt.Appendf(nil, "moment %d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.files.forget(ann.ID)
+	if n := s.files.len(); n != 0 {
+		t.Fatalf("%d files open before the copy", n)
+	}
+	f, err := s.Backup(ctx, PersonRel(ann.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if n := s.files.len(); n != 0 {
+		t.Fatalf("the copy opened %d files in the cache", n)
+	}
+	p := filepath.Join(t.TempDir(), "person.db")
+	out, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := out.ReadFrom(f); err != nil {
+		t.Fatal(err)
+	}
+	out.Close()
+	ids, err := ExportedMoments(ctx, p)
+	if err != nil || len(ids) != 20 {
+		t.Fatalf("the copy holds %d moments (%v), want 20", len(ids), err)
+	}
+}

@@ -59,13 +59,9 @@ type MediaCeiling struct {
 
 func mediaCmd(ctx context.Context, args []string) error {
 	fset := flag.NewFlagSet("media", flag.ExitOnError)
-	name := fset.String("fixture", "people-1k", "fixture name")
-	bin := fset.String("bin", "bin/nah", "the release binary to measure")
-	home, _ := os.UserCacheDir()
-	cache := fset.String("cache", filepath.Join(home, "nah-bench"), "where seeded fixtures are kept between runs")
+	name, bin, cache, out := commonFlags(fset)
 	sizeMiB := fset.Int("size", 10, "MiB per file")
 	conc := fset.String("concurrent", "10,50", "comma-separated numbers of concurrent transfers, a fresh server for each")
-	out := fset.String("out", "bench/results", "directory for the result JSON")
 	fset.Parse(args)
 	f, ok := fixture.Fixtures[*name]
 	if !ok {

@@ -49,11 +49,7 @@ type RestoreResult struct {
 // an empty directory and checks every file came back.
 func restoreCmd(ctx context.Context, args []string) error {
 	fset := flag.NewFlagSet("restore", flag.ExitOnError)
-	name := fset.String("fixture", "people-1k", "fixture name")
-	bin := fset.String("bin", "bin/nah", "the release binary")
-	home, _ := os.UserCacheDir()
-	cache := fset.String("cache", filepath.Join(home, "nah-bench"), "where seeded fixtures are kept between runs")
-	out := fset.String("out", "bench/results", "directory for the result JSON")
+	name, bin, cache, out := commonFlags(fset)
 	workers := fset.Int("workers", 0, "nah restore -workers (0: its default)")
 	thresholds := fset.String("thresholds", "bench/THRESHOLDS.md", "the file whose restore table is rewritten")
 	fset.Parse(args)

@@ -47,14 +47,21 @@ type Result struct {
 	WALLeft         int     `json:"non_empty_wal_after_stop"`
 }
 
+// commonFlags adds the flags every measuring subcommand takes: the
+// fixture, the binary, the fixtures' cache and where results go.
+func commonFlags(fset *flag.FlagSet) (name, bin, cache, out *string) {
+	name = fset.String("fixture", "people-1k", "fixture name")
+	bin = fset.String("bin", "bin/nah", "the release binary to measure")
+	home, _ := os.UserCacheDir()
+	cache = fset.String("cache", filepath.Join(home, "nah-bench"), "where seeded fixtures are kept between runs")
+	out = fset.String("out", "bench/results", "directory for the result JSON")
+	return name, bin, cache, out
+}
+
 func runCmd(ctx context.Context, args []string) error {
 	fset := flag.NewFlagSet("run", flag.ExitOnError)
-	name := fset.String("fixture", "people-1k", "fixture name")
-	bin := fset.String("bin", "bin/nah", "the release binary to measure")
-	home, _ := os.UserCacheDir()
-	cache := fset.String("cache", filepath.Join(home, "nah-bench"), "where seeded fixtures are kept between runs")
+	name, bin, cache, out := commonFlags(fset)
 	d := fset.Duration("duration", 20*time.Second, "length of each load phase")
-	out := fset.String("out", "bench/results", "directory for the result JSON")
 	thresholds := fset.String("thresholds", "bench/THRESHOLDS.md", "file whose generated table is rewritten; empty for none")
 	var env envList
 	fset.Var(&env, "env", "KEY=VALUE for the server's environment, repeatable (experiments: a result so made is not a baseline)")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -144,12 +143,8 @@ func digestCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
-		return err
-	}
-	file := filepath.Join(*out, "digest-"+res.Time.Format("20060102-150405")+".json")
-	b, _ := json.MarshalIndent(res, "", "  ")
-	if err := os.WriteFile(file, append(b, '\n'), 0o644); err != nil {
+	file, err := writeResult(*out, "digest", res.Time, res)
+	if err != nil {
 		return err
 	}
 	fmt.Print(digestMarkdown(res))

@@ -125,12 +125,8 @@ func hostileCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
-		return err
-	}
-	file := filepath.Join(*out, fmt.Sprintf("hostile-%s-%s.json", f.Name, res.Time.Format("20060102-150405")))
-	b, _ := json.MarshalIndent(res, "", "  ")
-	if err := os.WriteFile(file, append(b, '\n'), 0o644); err != nil {
+	file, err := writeResult(*out, "hostile-"+f.Name, res.Time, res)
+	if err != nil {
 		return err
 	}
 	fmt.Print(hostileMarkdown(res))

@@ -91,12 +91,8 @@ func mediaCmd(ctx context.Context, args []string) error {
 	if res.Ceiling, err = cpCeiling(body, res.Ceiling.Files); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
-		return err
-	}
-	file := filepath.Join(*out, fmt.Sprintf("media-%s-%s.json", f.Name, res.Time.Format("20060102-150405")))
-	b, _ := json.MarshalIndent(res, "", "  ")
-	if err := os.WriteFile(file, append(b, '\n'), 0o644); err != nil {
+	file, err := writeResult(*out, "media-"+f.Name, res.Time, res)
+	if err != nil {
 		return err
 	}
 	fmt.Print(mediaMarkdown(res))

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -104,12 +103,8 @@ func restoreCmd(ctx context.Context, args []string) error {
 	res.DataMB = mb(dirSize(restored))
 	res.Command = fmt.Sprintf("make build && go run ./bench restore -fixture %s -bin %s", f.Name, *bin)
 
-	if err := os.MkdirAll(*out, 0o755); err != nil {
-		return err
-	}
-	file := filepath.Join(*out, fmt.Sprintf("restore-%s-%s.json", f.Name, res.Time.Format("20060102-150405")))
-	b, _ := json.MarshalIndent(res, "", "  ")
-	if err := os.WriteFile(file, append(b, '\n'), 0o644); err != nil {
+	file, err := writeResult(*out, "restore-"+f.Name, res.Time, res)
+	if err != nil {
 		return err
 	}
 	table := restoreMarkdown(res)

@@ -58,6 +58,17 @@ func commonFlags(fset *flag.FlagSet) (name, bin, cache, out *string) {
 	return name, bin, cache, out
 }
 
+// writeResult writes a run's result as dir/NAME-TIME.json and returns the
+// file's path.
+func writeResult(dir, name string, at time.Time, res any) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	file := filepath.Join(dir, name+"-"+at.Format("20060102-150405")+".json")
+	b, _ := json.MarshalIndent(res, "", "  ")
+	return file, os.WriteFile(file, append(b, '\n'), 0o644)
+}
+
 func runCmd(ctx context.Context, args []string) error {
 	fset := flag.NewFlagSet("run", flag.ExitOnError)
 	name, bin, cache, out := commonFlags(fset)
@@ -79,12 +90,8 @@ func runCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
-		return err
-	}
-	file := filepath.Join(*out, fmt.Sprintf("%s-%s.json", f.Name, res.Time.Format("20060102-150405")))
-	b, _ := json.MarshalIndent(res, "", "  ")
-	if err := os.WriteFile(file, append(b, '\n'), 0o644); err != nil {
+	file, err := writeResult(*out, f.Name, res.Time, res)
+	if err != nil {
 		return err
 	}
 	table := markdown(res)

@@ -254,3 +254,95 @@ func TestBackupOfAClosedFileLeavesTheCache(t *testing.T) {
 		t.Fatalf("the copy holds %d moments (%v), want 20", len(ids), err)
 	}
 }
+
+// TestReplicationQueue: posts do not take their file up for replication
+// themselves; written files wait in a queue for the replicators (while the
+// take-up is slow, the queue holds files), and by Close every written file
+// was watched or let go of after its last acknowledged write, so the
+// replica holds every write; no file is opened while replication lets go
+// of it.
+func TestReplicationQueue(t *testing.T) {
+	var (
+		mu        sync.Mutex
+		seq       int
+		lastWrite = map[string]int{} // path -> seq of its last acknowledged write
+		lastSync  = map[string]int{} // path -> seq of its last Watch or Unwatch
+		letting   = map[string]bool{}
+		problems  []string
+		watches   int
+	)
+	tick := func() int { seq++; return seq }
+	hooks := Hooks{
+		MaxWatched: 2,
+		BeforeOpen: func(p string) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if letting[p] {
+				problems = append(problems, "opened while replication lets go of it: "+p)
+			}
+			return nil
+		},
+		Watch: func(ctx context.Context, p string) error {
+			time.Sleep(5 * time.Millisecond) // slower than a post: files queue up
+			mu.Lock()
+			lastSync[p] = tick()
+			watches++
+			mu.Unlock()
+			return nil
+		},
+		Unwatch: func(p string) {
+			mu.Lock()
+			letting[p] = true
+			mu.Unlock()
+			time.Sleep(time.Millisecond)
+			mu.Lock()
+			delete(letting, p)
+			lastSync[p] = tick()
+			mu.Unlock()
+		},
+	}
+	dir := t.TempDir()
+	s := MustOpen(t, Config{Dir: dir, MaxOpenFiles: 4, Hooks: hooks})
+	ctx := context.Background()
+	var ids []string
+	for i := range 20 {
+		ids = append(ids, mustPerson(t, s, fmt.Sprintf("person%02d", i)).ID)
+	}
+	var wg sync.WaitGroup
+	most := 0
+	for w := range 4 {
+		wg.Go(func() {
+			for i := range 40 {
+				id := ids[(w*5+i*3)%len(ids)]
+				if _, err := s.CreateMoment(ctx, id, []byte("x")); err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				lastWrite[filepath.Join(dir, "people", id, "person.db")] = tick()
+				mu.Unlock()
+				if q := s.Stats().ReplicationQueue; q > 0 {
+					mu.Lock()
+					most = max(most, q)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	s.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	if most == 0 {
+		problems = append(problems, "the queue never held a file: posts took their files up themselves")
+	}
+	for p, w := range lastWrite {
+		if lastSync[p] < w {
+			problems = append(problems, fmt.Sprintf("%s: last write at %d, last watch or let-go at %d: the write may not be replicated", p, w, lastSync[p]))
+		}
+	}
+	if len(problems) > 0 {
+		t.Fatal(strings.Join(problems, "\n"))
+	}
+	t.Logf("%d watches for %d people, queue up to %d", watches, len(ids), most)
+}

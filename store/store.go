@@ -329,6 +329,9 @@ type Stats struct {
 	// (FileProblems lists them).
 	UnreadableFiles int
 	DiskFull        bool // writes are refused for lack of space (DiskFull)
+	// ReplicationQueue is how many written person files wait for
+	// replication to take them up (files.go, wrote).
+	ReplicationQueue int
 }
 
 // Stats returns the store's gauges now.
@@ -346,6 +349,7 @@ func (s *Store) Stats() Stats {
 		FileReads:         s.fileReads.Load(),
 		UnreadableFiles:   int(s.problems.n.Load()),
 		DiskFull:          s.DiskFull(),
+		ReplicationQueue:  s.files.queueLen(),
 	}
 }
 

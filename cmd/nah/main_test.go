@@ -326,7 +326,7 @@ func TestLogHoldsNoSecrets(t *testing.T) {
 }
 
 func TestBadConfigExits2(t *testing.T) {
-	for _, env := range []string{"NAH_MAX_OPEN_FILES=lots", "NAH_OPEN_SIGNUP=perhaps", "NAH_ADDR=nowhere", "NAH_SIGNUP_PER_HOUR=-1", "NAH_TRUSTED_PROXIES=10.0.0.0/99", "NAH_SHUTDOWN_TIMEOUT=soon", "NAH_PUBLIC_URL=nah.example.com", "NAH_MAX_CONNECTIONS=1"} {
+	for _, env := range []string{"NAH_MAX_OPEN_FILES=lots", "NAH_OPEN_SIGNUP=perhaps", "NAH_ADDR=nowhere", "NAH_SIGNUP_PER_HOUR=-1", "NAH_TRUSTED_PROXIES=10.0.0.0/99", "NAH_SHUTDOWN_TIMEOUT=soon", "NAH_PUBLIC_URL=nah.example.com", "NAH_MAX_CONNECTIONS=1", "NAH_SYNC=fast"} {
 		cmd := exec.Command(binary, "serve")
 		cmd.Env = []string{env, "NAH_DATA_DIR=" + t.TempDir()}
 		out, err := cmd.CombinedOutput()

@@ -65,6 +65,7 @@ type Hooks struct {
 type fileCache struct {
 	dir   string
 	max   int
+	sync  Sync // of every person file's connection (Config.Sync)
 	hooks Hooks
 	log   *slog.Logger
 
@@ -88,11 +89,12 @@ type fileCache struct {
 	wakeQ  *sync.Cond      // on mu: the queue grew or the cache closed
 }
 
-func newFileCache(dir string, max int, hooks Hooks, log *slog.Logger) *fileCache {
+func newFileCache(dir string, max int, mode Sync, hooks Hooks, log *slog.Logger) *fileCache {
 	c := &fileCache{
 		log:     log,
 		dir:     dir,
 		max:     max,
+		sync:    mode,
 		hooks:   hooks,
 		byID:    make(map[string]*personFile),
 		closing: make(map[string]*personFile),
@@ -507,7 +509,7 @@ func (c *fileCache) open(ctx context.Context, p string, create bool) (*sql.DB, e
 			return nil, fmt.Errorf("before open %s: %w", p, err)
 		}
 	}
-	db, err := openDB(p, false, 1, personCacheKiB)
+	db, err := openDB(p, false, 1, personCacheKiB, c.sync)
 	if err == nil && !create {
 		err = hasSchema(ctx, db, p)
 	}

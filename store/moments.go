@@ -9,7 +9,7 @@ import (
 )
 
 // CreateMoment stores body as a new moment of author. It returns once the
-// row is committed and fsynced.
+// row is committed, and with SyncFull fsynced (Sync, sqlite.go).
 func (s *Store) CreateMoment(ctx context.Context, author string, body []byte) (nah.Moment, error) {
 	n := s.graph.node(author)
 	if n == nil {

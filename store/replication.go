@@ -128,7 +128,7 @@ func checkpointClosed(p string) error {
 	if st, err := os.Stat(p + "-wal"); err != nil || st.Size() == 0 {
 		return nil
 	}
-	db, err := openDB(p, false, 1, 64)
+	db, err := openDB(p, false, 1, 64, SyncFull)
 	if err != nil {
 		return err
 	}
@@ -139,7 +139,7 @@ func checkpointClosed(p string) error {
 // IntegrityCheck runs SQLite's full integrity check on the database at p
 // (a restored file) and says what it found.
 func IntegrityCheck(ctx context.Context, p string) error {
-	db, err := openDB(p, true, 1, 256)
+	db, err := openDB(p, true, 1, 256, SyncFull)
 	if err != nil {
 		return err
 	}

@@ -33,7 +33,7 @@ import (
 //     1,000 files open under 50 concurrent feeds.
 //
 // So: every person file has exactly one connection (reads and writes share
-// it; a post holds it for one fsync, ~0.2-0.4 ms), lookaside is 256x32, and the
+// it; a post holds it for one commit, an fsync of ~0.2-0.4 ms with SyncFull), lookaside is 256x32, and the
 // page caches of all connections share one LRU bounded by softHeapLimit. The
 // peak SQLite cost is then about
 //
@@ -134,25 +134,75 @@ func ResetSQLiteMemoryPeak() {
 	sqlite3.Xsqlite3_memory_highwater(tls, 1)
 }
 
+// Sync is how far a commit goes before it returns: SQLite's synchronous
+// pragma (https://www.sqlite.org/pragma.html#pragma_synchronous), chosen by
+// the operator with NAH_SYNC and set on every connection a Store opens (the
+// directory's writer and readers, every person file). In WAL mode
+// (https://www.sqlite.org/wal.html) both values keep the database from
+// corruption, and both keep every commit through a crash of the process: a
+// commit has written the WAL into the kernel's cache before it returns, and
+// the kernel writes it out whether the process lives or not. They differ
+// when the machine itself stops (a power cut, a kernel panic):
+//
+//   - SyncFull, the zero value and default: every commit fsyncs the WAL, so
+//     a moment acknowledged with 201 survives a power cut too. It costs one
+//     fsync of the disk per commit: 185 µs for one writer, 113 µs each for
+//     16 writers on 16 files here (../shared/notes/sqlite-memory.md §4), and
+//     the disk's fsync rate is the ceiling of posts per second.
+//   - SyncNormal, PocketBase's choice and Litestream's advice: the WAL is
+//     fsynced only when it is checkpointed, so a power cut may roll back the
+//     last commits before the checkpoint (the database is still whole,
+//     without them). 53 µs for one writer, 29 µs each for 16.
+//
+// A kill -9 under 16 writers loses no acknowledged moment in either mode
+// (cmd/nah's TestCrashKeepsAcknowledgedMoments); what a power cut does is
+// SQLite's documented guarantee, which no test here can cut the power for.
+// One-off tools outside a Store (checkpointClosed, IntegrityCheck, reading
+// an export) always use SyncFull: they are rare, and not the post path.
+type Sync int
+
+const (
+	SyncFull Sync = iota
+	SyncNormal
+)
+
+// String is the value as NAH_SYNC spells it.
+func (s Sync) String() string {
+	switch s {
+	case SyncFull:
+		return "full"
+	case SyncNormal:
+		return "normal"
+	}
+	return "Sync(" + strconv.Itoa(int(s)) + ")"
+}
+
+// pragma is the value of PRAGMA synchronous for s.
+func (s Sync) pragma() string {
+	if s == SyncNormal {
+		return "NORMAL"
+	}
+	return "FULL"
+}
+
 // dsn builds the connection string for a database file. Each pragma runs on
 // every new connection, busy timeout first so the others can wait for locks.
 //
 //   - WAL: readers never block the writer, and a checkpoint on close leaves
 //     no -wal content behind.
-//   - synchronous=FULL: a commit is fsynced (~0.2-0.4 ms here) so a moment
-//     acknowledged with 201 survives power loss, not only a crash.
+//   - synchronous: FULL or NORMAL as sync says (Sync above).
 //   - _txlock=immediate: write transactions take the write lock at BEGIN, so
 //     two writers queue on the busy timeout instead of failing to upgrade.
 //   - secure_delete on writers: what a delete or an update frees is zeroed,
 //     so a deleted moment or a purged person (id, handle) leaves no stale
 //     copy in free space. Inserts, the hot path, free nothing and pay
 //     nothing; on every new connection, so a replaced one keeps it.
-func dsn(file string, readOnly bool, cacheKiB int) string {
+func dsn(file string, readOnly bool, cacheKiB int, sync Sync) string {
 	var b strings.Builder
 	b.WriteString(file)
 	b.WriteString("?_pragma=busy_timeout(" + strconv.Itoa(busyTimeout) + ")")
 	b.WriteString("&_pragma=journal_mode(WAL)")
-	b.WriteString("&_pragma=synchronous(FULL)")
+	b.WriteString("&_pragma=synchronous(" + sync.pragma() + ")")
 	b.WriteString("&_pragma=foreign_keys(1)")
 	// A per-connection cap in case a scan grows one cache; the global soft
 	// heap limit is what bounds the sum.
@@ -166,8 +216,9 @@ func dsn(file string, readOnly bool, cacheKiB int) string {
 	return b.String()
 }
 
-// openDB opens file with at most conns connections.
-func openDB(file string, readOnly bool, conns, cacheKiB int) (*sql.DB, error) {
+// openDB opens file with at most conns connections, each committing as sync
+// says.
+func openDB(file string, readOnly bool, conns, cacheKiB int, sync Sync) (*sql.DB, error) {
 	if err := configureSQLite(); err != nil {
 		return nil, err
 	}
@@ -179,7 +230,7 @@ func openDB(file string, readOnly bool, conns, cacheKiB int) (*sql.DB, error) {
 			return nil, err
 		}
 	}
-	db, err := sql.Open("sqlite", dsn(file, readOnly, cacheKiB))
+	db, err := sql.Open("sqlite", dsn(file, readOnly, cacheKiB, sync))
 	if err != nil {
 		return nil, err
 	}

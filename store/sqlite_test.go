@@ -8,31 +8,42 @@ import (
 
 // TestPragmasThatCarryAPromise checks, on every kind of connection the store
 // opens, the pragmas that dsn sets for a reason a test can see nowhere else:
-// synchronous=FULL (an acknowledged moment survives power loss), WAL (readers
-// never block the writer), foreign keys, and a busy timeout (a second writer
-// waits instead of failing). Weakening any of them in dsn passes every other
-// test, so it must fail this one.
+// synchronous as Config.Sync says (FULL: an acknowledged moment survives
+// power loss; NORMAL: a crash of the process), WAL (readers never block the
+// writer), foreign keys, and a busy timeout (a second writer waits instead
+// of failing). Weakening any of them in dsn, or losing NAH_SYNC's choice on
+// the way to a connection, passes every other test, so it must fail this one.
 func TestPragmasThatCarryAPromise(t *testing.T) {
-	ctx := context.Background()
-	s := MustOpen(t, Config{})
+	for _, c := range []struct {
+		sync Sync
+		want int // PRAGMA synchronous: 1 NORMAL, 2 FULL
+	}{{SyncFull, 2}, {SyncNormal, 1}} {
+		t.Run(c.sync.String(), func(t *testing.T) {
+			ctx := context.Background()
+			s := MustOpen(t, Config{Sync: c.sync})
 
-	checkPragmas(t, "directory writer", s.w, 1)
-	checkPragmas(t, "directory readers", s.r, directoryReaders)
+			checkPragmas(t, "directory writer", s.w, 1, c.want)
+			checkPragmas(t, "directory readers", s.r, directoryReaders, c.want)
 
-	for _, handle := range []string{"ann", "bob"} {
-		p := mustPerson(t, s, handle)
-		f, err := s.files.acquire(ctx, p.ID, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		checkPragmas(t, "person file of "+handle, f.db, 1)
-		s.files.release(f)
+			for _, handle := range []string{"ann", "bob"} {
+				p := mustPerson(t, s, handle)
+				f, err := s.files.acquire(ctx, p.ID, false)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkPragmas(t, "person file of "+handle, f.db, 1, c.want)
+				s.files.release(f)
+			}
+		})
+	}
+	if _, err := Open(context.Background(), Config{Dir: t.TempDir(), Sync: 7}); err == nil {
+		t.Error("Open took an unknown Sync")
 	}
 }
 
 // checkPragmas holds conns connections of db at once, so that each
 // connection of a pool is checked and not the same one conns times.
-func checkPragmas(t *testing.T, what string, db *sql.DB, conns int) {
+func checkPragmas(t *testing.T, what string, db *sql.DB, conns, wantSync int) {
 	t.Helper()
 	ctx := context.Background()
 	held := make([]*sql.Conn, conns)
@@ -60,8 +71,8 @@ func checkPragmas(t *testing.T, what string, db *sql.DB, conns int) {
 				t.Fatalf("%s: connection %d: PRAGMA %s: %v", what, i, q.pragma, err)
 			}
 		}
-		if sync != 2 {
-			t.Errorf("%s: connection %d: synchronous = %d, want 2 (FULL)", what, i, sync)
+		if sync != wantSync {
+			t.Errorf("%s: connection %d: synchronous = %d, want %d", what, i, sync, wantSync)
 		}
 		if journal != "wal" {
 			t.Errorf("%s: connection %d: journal_mode = %q, want wal", what, i, journal)

@@ -33,6 +33,10 @@ import (
 type Config struct {
 	Dir          string // data directory; required
 	MaxOpenFiles int    // bound of the open person-file cache; DefaultMaxOpenFiles (sqlite.go)
+	// Sync is what a commit waits for on every connection the store opens:
+	// SyncFull (the zero value) survives a power cut, SyncNormal only a
+	// crash of the process (sqlite.go says what each promises and costs).
+	Sync Sync
 	// Now is the store's clock: moment times and the staleness of newest-moment
 	// times. Tests inject a fake one; default time.Now.
 	Now func() time.Time
@@ -117,6 +121,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.MaxOpenFiles <= 0 {
 		cfg.MaxOpenFiles = DefaultMaxOpenFiles
 	}
+	if cfg.Sync != SyncFull && cfg.Sync != SyncNormal {
+		return nil, fmt.Errorf("store: unknown %v", cfg.Sync)
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -156,7 +163,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	var err error
 	// The directory is small and hot: a 2 MB cache per connection.
-	if s.w, err = openDB(path, false, 1, 2048); err != nil {
+	if s.w, err = openDB(path, false, 1, 2048, cfg.Sync); err != nil {
 		return nil, err
 	}
 	if err = migrate(ctx, s.w, path, directoryMigrations); err != nil {
@@ -168,7 +175,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		}
 		return nil, err
 	}
-	if s.r, err = openDB(path, true, directoryReaders, 2048); err != nil {
+	if s.r, err = openDB(path, true, directoryReaders, 2048, cfg.Sync); err != nil {
 		s.w.Close()
 		return nil, err
 	}
@@ -177,7 +184,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.w.Close()
 		return nil, err
 	}
-	s.files = newFileCache(cfg.Dir, cfg.MaxOpenFiles, cfg.Hooks, cfg.Logger)
+	s.files = newFileCache(cfg.Dir, cfg.MaxOpenFiles, cfg.Sync, cfg.Hooks, cfg.Logger)
 	go s.flushLoop()
 	if cfg.Sweep {
 		go s.sweepLoop()

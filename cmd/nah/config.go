@@ -194,6 +194,17 @@ var variables = []variable{
 		}
 		return nil
 	}},
+	{"NAH_SYNC", store.SyncFull.String(), "full: a commit waits for the disk, so a power cut loses no acknowledged moment; normal: a crash of the process loses nothing, a power cut may lose the last moments but never corrupts (fewer fsyncs, faster posts)", func(c *config, v string) error {
+		switch strings.ToLower(v) {
+		case "full":
+			c.Store.Sync = store.SyncFull
+		case "normal":
+			c.Store.Sync = store.SyncNormal
+		default:
+			return errors.New("want full or normal")
+		}
+		return nil
+	}},
 	{"NAH_HEAD_CACHE_MB", strconv.Itoa(store.DefaultHeadCacheBytes >> 20), "memory for the newest moments of each person, so most feeds read no file; 0 turns it off", func(c *config, v string) error {
 		mbs, err := strconv.Atoi(v)
 		if err != nil || mbs < 0 || mbs > 64<<10 {
@@ -630,6 +641,7 @@ func (c config) LogValue() slog.Value {
 		slog.String("data_dir", c.Store.Dir),
 		slog.Bool("open_signup", c.App.OpenSignup),
 		slog.Int("max_open_files", c.Store.MaxOpenFiles),
+		slog.String("sync", c.Store.Sync.String()),
 		slog.Int64("head_cache_bytes", c.Store.HeadCacheBytes),
 		slog.Int("signup_per_hour", c.App.SignupPerHour),
 		slog.Int("trusted_proxies", len(c.App.TrustedProxies)),

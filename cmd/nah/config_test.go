@@ -28,7 +28,8 @@ func TestConfigDefaults(t *testing.T) {
 	if c.Addr != defaultAddr || c.MetricsAddr != "" || c.ShutdownTimeout != defaultShutdownTimeout || c.LogLevel != slog.LevelInfo {
 		t.Errorf("process: %+v", c)
 	}
-	if c.Store.Dir != "data" || c.Store.MaxOpenFiles != store.DefaultMaxOpenFiles || c.Store.HeadCacheBytes != store.DefaultHeadCacheBytes {
+	if c.Store.Dir != "data" || c.Store.MaxOpenFiles != store.DefaultMaxOpenFiles || c.Store.HeadCacheBytes != store.DefaultHeadCacheBytes ||
+		c.Store.Sync != store.SyncFull {
 		t.Errorf("store: %+v", c.Store)
 	}
 	if c.App.OpenSignup || c.App.SignupPerHour != app.DefaultSignupPerHour || c.App.TrustedProxies != nil ||
@@ -51,6 +52,7 @@ func TestConfigFromEnvironment(t *testing.T) {
 		"NAH_DATA_DIR":         "/srv/nah/../data/",
 		"NAH_OPEN_SIGNUP":      "true",
 		"NAH_MAX_OPEN_FILES":   " 1000 ",
+		"NAH_SYNC":             "Normal",
 		"NAH_HEAD_CACHE_MB":    "0",
 		"NAH_SIGNUP_PER_HOUR":  "0",
 		"NAH_TRUSTED_PROXIES":  "10.0.0.1, 192.168.0.0/16",
@@ -66,7 +68,8 @@ func TestConfigFromEnvironment(t *testing.T) {
 	if c.Addr != "0.0.0.0:80" || c.MetricsAddr != "127.0.0.1:9090" || c.ShutdownTimeout != time.Minute || c.LogLevel != slog.LevelDebug {
 		t.Errorf("process: %+v", c)
 	}
-	if c.Store.Dir != "/srv/data" || c.Store.MaxOpenFiles != 1000 || c.Store.HeadCacheBytes != -1 || c.Store.DeleteGrace != -1 {
+	if c.Store.Dir != "/srv/data" || c.Store.MaxOpenFiles != 1000 || c.Store.HeadCacheBytes != -1 || c.Store.DeleteGrace != -1 ||
+		c.Store.Sync != store.SyncNormal {
 		t.Errorf("store: %+v", c.Store)
 	}
 	if !c.App.OpenSignup || c.App.SignupPerHour != 0 || len(c.App.TrustedProxies) != 2 || c.App.TrustedProxies[0].String() != "10.0.0.1/32" ||
@@ -84,6 +87,7 @@ func TestConfigErrors(t *testing.T) {
 		"NAH_DATA_DIR":         {"data?", `NAH_DATA_DIR="data?": the path must not contain '?' or '#'`},
 		"NAH_OPEN_SIGNUP":      {"perhaps", `NAH_OPEN_SIGNUP="perhaps": want true or false`},
 		"NAH_MAX_OPEN_FILES":   {"15", `NAH_MAX_OPEN_FILES="15": want a whole number from 16 to 100000`},
+		"NAH_SYNC":             {"fast", `NAH_SYNC="fast": want full or normal`},
 		"NAH_HEAD_CACHE_MB":    {"-1", `NAH_HEAD_CACHE_MB="-1": want a whole number of megabytes, 0 to turn the cache off`},
 		"NAH_SIGNUP_PER_HOUR":  {"-1", `NAH_SIGNUP_PER_HOUR="-1": want a whole number, 0 for no limit`},
 		"NAH_TRUSTED_PROXIES":  {"10.0.0.1, proxy", `NAH_TRUSTED_PROXIES="10.0.0.1, proxy": "proxy" is neither an address nor a CIDR`},

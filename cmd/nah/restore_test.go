@@ -396,10 +396,17 @@ func TestRestoreToTime(t *testing.T) {
 // restarted on the same directory and replica, each writer posts once
 // more (their file is watched again and syncs what the kill left) and the
 // server stops; `nah restore` then holds every moment acknowledged more
-// than 2 s before the kill.
+// than 2 s before the kill. Under both values of NAH_SYNC: Litestream reads
+// the WAL that the kernel holds, fsynced or not.
 func TestRestoreAfterKill(t *testing.T) {
+	for _, mode := range []string{"full", "normal"} {
+		t.Run(mode, func(t *testing.T) { restoreAfterKill(t, "NAH_SYNC="+mode) })
+	}
+}
+
+func restoreAfterKill(t *testing.T, syncEnv string) {
 	data, repl, out := t.TempDir(), filepath.Join(t.TempDir(), "replica"), filepath.Join(t.TempDir(), "restored")
-	env := replicaEnv(repl)
+	env := replicaEnv(repl, syncEnv)
 	p := start(t, data, env...)
 	type ack struct {
 		id string

@@ -38,9 +38,10 @@ type personFile struct {
 
 // Hooks let replication follow the open-file cache. BeforeOpen runs before
 // a person file is opened (and may refuse it), AfterClose after its last
-// handle is closed. Watch runs before the first write to an open person
-// file: replication starts watching it (an error is logged and the write
-// goes on: the file is then behind, never lost locally). Unwatch runs once
+// handle is closed. Watch runs after a write to a person file that is not
+// watched, off the request path (the replication queue, wrote): replication
+// starts watching it (an error is logged: the file is then behind, never
+// lost locally). Unwatch runs once
 // the app's handle on a watched file is closed (Litestream's close drops
 // the process's locks on the file, so it must come after ours), and before
 // anyone may open the file again. At most MaxWatched files are watched at
@@ -53,6 +54,10 @@ type Hooks struct {
 	Watch      func(ctx context.Context, path string) error
 	Unwatch    func(path string)
 	MaxWatched int
+	// QueueDir, if set, keeps the replication queue on disk as one empty
+	// file per person waiting, so that files written but not yet taken up
+	// when the process is killed are taken up at the next start.
+	QueueDir string
 	// Purged runs once a deleted person is purged, with their file's path
 	// under the data directory: replication removes what it holds of it.
 	Purged func(rel string)
@@ -103,6 +108,9 @@ func newFileCache(dir string, max int, mode Sync, hooks Hooks, log *slog.Logger)
 		queued:  make(map[string]bool),
 	}
 	c.wakeQ = sync.NewCond(&c.mu)
+	if hooks.Watch != nil && hooks.QueueDir != "" {
+		c.loadQueue()
+	}
 	if hooks.Watch != nil {
 		for range replicators {
 			c.watchers.Go(c.replicate)
@@ -335,6 +343,56 @@ func (c *fileCache) wrote(f *personFile) {
 	c.queued[f.id] = true
 	c.queue = append(c.queue, f.id)
 	c.wakeQ.Signal()
+	c.mark(f.id)
+}
+
+// mark and unmark keep the queue's entry of person id on disk (QueueDir),
+// so that a kill does not forget it. The marker is not synced: an empty
+// file's creation costs tens of microseconds; a power cut may lose it,
+// and the file then waits for its next write or the nightly sweep.
+func (c *fileCache) mark(id string) {
+	if c.hooks.QueueDir == "" {
+		return
+	}
+	if err := os.WriteFile(filepath.Join(c.hooks.QueueDir, id), nil, privateFile); err != nil {
+		c.log.Warn("replication: queue marker", "person", id, "err", err)
+	}
+}
+
+func (c *fileCache) unmark(id string) {
+	if c.hooks.QueueDir == "" {
+		return
+	}
+	if err := os.Remove(filepath.Join(c.hooks.QueueDir, id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		c.log.Warn("replication: queue marker", "person", id, "err", err)
+	}
+}
+
+// loadQueue queues the files that a previous run left in the queue on
+// disk: written, and maybe not replicated, when it was killed.
+func (c *fileCache) loadQueue() {
+	if err := os.MkdirAll(c.hooks.QueueDir, privateDir); err != nil {
+		c.log.Warn("replication: queue", "err", err)
+		return
+	}
+	es, err := os.ReadDir(c.hooks.QueueDir)
+	if err != nil {
+		c.log.Warn("replication: queue", "err", err)
+		return
+	}
+	for _, e := range es {
+		id := e.Name()
+		if !nah.ValidPersonID(id) {
+			continue
+		}
+		if !c.queued[id] {
+			c.queued[id] = true
+			c.queue = append(c.queue, id)
+		}
+	}
+	if len(c.queue) > 0 {
+		c.log.Info("replication: files written before the last stop wait to be replicated", "files", len(c.queue))
+	}
 }
 
 // replicate takes files in the queue up for replication, one at a time,
@@ -363,6 +421,7 @@ func (c *fileCache) replicate() {
 			c.markClosingLocked(ph)
 			c.mu.Unlock()
 			c.syncClosed(ph)
+			c.unmark(id)
 			continue
 		}
 		c.mu.Unlock()
@@ -373,11 +432,21 @@ func (c *fileCache) replicate() {
 		// ReplacePersonFile).
 		f, err := c.acquire(context.Background(), id, false)
 		if err != nil {
+			if !c.isClosed() {
+				c.unmark(id) // gone or hidden; a restored person is watched by ReplacePersonFile
+			}
 			continue
 		}
 		c.watchFile(context.Background(), f, true)
 		c.release(f)
+		c.unmark(id)
 	}
+}
+
+func (c *fileCache) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
 }
 
 // syncClosed has replication take up and let go of the file of ph, which
@@ -728,6 +797,7 @@ func (c *fileCache) closeAll() {
 			if c.hooks.Unwatch != nil {
 				c.hooks.Unwatch(p)
 			}
+			c.unmark(id)
 			mu.Lock()
 			flushed = append(flushed, p)
 			mu.Unlock()

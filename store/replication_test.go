@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -345,4 +346,86 @@ func TestReplicationQueue(t *testing.T) {
 		t.Fatal(strings.Join(problems, "\n"))
 	}
 	t.Logf("%d watches for %d people, queue up to %d", watches, len(ids), most)
+}
+
+// TestReplicationQueueSurvivesAKill: a written file waiting for replication
+// is listed on disk until it is taken up, and a store opened on a queue
+// that a killed process left behind takes those files up at once.
+func TestReplicationQueueSurvivesAKill(t *testing.T) {
+	dir := t.TempDir()
+	qdir := filepath.Join(dir, "replication", "queue")
+	gate := make(chan struct{})
+	var gated atomic.Bool
+	var mu sync.Mutex
+	watched := map[string]int{}
+	hooks := Hooks{
+		QueueDir: qdir,
+		Watch: func(ctx context.Context, p string) error {
+			if gated.Load() {
+				<-gate
+			}
+			mu.Lock()
+			watched[p]++
+			mu.Unlock()
+			return nil
+		},
+		Unwatch: func(p string) {},
+	}
+	s := MustOpen(t, Config{Dir: dir, Hooks: hooks})
+	ctx := context.Background()
+	ann := mustPerson(t, s, "ann")
+	bob := mustPerson(t, s, "bob")
+	s.files.forget(bob.ID) // closed: bob's next post queues him
+	gated.Store(true)      // and replication is slow to take him up
+	if _, err := s.CreateMoment(ctx, bob.ID, []byte("waits for replication")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(qdir, bob.ID)); err != nil {
+		t.Fatalf("bob's written file is not listed while it waits: %v", err)
+	}
+	close(gate)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := os.Stat(filepath.Join(qdir, bob.ID))
+		if os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("bob's marker stayed after he was taken up: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	s.Close()
+
+	// A killed process leaves markers: a store opened on them takes those
+	// people up without anyone posting, and lists nothing once done.
+	for _, id := range []string{ann.ID, bob.ID, "not-a-person"} {
+		if err := os.WriteFile(filepath.Join(qdir, id), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	clear(watched)
+	mu.Unlock()
+	s2 := MustOpen(t, Config{Dir: dir, Hooks: hooks})
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		n := len(watched)
+		mu.Unlock()
+		if n == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of the 2 people left in the queue were taken up", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	s2.Close()
+	es, _ := os.ReadDir(qdir)
+	for _, e := range es {
+		if e.Name() != "not-a-person" {
+			t.Errorf("%s still listed after Close", e.Name())
+		}
+	}
 }

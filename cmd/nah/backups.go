@@ -55,6 +55,9 @@ func startReplication(ctx context.Context, cfg *config, log *slog.Logger) (*back
 		}
 	}
 	cfg.Store.Hooks.MaxWatched = cfg.ReplicaMaxFiles
+	// Files written and waiting for replication are listed here, so that a
+	// kill does not leave them behind until their next write.
+	cfg.Store.Hooks.QueueDir = filepath.Join(meta, "queue")
 	cfg.Store.Hooks.Purged = func(rel string) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

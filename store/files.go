@@ -89,9 +89,9 @@ type fileCache struct {
 	// Files written while replication did not watch them wait here for a
 	// replicator (replicate), oldest first, each once: bounded by the
 	// number of people, never by clients.
-	queue  []string        // guarded by mu: person ids
-	queued map[string]bool // guarded by mu: the same, as a set
-	wakeQ  *sync.Cond      // on mu: the queue grew or the cache closed
+	queue  []string             // guarded by mu: person ids
+	queued map[string]time.Time // guarded by mu: the same, with when each was queued
+	wakeQ  *sync.Cond           // on mu: the queue grew or the cache closed
 }
 
 func newFileCache(dir string, max int, mode Sync, hooks Hooks, log *slog.Logger) *fileCache {
@@ -105,7 +105,7 @@ func newFileCache(dir string, max int, mode Sync, hooks Hooks, log *slog.Logger)
 		closing: make(map[string]*personFile),
 		hidden:  make(map[string]bool),
 		walLeft: make(map[string]bool),
-		queued:  make(map[string]bool),
+		queued:  make(map[string]time.Time),
 	}
 	c.wakeQ = sync.NewCond(&c.mu)
 	if hooks.Watch != nil && hooks.QueueDir != "" {
@@ -337,10 +337,10 @@ func (c *fileCache) wrote(f *personFile) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if f.watched != nil || c.queued[f.id] || c.closed {
+	if _, ok := c.queued[f.id]; ok || f.watched != nil || c.closed {
 		return
 	}
-	c.queued[f.id] = true
+	c.queued[f.id] = time.Now()
 	c.queue = append(c.queue, f.id)
 	c.wakeQ.Signal()
 	c.mark(f.id)
@@ -385,8 +385,12 @@ func (c *fileCache) loadQueue() {
 		if !nah.ValidPersonID(id) {
 			continue
 		}
-		if !c.queued[id] {
-			c.queued[id] = true
+		if _, ok := c.queued[id]; !ok {
+			info, err := e.Info()
+			if err != nil {
+				continue
+			}
+			c.queued[id] = info.ModTime() // queued since the marker was made
 			c.queue = append(c.queue, id)
 		}
 	}
@@ -495,11 +499,15 @@ func (c *fileCache) leftWAL(p string, final bool) {
 	c.mu.Unlock()
 }
 
-// queueLen is how many written files wait for a replicator.
-func (c *fileCache) queueLen() int {
+// queueState is how many written files wait for a replicator, and for
+// how long the oldest has waited (its replica is at least that far behind).
+func (c *fileCache) queueState() (n int, oldest time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.queue)
+	if len(c.queue) > 0 {
+		oldest = time.Since(c.queued[c.queue[0]])
+	}
+	return len(c.queue), oldest
 }
 
 // markClosingLocked records that f left the cache and will be closed, so
@@ -771,7 +779,7 @@ func (c *fileCache) closeAll() {
 	// with anything in it stays after a clean stop.
 	c.mu.Lock()
 	queue := c.queue
-	c.queue, c.queued = nil, make(map[string]bool)
+	c.queue, c.queued = nil, make(map[string]time.Time)
 	c.mu.Unlock()
 	// Files written and still waiting for a replicator: every app handle is
 	// closed now (or stays with a request cut off by the shutdown timeout,

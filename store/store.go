@@ -337,26 +337,30 @@ type Stats struct {
 	UnreadableFiles int
 	DiskFull        bool // writes are refused for lack of space (DiskFull)
 	// ReplicationQueue is how many written person files wait for
-	// replication to take them up (files.go, wrote).
-	ReplicationQueue int
+	// replication to take them up (files.go, wrote), and
+	// ReplicationQueueWait how long the oldest of them has waited.
+	ReplicationQueue     int
+	ReplicationQueueWait time.Duration
 }
 
 // Stats returns the store's gauges now.
 func (s *Store) Stats() Stats {
 	open := s.files.len()
 	sqlNow, sqlPeak := SQLiteMemory()
+	queue, wait := s.files.queueState()
 	return Stats{
-		OpenFiles:         open,
-		MaxOpenFiles:      s.files.max,
-		SQLiteConnections: open + 1 + directoryReaders,
-		SQLiteBytes:       sqlNow,
-		SQLitePeakBytes:   sqlPeak,
-		HeadBytes:         s.headBytes.Load(),
-		HeadBudget:        s.headBudget,
-		FileReads:         s.fileReads.Load(),
-		UnreadableFiles:   int(s.problems.n.Load()),
-		DiskFull:          s.DiskFull(),
-		ReplicationQueue:  s.files.queueLen(),
+		OpenFiles:            open,
+		MaxOpenFiles:         s.files.max,
+		SQLiteConnections:    open + 1 + directoryReaders,
+		SQLiteBytes:          sqlNow,
+		SQLitePeakBytes:      sqlPeak,
+		HeadBytes:            s.headBytes.Load(),
+		HeadBudget:           s.headBudget,
+		FileReads:            s.fileReads.Load(),
+		UnreadableFiles:      int(s.problems.n.Load()),
+		DiskFull:             s.DiskFull(),
+		ReplicationQueue:     queue,
+		ReplicationQueueWait: wait,
 	}
 }
 

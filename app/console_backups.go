@@ -400,7 +400,7 @@ func (a *App) handleRestoreConfirm(w http.ResponseWriter, r *http.Request) {
 // store's hooks) and holds off their requests, the replica's copy as at
 // the time is made beside it and checked whole, Litestream's local state
 // of the old file is cleared (it describes a file that is gone), and the
-// copy takes the file's place; their next write watches the new file.
+// copy takes the file's place and is watched at once (ReplacePersonFile).
 // Everyone else goes on meanwhile. A failure leaves the old file.
 func (a *App) handleRestore(w http.ResponseWriter, r *http.Request) {
 	pg := page(r, "Restore a person", "backups")

@@ -40,9 +40,9 @@ const (
 	// is brought back later (Backups.catchUp).
 	unwatchTimeout = 5 * time.Second
 	// watchTimeout bounds the first sync of a file entering the watched
-	// set, which the post that made it enter waits for: Litestream checks
-	// the target there (a LIST), and with S3 away its client retries for
-	// about seven seconds.
+	// set, which a replicator (and a reopen of a file it takes up while
+	// closed) waits for: Litestream checks the target there (a LIST), and
+	// with S3 away its client retries for about seven seconds.
 	watchTimeout = 2 * time.Second
 	// downUnwatchTimeout bounds the last sync of a file leaving the watched
 	// set while the target is failing: enough for the local part (the WAL
@@ -123,9 +123,10 @@ func (r *Replicator) rel(path string) (string, error) {
 	return filepath.ToSlash(rel), nil
 }
 
-// Watch starts replicating the database at path. The caller has it open or
-// is about to open it, and writes to it next: every write after Watch
-// returns reaches the target. A failure is returned for the log; the write
+// Watch starts replicating the database at path, which was written (or
+// is about to be) and which the caller has open or keeps anyone in this
+// process from opening until Unwatch: every write before Watch returns is
+// in its first sync, and every write after reaches the target. A failure is returned for the log; the write
 // goes on locally, and the file's state says it is behind.
 func (r *Replicator) Watch(ctx context.Context, path string) error {
 	rel, err := r.rel(path)

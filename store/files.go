@@ -92,6 +92,8 @@ type fileCache struct {
 	queue  []string             // guarded by mu: person ids
 	queued map[string]time.Time // guarded by mu: the same, with when each was queued
 	wakeQ  *sync.Cond           // on mu: the queue grew or the cache closed
+
+	markFailing bool // guarded by mu: the last queue marker could not be made
 }
 
 func newFileCache(dir string, max int, mode Sync, hooks Hooks, log *slog.Logger) *fileCache {
@@ -258,8 +260,9 @@ func (c *fileCache) closeLater(fs []*personFile) {
 	}
 }
 
-// watch has replication watch f, which the caller is about to write to,
-// first closing the least recently used idle watched file if the watched
+// watch has replication watch f, which the caller holds and wrote to or
+// is about to (a new person, a replaced file, a replicator taking up a
+// queued one: wrote), first closing the least recently used idle watched file if the watched
 // set is full. The Watch itself runs off the request path: it registers
 // the file with Litestream and syncs it once, which snapshots a file
 // written while nobody watched, a few milliseconds of fsyncs that a post
@@ -343,7 +346,7 @@ func (c *fileCache) wrote(f *personFile) {
 	c.queued[f.id] = time.Now()
 	c.queue = append(c.queue, f.id)
 	c.wakeQ.Signal()
-	c.mark(f.id)
+	c.mark(f.id) // under mu, so that an unmark never overtakes it
 }
 
 // mark and unmark keep the queue's entry of person id on disk (QueueDir),
@@ -354,13 +357,22 @@ func (c *fileCache) mark(id string) {
 	if c.hooks.QueueDir == "" {
 		return
 	}
-	if err := os.WriteFile(filepath.Join(c.hooks.QueueDir, id), nil, privateFile); err != nil {
-		c.log.Warn("replication: queue marker", "person", id, "err", err)
+	err := os.WriteFile(filepath.Join(c.hooks.QueueDir, id), nil, privateFile)
+	if err != nil && !c.markFailing {
+		c.log.Warn("replication: cannot list a waiting file on disk (said once until it works again)", "person", id, "err", err)
 	}
+	c.markFailing = err != nil
 }
 
+// unmark removes person id's marker once they were taken up, unless a
+// write queued them again meanwhile.
 func (c *fileCache) unmark(id string) {
 	if c.hooks.QueueDir == "" {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.queued[id]; ok {
 		return
 	}
 	if err := os.Remove(filepath.Join(c.hooks.QueueDir, id)); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -415,30 +427,38 @@ func (c *fileCache) replicate() {
 		c.queue[0] = ""
 		c.queue = c.queue[1:]
 		delete(c.queued, id)
-		if c.byID[id] == nil && c.closing[id] == nil && !c.hidden[id] {
+		if c.hidden[id] {
+			// Being deleted, restored or replaced: it waits its turn again,
+			// a moment later, rather than be dropped with its write.
+			c.mu.Unlock()
+			time.Sleep(hiddenRetry)
+			c.mu.Lock()
+			c.requeueLocked(id)
+			c.mu.Unlock()
+			continue
+		}
+		if ph := c.claimClosedLocked(id); ph != nil {
 			// The app closed the file since it was written: replication
 			// takes it up and lets it go at once, without opening it in the
 			// app (which would also close another watched file to make room).
-			// A reopen meanwhile waits, as for any file being closed, so that
-			// Litestream never lets go of a file the app has open.
-			ph := &personFile{id: id, closed: make(chan struct{})}
-			c.markClosingLocked(ph)
 			c.mu.Unlock()
-			c.syncClosed(ph)
+			c.syncClosed(ph, false)
 			c.unmark(id)
 			continue
 		}
 		c.mu.Unlock()
 		// Watched through the cache, as a write would be: the file is open
 		// while it is watched and is let go of only after the app's handle
-		// closed. One that is gone or hidden meanwhile has nothing to take
-		// up here (a deleted person is purged, a restored one is watched by
-		// ReplacePersonFile).
+		// closed. One that is gone meanwhile has nothing to take up (a
+		// deleted person's file is watched again if they are restored).
 		f, err := c.acquire(context.Background(), id, false)
 		if err != nil {
-			if !c.isClosed() {
-				c.unmark(id) // gone or hidden; a restored person is watched by ReplacePersonFile
+			c.mu.Lock()
+			if c.closed {
+				c.requeueLocked(id) // the shutdown's drain takes it
 			}
+			c.mu.Unlock()
+			c.unmark(id)
 			continue
 		}
 		c.watchFile(context.Background(), f, true)
@@ -447,29 +467,76 @@ func (c *fileCache) replicate() {
 	}
 }
 
-func (c *fileCache) isClosed() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.closed
+// hiddenRetry is how long a replicator waits before it looks again at a
+// queued person who is being deleted, restored or replaced.
+const hiddenRetry = 100 * time.Millisecond
+
+// requeueLocked puts person id back at the end of the queue, unless a
+// write queued them again meanwhile.
+func (c *fileCache) requeueLocked(id string) {
+	if _, ok := c.queued[id]; ok {
+		return
+	}
+	c.queued[id] = time.Now()
+	c.queue = append(c.queue, id)
+	c.wakeQ.Signal()
 }
 
-// syncClosed has replication take up and let go of the file of ph, which
-// nobody has open and which stands in the closing set until it is done.
-func (c *fileCache) syncClosed(ph *personFile) {
-	defer func() {
-		close(ph.closed)
-		c.mu.Lock()
-		if c.closing[ph.id] == ph {
-			delete(c.closing, ph.id)
-		}
-		c.mu.Unlock()
-	}()
+// claimClosedLocked returns a placeholder standing in the closing set for
+// person id's file if nobody has it open (nor is opening, closing or
+// hiding it), nil otherwise. Until the placeholder is released (syncClosed,
+// releaseClaim), a reopen waits, as for any file being closed, so that
+// Litestream never lets go of a file the app has open, and nothing else
+// claims the file.
+func (c *fileCache) claimClosedLocked(id string) *personFile {
+	if c.byID[id] != nil || c.closing[id] != nil || c.hidden[id] {
+		return nil
+	}
+	ph := &personFile{id: id, closed: make(chan struct{})}
+	c.markClosingLocked(ph)
+	return ph
+}
+
+// releaseClaim ends a claim of claimClosedLocked.
+func (c *fileCache) releaseClaim(ph *personFile) {
+	close(ph.closed)
+	c.mu.Lock()
+	if c.closing[ph.id] == ph {
+		delete(c.closing, ph.id)
+	}
+	c.mu.Unlock()
+}
+
+// withClosed runs fn on the path of person id's file while nobody has it
+// open and the file is claimed (claimClosedLocked), and says whether it
+// did: when the file is open, or about to be, it does nothing.
+func (c *fileCache) withClosed(id string, fn func(path string)) bool {
+	p, err := c.personPath(id)
+	if err != nil {
+		return false
+	}
+	c.mu.Lock()
+	ph := c.claimClosedLocked(id)
+	c.mu.Unlock()
+	if ph == nil {
+		return false
+	}
+	defer c.releaseClaim(ph)
+	fn(p)
+	return true
+}
+
+// syncClosed has replication take up and let go of the file of ph, a
+// claim of claimClosedLocked, which it releases. final empties the WAL
+// Litestream leaves (at shutdown).
+func (c *fileCache) syncClosed(ph *personFile, final bool) {
+	defer c.releaseClaim(ph)
 	p, err := c.personPath(ph.id)
 	if err != nil {
 		return
 	}
 	if _, err := os.Stat(p); err != nil {
-		return // gone (purged); Litestream would make an empty database
+		return // gone: deleted (a restore watches it again) or purged
 	}
 	if err := c.hooks.Watch(context.Background(), p); err != nil {
 		c.log.Warn("replication: watch", "path", p, "err", err)
@@ -477,7 +544,7 @@ func (c *fileCache) syncClosed(ph *personFile) {
 	if c.hooks.Unwatch != nil {
 		c.hooks.Unwatch(p)
 	}
-	c.leftWAL(p, false)
+	c.leftWAL(p, final)
 }
 
 // leftWAL deals with the WAL of watched file p once replication let go of
@@ -751,8 +818,10 @@ func (c *fileCache) closeAll() {
 	for e := c.lru.Front(); e != nil; e = e.Next() {
 		f := e.Value.(*personFile)
 		f.elem = nil
+		// In use or not, it is closing: until its last user closes it, the
+		// drain below must not let replication touch it.
+		c.markClosingLocked(f)
 		if f.refs == 0 {
-			c.markClosingLocked(f)
 			idle = append(idle, f)
 		}
 	}
@@ -785,37 +854,25 @@ func (c *fileCache) closeAll() {
 	// closed now (or stays with a request cut off by the shutdown timeout,
 	// which is skipped), so each is watched and let go of at once, and its
 	// WAL emptied below.
-	var mu sync.Mutex
-	var flushed []string
 	for _, id := range queue {
-		p, err := c.personPath(id)
-		if err != nil {
-			continue
-		}
-		if open, _ := c.state(id); open {
-			c.log.Warn("replication: a file still in use at shutdown is behind", "path", p)
+		c.mu.Lock()
+		ph := c.claimClosedLocked(id)
+		c.mu.Unlock()
+		if ph == nil {
+			// In use by a request the shutdown cut off, or being deleted
+			// or replaced: its marker stays for the next start.
+			c.log.Warn("replication: a written file busy at shutdown is left for the next start", "person", id)
 			continue
 		}
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			if err := c.hooks.Watch(context.Background(), p); err != nil {
-				c.log.Warn("replication: watch at shutdown", "path", p, "err", err)
-			}
-			if c.hooks.Unwatch != nil {
-				c.hooks.Unwatch(p)
-			}
+			c.syncClosed(ph, true)
 			c.unmark(id)
-			mu.Lock()
-			flushed = append(flushed, p)
-			mu.Unlock()
 		})
 	}
 	wg.Wait()
 	c.mu.Lock()
-	for _, p := range flushed {
-		c.walLeft[p] = true
-	}
 	var left []string
 	for p := range c.walLeft {
 		left = append(left, p)
@@ -853,7 +910,9 @@ func (s *Store) useFile(ctx context.Context, id string, write bool, fn func(f *p
 	if err != nil && s.kindOf(err) == unreadable {
 		s.files.drop(f)
 	}
-	if write && err == nil {
+	if write {
+		// Even after an error: the write may have committed before what
+		// failed next (a read after it, a cancelled request).
 		s.files.wrote(f)
 	}
 	s.files.release(f)

@@ -165,6 +165,12 @@ func (s *Store) RestorePerson(ctx context.Context, id string) error {
 		return err
 	}
 	s.files.unhide(id)
+	// Replication let go of the file when it was hidden, and a write still
+	// queued for it then was dropped with the folder gone: it watches the
+	// file again, as a write would.
+	if err := s.watchPerson(ctx, id); err != nil {
+		s.log.Warn("replication: watch a restored person", "person", id, "err", err)
+	}
 	// The directory's newest time is a hint: read the file's.
 	n := s.graph.add(id, newest, s.now().UnixMilli())
 	if _, err := s.withFile(ctx, id, func(f *personFile) error {

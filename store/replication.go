@@ -63,7 +63,8 @@ func (s *Store) Databases(ctx context.Context) ([]string, error) {
 }
 
 // Backup makes a consistent copy of database rel with SQLite's online
-// backup API (one read transaction: no writer waits) and returns it open
+// backup API (one read transaction: no writer of an open file waits; a
+// post to a closed one waits for its copy, see below) and returns it open
 // for reading and already unlinked. A person's file is copied through the
 // open-file cache, like an export.
 func (s *Store) Backup(ctx context.Context, rel string) (*os.File, error) {
@@ -78,19 +79,24 @@ func (s *Store) Backup(ctx context.Context, rel string) (*os.File, error) {
 	// A file nobody has open is copied without entering the open-file
 	// cache: a sweep of every file through it would close the hot ones
 	// (and those replication watches) to make room, and slow the feeds.
-	switch open, hidden := s.files.state(id); {
-	case hidden:
+	// The file is claimed while it is copied, so that replication does not
+	// take it up (and let go of it, dropping this process's locks) under
+	// the copy's own connection.
+	if _, hidden := s.files.state(id); hidden {
 		return nil, nah.Errorf(nah.NotFound, "", "no such person")
-	case !open:
-		p := s.Path(rel)
-		if _, err := os.Stat(p); err != nil {
-			return nil, nah.Errorf(nah.NotFound, "", "no such person")
-		}
-		f, _, err := backupFile(ctx, p)
-		return f, err
 	}
 	var out *os.File
-	err := s.useFile(ctx, id, false, func(f *personFile) error {
+	var err error
+	if s.files.withClosed(id, func(p string) {
+		if _, err = os.Stat(p); err != nil {
+			err = nah.Errorf(nah.NotFound, "", "no such person")
+			return
+		}
+		out, _, err = backupFile(ctx, p)
+	}) {
+		return out, err
+	}
+	err = s.useFile(ctx, id, false, func(f *personFile) error {
 		var err error
 		out, _, err = backupFile(ctx, f.path)
 		return err

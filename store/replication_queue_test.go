@@ -1,0 +1,174 @@
+package store
+
+// Written by a reviewer of the replication queue (issue 14): each failed
+// before the fix it names.
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// gatedHooks: while gated, every Watch blocks until gate closes (and says
+// it entered), so that the two replicators can be kept busy and a third
+// file stays in the queue.
+type gatedHooks struct {
+	gated   atomic.Bool
+	gate    chan struct{}
+	entered chan string
+	mu      sync.Mutex
+	seq     int
+	last    map[string]int // path -> seq of its last Watch or Unwatch
+	held    map[string]bool
+	bad     []string
+}
+
+func newGatedHooks() *gatedHooks {
+	return &gatedHooks{gate: make(chan struct{}), entered: make(chan string, 16), last: map[string]int{}, held: map[string]bool{}}
+}
+
+func (g *gatedHooks) hooks() Hooks {
+	return Hooks{
+		Watch: func(ctx context.Context, p string) error {
+			if g.gated.Load() {
+				g.entered <- p
+				<-g.gate
+			}
+			g.mu.Lock()
+			g.seq++
+			g.last[p] = g.seq
+			g.mu.Unlock()
+			return nil
+		},
+		Unwatch: func(p string) {
+			g.mu.Lock()
+			if g.held[p] {
+				g.bad = append(g.bad, "Unwatch (Litestream's close) of a file the app still has open: "+p)
+			}
+			g.seq++
+			g.last[p] = g.seq
+			g.mu.Unlock()
+		},
+	}
+}
+
+func (g *gatedHooks) tick() int { g.mu.Lock(); defer g.mu.Unlock(); g.seq++; return g.seq }
+
+// busyReplicators posts to a and b (closed, so queued) and waits until each
+// replicator is blocked in its Watch.
+func (g *gatedHooks) busyReplicators(t *testing.T, s *Store, ids ...string) {
+	ctx := context.Background()
+	g.gated.Store(true)
+	for _, id := range ids {
+		if _, err := s.CreateMoment(ctx, id, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-g.entered:
+		case <-time.After(5 * time.Second):
+			t.Fatal("a replicator did not take the file up")
+		}
+	}
+}
+
+// TestShutdownLeavesAFileInUseToItsUser: a request cut off by the
+// shutdown timeout still holds person x's file, and x is in the queue.
+// closeAll's drain must leave it (its marker waits for the next start),
+// not have Litestream register and let go of a file the app has open
+// (its close drops the process's locks on the file).
+func TestShutdownLeavesAFileInUseToItsUser(t *testing.T) {
+	g := newGatedHooks()
+	dir := t.TempDir()
+	s := MustOpen(t, Config{Dir: dir, Hooks: g.hooks()})
+	ctx := context.Background()
+	a, b, x := mustPerson(t, s, "ann").ID, mustPerson(t, s, "bob").ID, mustPerson(t, s, "xena").ID
+	for _, id := range []string{a, b, x} {
+		s.files.forget(id) // closed and let go of: the next post queues it
+	}
+	g.busyReplicators(t, s, a, b)
+	if _, err := s.CreateMoment(ctx, x, []byte("queued")); err != nil {
+		t.Fatal(err)
+	}
+	fx, err := s.files.acquire(ctx, x, false) // the cut-off request
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.mu.Lock()
+	g.held[fx.path] = true
+	g.mu.Unlock()
+	go func() {
+		for !closedNow(s) {
+			time.Sleep(time.Millisecond)
+		}
+		g.gated.Store(false)
+		close(g.gate)
+	}()
+	s.Close()
+	g.mu.Lock()
+	bad := g.bad
+	g.held[fx.path] = false
+	g.mu.Unlock()
+	s.files.release(fx)
+	for _, m := range bad {
+		t.Error(m)
+	}
+}
+
+// TestQueuedWriteSurvivesDeleteAndRestore: person x posts while both
+// replicators are busy, is deleted before x's turn comes, and the deletion
+// is undone. The write was acknowledged; it must reach the replica (a
+// Watch or Unwatch of x's file after it).
+func TestQueuedWriteSurvivesDeleteAndRestore(t *testing.T) {
+	g := newGatedHooks()
+	dir := t.TempDir()
+	qdir := filepath.Join(dir, "replication", "queue")
+	h := g.hooks()
+	h.QueueDir = qdir
+	s := MustOpen(t, Config{Dir: dir, Hooks: h})
+	ctx := context.Background()
+	a, b, x := mustPerson(t, s, "ann").ID, mustPerson(t, s, "bob").ID, mustPerson(t, s, "xena").ID
+	for _, id := range []string{a, b, x} {
+		s.files.forget(id)
+	}
+	g.busyReplicators(t, s, a, b)
+	if _, err := s.CreateMoment(ctx, x, []byte("acknowledged")); err != nil {
+		t.Fatal(err)
+	}
+	wrote := g.tick()
+	if err := s.DeletePerson(ctx, x); err != nil {
+		t.Fatal(err)
+	}
+	g.gated.Store(false)
+	close(g.gate)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if n, _ := s.files.queueState(); n == 0 && !exists(filepath.Join(qdir, x)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the queue did not drain")
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // the replicator's one-shot of x ends
+	if err := s.RestorePerson(ctx, x); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	p := filepath.Join(dir, "people", x, "person.db")
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.last[p] < wrote {
+		t.Fatalf("x's acknowledged write (seq %d) was never replicated: last Watch/Unwatch of the file at seq %d", wrote, g.last[p])
+	}
+}
+
+func exists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+func closedNow(s *Store) bool {
+	s.files.mu.Lock()
+	defer s.files.mu.Unlock()
+	return s.files.closed
+}

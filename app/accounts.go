@@ -190,6 +190,11 @@ func (a *App) handleMe(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
+	conns, err := a.store.ConnectionCount(r.Context(), p.ID)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
 	// The digest settings, or null for someone who never chose any.
 	var digest *digestJSON
 	if d, _, err := a.store.FindDigest(r.Context(), p.ID); err == nil {
@@ -210,7 +215,7 @@ func (a *App) handleMe(w http.ResponseWriter, r *http.Request) {
 		StorageUsed int64       `json:"storage_used"`
 		Storage     storage     `json:"storage"`
 		Digest      *digestJSON `json:"digest"`
-	}{toPersonJSON(p), a.store.ConnectionCount(p.ID), st.Used(), storage{st.Database, st.Media, a.cfg.QuotaBytes}, digest})
+	}{toPersonJSON(p), conns, st.Used(), storage{st.Database, st.Media, a.cfg.QuotaBytes}, digest})
 }
 
 // handleHealth answers 200 while the directory database can be read, since

@@ -46,11 +46,26 @@ func (a *App) handleFeed(w http.ResponseWriter, r *http.Request) {
 // connection; to anyone else the person does not exist.
 func (a *App) handlePersonMoments(w http.ResponseWriter, r *http.Request) {
 	me, id := sessionOf(r).person.ID, chi.URLParam(r, "id")
-	if !nah.ValidPersonID(id) || id != me && !a.store.Connected(me, id) {
-		a.writeError(w, r, nah.Errorf(nah.NotFound, "", "no such person"))
+	if ok, err := a.mayRead(r, me, id); err != nil || !ok {
+		if err == nil {
+			err = nah.Errorf(nah.NotFound, "", "no such person")
+		}
+		a.writeError(w, r, err)
 		return
 	}
 	a.servePage(w, r, id, false)
+}
+
+// mayRead reports whether me may read person id's moments and media:
+// they are themselves or connected.
+func (a *App) mayRead(r *http.Request, me, id string) (bool, error) {
+	if !nah.ValidPersonID(id) {
+		return false, nil
+	}
+	if id == me {
+		return true, nil
+	}
+	return a.store.Connected(r.Context(), me, id)
 }
 
 func (a *App) servePage(w http.ResponseWriter, r *http.Request, id string, circle bool) {

@@ -2,6 +2,7 @@ package app
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"io/fs"
 	"os"
@@ -180,8 +181,8 @@ func TestDeleteMeUnderConcurrency(t *testing.T) {
 		t.Fatalf("people/<id> after delete: %v", err)
 	}
 	for _, a := range append([]account{bob, cat}, others...) {
-		if ts.store.Connected(a.id, ann.id) {
-			t.Errorf("%s still connected to ann", a.handle)
+		if c, err := ts.store.Connected(context.Background(), a.id, ann.id); err != nil || c {
+			t.Errorf("%s still connected to ann (%v)", a.handle, err)
 		}
 	}
 }

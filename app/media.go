@@ -188,8 +188,11 @@ func servedType(ct string) string {
 // connection; to anyone else, and for a missing media, the same 404.
 func (a *App) handleMediaGet(w http.ResponseWriter, r *http.Request) {
 	me, id := sessionOf(r).person.ID, chi.URLParam(r, "id")
-	if !nah.ValidPersonID(id) || id != me && !a.store.Connected(me, id) {
-		a.writeError(w, r, nah.Errorf(nah.NotFound, "", "no such media"))
+	if ok, err := a.mayRead(r, me, id); err != nil || !ok {
+		if err == nil {
+			err = nah.Errorf(nah.NotFound, "", "no such media")
+		}
+		a.writeError(w, r, err)
 		return
 	}
 	f, m, err := a.store.OpenMedia(r.Context(), id, chi.URLParam(r, "media_id"))

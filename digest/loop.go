@@ -212,7 +212,7 @@ func (l *Loop) Run(now time.Time) (r Run) {
 	var quiet []store.DigestMark
 	var busy []job
 	for _, j := range jobs {
-		if !j.resumed && (j.devices == 0 || !l.store.MaybeNew(j.person, j.from)) {
+		if !j.resumed && (j.devices == 0 || !l.store.MaybeNew(ctx, j.person, j.from)) {
 			quiet = append(quiet, store.DigestMark{Person: j.person, Slot: j.slot, From: j.from, Done: true})
 			continue
 		}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nah-app/nah"
 )
@@ -126,10 +127,108 @@ func (s *Store) Disconnect(ctx context.Context, a, b string) error {
 }
 
 // ConnectionCount returns how many connections person id has.
-func (s *Store) ConnectionCount(id string) int { return s.graph.count(id) }
+func (s *Store) ConnectionCount(ctx context.Context, id string) (int, error) {
+	for {
+		if n, known := s.graph.count(id); known {
+			return n, nil
+		}
+		if err := s.loadConns(ctx, id); err != nil {
+			return 0, err
+		}
+	}
+}
 
 // Connected reports whether a and b are connected.
-func (s *Store) Connected(a, b string) bool { return s.graph.connected(a, b) }
+func (s *Store) Connected(ctx context.Context, a, b string) (bool, error) {
+	for {
+		if c, known := s.graph.connected(a, b); known {
+			return c, nil
+		}
+		if err := s.loadConns(ctx, a); err != nil {
+			return false, err
+		}
+	}
+}
+
+// circle appends to dst the node of person id and, when withConns is set,
+// the nodes of everyone connected to id, reading id's connections from the
+// directory first if they are not in memory yet.
+func (s *Store) circle(ctx context.Context, id string, withConns bool, dst []*node) ([]*node, error) {
+	for {
+		out, known := s.graph.circle(id, withConns, dst)
+		if known {
+			return out, nil
+		}
+		if err := s.loadConns(ctx, id); err != nil {
+			return dst, err
+		}
+	}
+}
+
+// loadRetries is how many times loadConns reads a person's connections
+// while other connection changes keep landing before it takes connMu.
+const loadRetries = 3
+
+// loadConns reads person id's connections from the directory into the
+// graph, unless they are there already (graph.go says why they are read
+// on first use and not at start). It returns once they are loaded, or id
+// is not in the graph.
+//
+// Every connection change commits to the directory and then updates the
+// graph, both under connMu. A list read while no change was applied to the
+// graph (graph.changes is the same before and after the read) is therefore
+// the directory as of the last applied change, or as of one change more
+// that committed and has yet to be applied: applying it then changes
+// nothing (graph.connect and the others are idempotent). A list read while
+// a change was applied is dropped and read again; after loadRetries such
+// reads, under connMu, where no change can land. The read itself does not
+// hold connMu, so that first feeds after a start (each loading its
+// reader's list) do not queue behind each other or behind an fsync.
+func (s *Store) loadConns(ctx context.Context, id string) error {
+	for try := 0; ; try++ {
+		i, changes, ok := s.graph.pending(id)
+		if !ok {
+			return nil
+		}
+		locked := try >= loadRetries
+		if locked {
+			s.connMu.Lock()
+			// Read the count again now that no change can be applied.
+			if i, changes, ok = s.graph.pending(id); !ok {
+				s.connMu.Unlock()
+				return nil
+			}
+		}
+		list, err := s.readConns(ctx, id)
+		if err == nil && s.afterConnsRead != nil {
+			s.afterConnsRead()
+		}
+		if err == nil && !s.graph.install(i, list, changes) && locked {
+			err = fmt.Errorf("store: the connections of %s changed under connMu", id)
+		}
+		if locked {
+			s.connMu.Unlock()
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// readConns returns the ids of everyone connected to person id, in one row
+// joined by commas: crossing from SQLite into database/sql costs about a
+// microsecond per row, a third of the read of a person's 150.
+func (s *Store) readConns(ctx context.Context, id string) ([]string, error) {
+	var list sql.NullString
+	err := s.r.QueryRowContext(ctx, `SELECT group_concat(other_id, ',') FROM connections WHERE person_id = ?`, id).Scan(&list)
+	if err != nil {
+		return nil, fmt.Errorf("store: the connections of %s: %w", id, err)
+	}
+	if !list.Valid || list.String == "" {
+		return nil, nil
+	}
+	return strings.Split(list.String, ","), nil
+}
 
 // ImportConnections connects every pair in one transaction, at time at, for
 // fixtures: the cap is checked once, at the end, and a breach rolls

@@ -99,23 +99,20 @@ func (s *Store) MarkDigests(ctx context.Context, marks []DigestMark) error {
 	})
 }
 
-// MaybeNew reports, from memory alone, whether any of person's connections
-// has posted after from: false means nothing is new, and no file need be
-// opened to know it.
-func (s *Store) MaybeNew(person string, from int64) bool {
-	g := s.graph
-	g.mu.RLock()
-	defer g.mu.RUnlock()
-	i, ok := g.index[person]
-	if !ok {
-		return false
-	}
-	for _, j := range g.nodes[i].conns {
-		if g.nodes[j].newest.Load() > from {
+// MaybeNew reports, from memory, whether any of person's connections has
+// posted after from: false means nothing is new, and no file need be
+// opened to know it. Connections not yet in memory are read from the
+// directory first; if that fails, the answer is true (maybe), and the
+// count that follows (CountNew) meets the error.
+func (s *Store) MaybeNew(ctx context.Context, person string, from int64) bool {
+	for {
+		if newer, known := s.graph.anyNewer(person, from); known {
+			return newer
+		}
+		if err := s.loadConns(ctx, person); err != nil {
 			return true
 		}
 	}
-	return false
 }
 
 // CountNew counts the moments person's connections posted in (from, to],
@@ -127,12 +124,15 @@ func (s *Store) MaybeNew(person string, from int64) bool {
 // file cannot be read is left out, as in a feed.
 func (s *Store) CountNew(ctx context.Context, person string, from, to int64) (int, []string, error) {
 	np := nodePool.Get().(*[]*node)
-	nodes := s.graph.circle(person, true, (*np)[:0])
+	nodes, err := s.circle(ctx, person, true, (*np)[:0])
 	defer func() {
 		clear(nodes)
 		*np = nodes[:0]
 		nodePool.Put(np)
 	}()
+	if err != nil {
+		return 0, nil, err
+	}
 	type author struct {
 		id string
 		n  int

@@ -179,12 +179,15 @@ func (s *Store) Feed(ctx context.Context, id string, circle bool, before *nah.Cu
 // out; id's own is an error.
 func (s *Store) candidates(ctx context.Context, id string, circle bool, dst []candidate) ([]candidate, error) {
 	np := nodePool.Get().(*[]*node)
-	nodes := s.graph.circle(id, circle, (*np)[:0])
+	nodes, err := s.circle(ctx, id, circle, (*np)[:0])
 	defer func() {
 		clear(nodes)
 		*np = nodes[:0]
 		nodePool.Put(np)
 	}()
+	if err != nil {
+		return dst, err
+	}
 	if len(nodes) == 0 {
 		return dst, nah.Errorf(nah.NotFound, "", "no such person")
 	}

@@ -11,10 +11,23 @@ import (
 //
 // People are interned to dense int32 indexes so that 10,000 people with 150
 // connections each cost 6 MB of slices rather than 1.5 million map entries.
+//
+// Everyone is interned at start, with their newest time; a person's
+// connections are read from the directory the first time something asks
+// for them (Store.loadConns), not at start: reading all of them took 75 ms
+// on people-1k and 750 ms on people-10k before the first feed could be
+// served, and the first feed needs one person's. Until then a node is not
+// loaded, and the changes below leave its (empty) list alone: the
+// directory, where every change commits before it reaches the graph, is
+// its truth.
 type graph struct {
 	mu    sync.RWMutex
 	index map[string]int32
 	nodes []*node
+	// changes counts the connection changes applied (connect, disconnect,
+	// remove). A list read from the directory is installed only if none
+	// was applied while it was read: see Store.loadConns.
+	changes uint64
 }
 
 // node is one person. newest and checked are atomics so that posts and feeds
@@ -23,7 +36,8 @@ type node struct {
 	id      string
 	newest  atomic.Int64 // unix ms of the newest moment, 0 for none
 	checked atomic.Int64 // store clock (unix ms) when newest was last known true
-	conns   []int32      // guarded by graph.mu
+	conns   []int32      // guarded by graph.mu; sorted; meaningful once loaded
+	loaded  bool         // guarded by graph.mu: conns were read from the directory
 
 	headMu  sync.Mutex           // serialises head loads and updates
 	head    atomic.Pointer[head] // nil: not cached
@@ -37,7 +51,8 @@ func newGraph() *graph {
 	return &graph{index: make(map[string]int32)}
 }
 
-// add interns id and returns its node.
+// add interns id and returns its node. A new node's connections are not
+// loaded: whoever needs them reads them from the directory.
 func (g *graph) add(id string, newest, checked int64) *node {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -66,93 +81,185 @@ func (g *graph) node(id string) *node {
 	return nil
 }
 
-// connect links a and b both ways; unknown ids are ignored.
+// connect links a and b both ways, on the sides that are loaded; unknown
+// ids are ignored. Like disconnect and remove, it runs after the change
+// committed (under Store.connMu), and applying it twice changes nothing.
 func (g *graph) connect(a, b string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.changes++
 	ia, oka := g.index[a]
 	ib, okb := g.index[b]
 	if !oka || !okb {
 		return
 	}
-	g.nodes[ia].conns = insertSorted(g.nodes[ia].conns, ib)
-	g.nodes[ib].conns = insertSorted(g.nodes[ib].conns, ia)
+	if na := g.nodes[ia]; na.loaded {
+		na.conns = insertSorted(na.conns, ib)
+	}
+	if nb := g.nodes[ib]; nb.loaded {
+		nb.conns = insertSorted(nb.conns, ia)
+	}
 }
 
 func (g *graph) disconnect(a, b string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.changes++
 	ia, oka := g.index[a]
 	ib, okb := g.index[b]
 	if !oka || !okb {
 		return
 	}
-	g.nodes[ia].conns = deleteSorted(g.nodes[ia].conns, ib)
-	g.nodes[ib].conns = deleteSorted(g.nodes[ib].conns, ia)
+	if na := g.nodes[ia]; na.loaded {
+		na.conns = deleteSorted(na.conns, ib)
+	}
+	if nb := g.nodes[ib]; nb.loaded {
+		nb.conns = deleteSorted(nb.conns, ia)
+	}
 }
 
 // remove takes id out of the graph and off every side of its connections,
 // and returns its node (nil if unknown). Indexes are dense, so the slot
 // keeps the node (without connections; its head is dropped by the caller)
 // until the next start: a deletion costs a few hundred bytes, and
-// deletions are rare.
+// deletions are rare. Every loaded list is searched for id (a binary
+// search each, well under a millisecond for 10,000 people), not only the
+// lists of id's own connections: those may have been loaded after the
+// deletion committed, and be empty.
 func (g *graph) remove(id string) *node {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.changes++
 	i, ok := g.index[id]
 	if !ok {
 		return nil
 	}
 	n := g.nodes[i]
-	for _, j := range n.conns {
-		g.nodes[j].conns = deleteSorted(g.nodes[j].conns, i)
+	for _, m := range g.nodes {
+		if m.loaded {
+			m.conns = deleteSorted(m.conns, i)
+		}
 	}
 	n.conns = nil
 	delete(g.index, id)
 	return n
 }
 
-// connected reports whether a and b are connected.
-func (g *graph) connected(a, b string) bool {
+// install makes list (other people's ids) the connections of node i if no
+// connection change was applied since the read began (changes is the
+// count it began at) and nobody installed them meanwhile. Ids that are
+// not in the graph (deleted since) are skipped. It reports whether node i
+// is loaded now.
+func (g *graph) install(i int32, list []string, changes uint64) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := g.nodes[i]
+	if n.loaded {
+		return true
+	}
+	if g.changes != changes {
+		return false
+	}
+	conns := make([]int32, 0, len(list))
+	for _, other := range list {
+		if j, ok := g.index[other]; ok {
+			conns = append(conns, j)
+		}
+	}
+	slices.Sort(conns)
+	n.conns, n.loaded = slices.Compact(conns), true
+	return true
+}
+
+// pending returns the node index of id and the change count when id's
+// connections are still to be loaded; ok is false when they are loaded or
+// id is unknown (nothing to load).
+func (g *graph) pending(id string) (i int32, changes uint64, ok bool) {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	i, known := g.index[id]
+	if !known || g.nodes[i].loaded {
+		return 0, 0, false
+	}
+	return i, g.changes, true
+}
+
+// connected reports whether a and b are connected; known is false when
+// neither side's connections are loaded.
+func (g *graph) connected(a, b string) (connected, known bool) {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
 	ia, oka := g.index[a]
 	ib, okb := g.index[b]
 	if !oka || !okb {
-		return false
+		return false, true
 	}
-	_, found := slices.BinarySearch(g.nodes[ia].conns, ib)
-	return found
+	n, other := g.nodes[ia], ib
+	if !n.loaded {
+		n, other = g.nodes[ib], ia
+	}
+	if !n.loaded {
+		return false, false
+	}
+	_, found := slices.BinarySearch(n.conns, other)
+	return found, true
 }
 
-// count returns the number of connections of id.
-func (g *graph) count(id string) int {
-	g.mu.RLock()
-	defer g.mu.RUnlock()
-	if i, ok := g.index[id]; ok {
-		return len(g.nodes[i].conns)
-	}
-	return 0
-}
-
-// circle appends the node of id to dst and, when withConns is set, the
-// nodes of everyone connected to id.
-func (g *graph) circle(id string, withConns bool, dst []*node) []*node {
+// count returns the number of connections of id; known is false when they
+// are not loaded.
+func (g *graph) count(id string) (n int, known bool) {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
 	i, ok := g.index[id]
 	if !ok {
-		return dst
+		return 0, true
+	}
+	return len(g.nodes[i].conns), g.nodes[i].loaded
+}
+
+// circle appends the node of id to dst and, when withConns is set, the
+// nodes of everyone connected to id. known is false (and dst unchanged)
+// when the connections are wanted but not loaded.
+func (g *graph) circle(id string, withConns bool, dst []*node) (_ []*node, known bool) {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	i, ok := g.index[id]
+	if !ok {
+		return dst, true
 	}
 	n := g.nodes[i]
+	if withConns && !n.loaded {
+		return dst, false
+	}
 	dst = append(dst, n)
 	if !withConns {
-		return dst
+		return dst, true
 	}
 	for _, j := range n.conns {
 		dst = append(dst, g.nodes[j])
 	}
-	return dst
+	return dst, true
+}
+
+// anyNewer reports whether anyone connected to id posted after from;
+// known is false when id's connections are not loaded.
+func (g *graph) anyNewer(id string, from int64) (newer, known bool) {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	i, ok := g.index[id]
+	if !ok {
+		return false, true
+	}
+	n := g.nodes[i]
+	if !n.loaded {
+		return false, false
+	}
+	for _, j := range n.conns {
+		if g.nodes[j].newest.Load() > from {
+			return true, true
+		}
+	}
+	return false, true
 }
 
 // raiseNewest sets n.newest to at least at.

@@ -75,8 +75,11 @@ func TestDeleteUndoPurge(t *testing.T) {
 	if _, err := s.PersonForToken(ctx, token); nah.ErrorCode(err) != nah.Unauthorized {
 		t.Fatalf("token after delete: %v, want unauthorized", err)
 	}
-	if s.Connected(ann.ID, bob.ID) || s.ConnectionCount(bob.ID) != 0 {
-		t.Fatal("still connected after delete")
+	if c, err := s.Connected(ctx, ann.ID, bob.ID); err != nil || c {
+		t.Fatalf("still connected after delete (%v)", err)
+	}
+	if n, err := s.ConnectionCount(ctx, bob.ID); err != nil || n != 0 {
+		t.Fatalf("bob has %d connections after delete (%v)", n, err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "people", ann.ID)); !os.IsNotExist(err) {
 		t.Fatalf("people/<id> after delete: %v", err)
@@ -109,8 +112,8 @@ func TestDeleteUndoPurge(t *testing.T) {
 	if err != nil || p.NewestAt != ms[0].CreatedAt {
 		t.Fatalf("after undo: %+v %v, want newest %d", p, err, ms[0].CreatedAt)
 	}
-	if s.Connected(ann.ID, bob.ID) {
-		t.Fatal("the connection came back with the undo")
+	if c, err := s.Connected(ctx, ann.ID, bob.ID); err != nil || c {
+		t.Fatalf("the connection came back with the undo (%v)", err)
 	}
 	if _, err := s.PersonForToken(ctx, token); nah.ErrorCode(err) != nah.Unauthorized {
 		t.Fatalf("token after undo: %v, want unauthorized", err)

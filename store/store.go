@@ -12,7 +12,6 @@
 package store
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -23,7 +22,6 @@ import (
 	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -101,6 +99,9 @@ type Store struct {
 	// afterTokenRead, when set (by tests only), runs in PersonForToken
 	// between the directory read and the cache put.
 	afterTokenRead func()
+	// afterConnsRead, when set (by tests only), runs in loadConns between
+	// the directory read and the install.
+	afterConnsRead func()
 
 	stop     chan struct{}
 	stopped  chan struct{}
@@ -113,7 +114,7 @@ type Store struct {
 const directoryReaders = 4
 
 // Open opens (creating if needed) the data directory at cfg.Dir, brings the
-// directory database up to date and loads the graph.
+// directory database up to date and loads the people of the graph.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("store: no data directory")
@@ -245,7 +246,7 @@ func tightenDataDir(dir string, log *slog.Logger) {
 	}
 }
 
-// load reads the cursor key, people and connections into memory.
+// load reads the cursor key and people into memory.
 func (s *Store) load(ctx context.Context) error {
 	key := make([]byte, 32)
 	rand.Read(key)
@@ -279,38 +280,8 @@ func (s *Store) load(ctx context.Context) error {
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("store: load people: %w", err)
 	}
-	// One row per person with their connections joined by commas: crossing
-	// from SQLite into database/sql costs about a microsecond per row, and
-	// start-up time is a threshold. Map lookups by string(bytes) do not
-	// allocate.
-	crow, err := s.r.QueryContext(ctx, `SELECT person_id, group_concat(other_id, ',') FROM connections GROUP BY person_id`)
-	if err != nil {
-		return fmt.Errorf("store: load connections: %w", err)
-	}
-	defer crow.Close()
-	var a, list sql.RawBytes
-	for crow.Next() {
-		if err := crow.Scan(&a, &list); err != nil {
-			return fmt.Errorf("store: load connections: %w", err)
-		}
-		ia, ok := g.index[string(a)]
-		if !ok {
-			continue
-		}
-		n := g.nodes[ia]
-		for other := range bytes.SplitSeq(list, []byte{','}) {
-			if ib, ok := g.index[string(other)]; ok {
-				n.conns = append(n.conns, ib)
-			}
-		}
-	}
-	if err := crow.Err(); err != nil {
-		return fmt.Errorf("store: load connections: %w", err)
-	}
-	for _, n := range g.nodes {
-		slices.Sort(n.conns)
-	}
-	return crow.Err()
+	// Connections are read on first use (loadConns), not here: graph.go.
+	return nil
 }
 
 // CursorKey is the secret that signs feed cursors. It lives in the directory

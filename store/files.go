@@ -262,19 +262,18 @@ func (c *fileCache) closeLater(fs []*personFile) {
 
 // watch has replication watch f, which the caller holds and wrote to or
 // is about to (a new person, a replaced file, a replicator taking up a
-// queued one: wrote), first closing the least recently used idle watched file if the watched
-// set is full. The Watch itself runs off the request path: it registers
-// the file with Litestream and syncs it once, which snapshots a file
-// written while nobody watched, a few milliseconds of fsyncs that a post
-// need not wait for. No write is lost for it: a write made before
-// Litestream set the file up is in the file its first sync snapshots, or
-// in the WAL after that snapshot's position; and the file's close waits
-// for the Watch to end before it lets replication go (closeFile), which
-// is the race that loses writes (a file let go before Litestream set it
-// up gets no last sync). The bound is MaxWatched idle files: files in use are
-// never closed under their users, and a file closed to make room is let go
-// of by replication off the request path, a millisecond later with a
-// healthy target.
+// queued one: wrote), first closing the least recently used idle watched
+// file if the watched set is full. The Watch itself runs off the request
+// path: it registers the file with Litestream and syncs it once, which
+// snapshots a file written while nobody watched. No write is lost for it:
+// a write made before Litestream set the file up is in the file its first
+// sync snapshots, or in the WAL after that snapshot's position; and the
+// file's close waits for the Watch to end before it lets replication go
+// (closeFile), which is the race that loses writes (a file let go before
+// Litestream set it up gets no last sync). The bound is MaxWatched idle
+// files: files in use are never closed under their users, and a file
+// closed to make room is let go of by replication off the request path,
+// a millisecond later with a healthy target.
 func (c *fileCache) watch(ctx context.Context, f *personFile) { c.watchFile(ctx, f, false) }
 
 // watchFile is watch; with wait set the Watch runs in the caller's

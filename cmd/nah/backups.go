@@ -21,15 +21,6 @@ const sweepAt = 3 * time.Hour
 // two cores.
 const sweepPace = 20 * time.Millisecond
 
-// directoryWatchDelay is how long after start the directory's first watch
-// waits. That watch snapshots the whole directory (21 MB on people-1k, 214
-// MB on people-10k; about 200 ms of one core for the first), and at once
-// it shared the two cores with the first feeds after a start (a restart's
-// phones reconnecting): the first feed was served 15 ms later on
-// people-1k (median of 8 starts each, 73 -> 58 ms). Nothing waits
-// for it meanwhile: see startBackups.
-const directoryWatchDelay = time.Second
-
 // behindAfter is how far behind a file may be before health says so: a
 // write reaches the target within about two seconds when all is well.
 const behindAfter = time.Minute
@@ -96,21 +87,12 @@ func startBackups(ctx context.Context, cfg config, s *store.Store, r *backup.Rep
 	stopped = make(chan struct{})
 	go func() {
 		defer close(stopped)
-		// In the background, and directoryWatchDelay after start: the
-		// directory's first snapshot takes a while on a large server, and
-		// the first feeds need not wait for it, nor share the cores with
-		// it. Nothing is lost meanwhile: the snapshot holds what was
-		// written before it, and the directory is let go of only at
-		// shutdown, after this goroutine ends. A shutdown during the
-		// delay watches it all the same (so that replication's close
-		// syncs it), and waits for that.
-		wctx := ctx
-		select {
-		case <-time.After(directoryWatchDelay):
-		case <-ctx.Done():
-			wctx = context.WithoutCancel(ctx)
-		}
-		if err := r.Watch(wctx, s.Path(store.DirectoryRel)); err != nil {
+		// In the background: the directory's first snapshot takes a while
+		// on a large server, and the first feed need not wait for it.
+		// Nothing is lost meanwhile: the snapshot holds what was written
+		// before it, and the directory is let go of only at shutdown,
+		// after this goroutine ends.
+		if err := r.Watch(ctx, s.Path(store.DirectoryRel)); err != nil {
 			log.Warn("replication: the directory", "err", err)
 		}
 		b.Run(ctx)

@@ -436,20 +436,15 @@ func (c *fileCache) replicate() {
 			c.mu.Unlock()
 			continue
 		}
-		if ph := c.claimClosedLocked(id); ph != nil {
-			// The app closed the file since it was written: replication
-			// takes it up and lets it go at once, without opening it in the
-			// app (which would also close another watched file to make room).
-			c.mu.Unlock()
-			c.syncClosed(ph, false)
-			c.unmark(id)
-			continue
-		}
 		c.mu.Unlock()
 		// Watched through the cache, as a write would be: the file is open
 		// while it is watched and is let go of only after the app's handle
-		// closed. One that is gone meanwhile has nothing to take up (a
-		// deleted person's file is watched again if they are restored).
+		// closed, so a post to it never waits for the take-up. (Taking up a
+		// closed file without opening it, claimed as the shutdown's drain
+		// does, saved an open but made a post to that person wait for the
+		// whole take-up: up to seconds with S3 away, TestS3TargetAwayAndBack.)
+		// One that is gone meanwhile has nothing to take up (a deleted
+		// person's file is watched again if they are restored).
 		f, err := c.acquire(context.Background(), id, false)
 		if err != nil {
 			c.mu.Lock()
@@ -526,9 +521,9 @@ func (c *fileCache) withClosed(id string, fn func(path string)) bool {
 }
 
 // syncClosed has replication take up and let go of the file of ph, a
-// claim of claimClosedLocked, which it releases. final empties the WAL
-// Litestream leaves (at shutdown).
-func (c *fileCache) syncClosed(ph *personFile, final bool) {
+// claim of claimClosedLocked, which it releases, and empties the WAL
+// Litestream leaves: the shutdown's drain of the queue.
+func (c *fileCache) syncClosed(ph *personFile) {
 	defer c.releaseClaim(ph)
 	p, err := c.personPath(ph.id)
 	if err != nil {
@@ -543,7 +538,7 @@ func (c *fileCache) syncClosed(ph *personFile, final bool) {
 	if c.hooks.Unwatch != nil {
 		c.hooks.Unwatch(p)
 	}
-	c.leftWAL(p, final)
+	c.leftWAL(p, true)
 }
 
 // leftWAL deals with the WAL of watched file p once replication let go of
@@ -866,7 +861,7 @@ func (c *fileCache) closeAll() {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			c.syncClosed(ph, true)
+			c.syncClosed(ph)
 			c.unmark(id)
 		})
 	}

@@ -182,7 +182,7 @@ func backupFile(ctx context.Context, p string) (_ *os.File, schema int, err erro
 		os.Remove(dst)
 	}()
 
-	db, err := openDB(p, true, 1, personCacheKiB, SyncFull)
+	db, err := openDB(p, true, 1, personCacheKiB, SyncFull, false)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -353,7 +353,7 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 // returns the ids of its moments: for tests outside this package, which
 // must not import the driver, and for an import's first look at a file.
 func ExportedMoments(ctx context.Context, path string) ([]string, error) {
-	db, err := openDB(path, true, 1, personCacheKiB, SyncFull)
+	db, err := openDB(path, true, 1, personCacheKiB, SyncFull, false)
 	if err != nil {
 		return nil, err
 	}

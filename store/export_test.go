@@ -121,7 +121,7 @@ func TestExportWhileWriting(t *testing.T) {
 	if err := os.WriteFile(p, files["person.db"], 0o600); err != nil {
 		t.Fatal(err)
 	}
-	db, err := openDB(p, true, 1, personCacheKiB, SyncFull)
+	db, err := openDB(p, true, 1, personCacheKiB, SyncFull, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -647,7 +647,7 @@ func (c *fileCache) open(ctx context.Context, p string, create bool) (*sql.DB, e
 			return nil, fmt.Errorf("before open %s: %w", p, err)
 		}
 	}
-	db, err := openDB(p, false, 1, personCacheKiB, c.sync)
+	db, err := openDB(p, false, 1, personCacheKiB, c.sync, c.hooks.Watch != nil)
 	if err == nil && !create {
 		err = hasSchema(ctx, db, p)
 	}

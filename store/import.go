@@ -416,7 +416,7 @@ func copyEntry(r io.Reader, p string, size int64) (int64, string, error) {
 // at all, its own schema version (the manifest's is not trusted), and
 // PRAGMA integrity_check.
 func openExportedDB(ctx context.Context, p string) (*sql.DB, error) {
-	db, err := openDB(p, true, 1, personCacheKiB, SyncFull)
+	db, err := openDB(p, true, 1, personCacheKiB, SyncFull, false)
 	if err != nil {
 		return nil, err
 	}

@@ -213,7 +213,7 @@ func TestImportHostile(t *testing.T) {
 		if err := os.WriteFile(p, db, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		w, err := openDB(p, false, 1, personCacheKiB, SyncFull)
+		w, err := openDB(p, false, 1, personCacheKiB, SyncFull, false)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -134,7 +134,7 @@ func checkpointClosed(p string) error {
 	if st, err := os.Stat(p + "-wal"); err != nil || st.Size() == 0 {
 		return nil
 	}
-	db, err := openDB(p, false, 1, 64, SyncFull)
+	db, err := openDB(p, false, 1, 64, SyncFull, false)
 	if err != nil {
 		return err
 	}
@@ -145,7 +145,7 @@ func checkpointClosed(p string) error {
 // IntegrityCheck runs SQLite's full integrity check on the database at p
 // (a restored file) and says what it found.
 func IntegrityCheck(ctx context.Context, p string) error {
-	db, err := openDB(p, true, 1, 256, SyncFull)
+	db, err := openDB(p, true, 1, 256, SyncFull, false)
 	if err != nil {
 		return err
 	}

@@ -197,7 +197,13 @@ func (s Sync) pragma() string {
 //     so a deleted moment or a purged person (id, handle) leaves no stale
 //     copy in free space. Inserts, the hot path, free nothing and pay
 //     nothing; on every new connection, so a replaced one keeps it.
-func dsn(file string, readOnly bool, cacheKiB int, sync Sync) string {
+//   - replicated (Litestream may resume the file's history): no automatic
+//     checkpoint. One that empties the WAL while Litestream does not watch
+//     lets the next commit start the WAL again over frames Litestream
+//     never read, and the replica restores corrupt (backup/wal.go); only
+//     Litestream checkpoints such a file while it is open, and a close
+//     checkpoints it and removes the WAL.
+func dsn(file string, readOnly bool, cacheKiB int, sync Sync, replicated bool) string {
 	var b strings.Builder
 	b.WriteString(file)
 	b.WriteString("?_pragma=busy_timeout(" + strconv.Itoa(busyTimeout) + ")")
@@ -213,12 +219,15 @@ func dsn(file string, readOnly bool, cacheKiB int, sync Sync) string {
 		b.WriteString("&_pragma=secure_delete(1)")
 		b.WriteString("&_txlock=immediate")
 	}
+	if replicated {
+		b.WriteString("&_pragma=wal_autocheckpoint(0)")
+	}
 	return b.String()
 }
 
 // openDB opens file with at most conns connections, each committing as sync
-// says.
-func openDB(file string, readOnly bool, conns, cacheKiB int, sync Sync) (*sql.DB, error) {
+// says; replicated as dsn says.
+func openDB(file string, readOnly bool, conns, cacheKiB int, sync Sync, replicated bool) (*sql.DB, error) {
 	if err := configureSQLite(); err != nil {
 		return nil, err
 	}
@@ -230,7 +239,7 @@ func openDB(file string, readOnly bool, conns, cacheKiB int, sync Sync) (*sql.DB
 			return nil, err
 		}
 	}
-	db, err := sql.Open("sqlite", dsn(file, readOnly, cacheKiB, sync))
+	db, err := sql.Open("sqlite", dsn(file, readOnly, cacheKiB, sync, replicated))
 	if err != nil {
 		return nil, err
 	}

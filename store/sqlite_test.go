@@ -85,3 +85,37 @@ func checkPragmas(t *testing.T, what string, db *sql.DB, conns, wantSync int) {
 		}
 	}
 }
+
+// TestReplicatedFilesAreNotAutoCheckpointed: with replication on, the
+// writers of the directory and of person files never checkpoint by
+// themselves (sqlite.go, dsn), so a WAL never starts again behind
+// Litestream; without it they keep SQLite's default of 1,000 pages.
+func TestReplicatedFilesAreNotAutoCheckpointed(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		hooks Hooks
+		want  int
+	}{
+		{"replicated", Hooks{Watch: func(context.Context, string) error { return nil }, Unwatch: func(string) {}}, 0},
+		{"not replicated", Hooks{}, 1000},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := MustOpen(t, Config{Hooks: c.hooks})
+			p := mustPerson(t, s, "ann")
+			f, err := s.files.acquire(context.Background(), p.ID, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.files.release(f)
+			for what, db := range map[string]*sql.DB{"directory writer": s.w, "person file": f.db} {
+				var n int
+				if err := db.QueryRow("PRAGMA wal_autocheckpoint").Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				if n != c.want {
+					t.Errorf("%s: wal_autocheckpoint = %d, want %d", what, n, c.want)
+				}
+			}
+		})
+	}
+}

@@ -164,7 +164,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	var err error
 	// The directory is small and hot: a 2 MB cache per connection.
-	if s.w, err = openDB(path, false, 1, 2048, cfg.Sync); err != nil {
+	if s.w, err = openDB(path, false, 1, 2048, cfg.Sync, cfg.Hooks.Watch != nil); err != nil {
 		return nil, err
 	}
 	if err = migrate(ctx, s.w, path, directoryMigrations); err != nil {
@@ -176,7 +176,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		}
 		return nil, err
 	}
-	if s.r, err = openDB(path, true, directoryReaders, 2048, cfg.Sync); err != nil {
+	if s.r, err = openDB(path, true, directoryReaders, 2048, cfg.Sync, false); err != nil {
 		s.w.Close()
 		return nil, err
 	}

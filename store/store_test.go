@@ -49,7 +49,7 @@ func TestMigrateUpgradesAndRefusesNewer(t *testing.T) {
 		"m/0002_b.sql": {Data: []byte("ALTER TABLE a ADD COLUMN y; INSERT INTO a VALUES (1, 2);")},
 	}
 	file := filepath.Join(t.TempDir(), "x.db")
-	db, err := openDB(file, false, 1, 64, SyncFull)
+	db, err := openDB(file, false, 1, 64, SyncFull, false)
 	if err != nil {
 		t.Fatal(err)
 	}

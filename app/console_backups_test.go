@@ -59,11 +59,7 @@ func newReplicatedServer(t *testing.T, edit ...func(*serverConfig)) *replicatedS
 	t.Cleanup(func() { r.Close(context.Background()) })
 	ts := newTestServer(t, append([]func(*serverConfig){func(c *serverConfig) {
 		c.Dir = dir
-		c.Hooks = store.Hooks{Watch: r.Watch, MaxWatched: 64, Unwatch: func(p string) {
-			if err := r.Unwatch(p); err != nil {
-				log.Warn("replication: last sync", "err", err)
-			}
-		}}
+		c.Hooks = store.Hooks{Watch: r.Watch, MaxWatched: 64, Unwatch: r.Unwatch}
 	}}, edit...)...)
 	if err := r.Watch(ctx, ts.store.Path(store.DirectoryRel)); err != nil {
 		t.Fatal(err)

@@ -82,11 +82,7 @@ func openNode(t testing.TB, dir string, tg *backup.Target, o nodeOpts) *node {
 	}
 	cfg := store.Config{Dir: dir, MaxOpenFiles: o.maxOpen, Logger: log}
 	cfg.Hooks.Watch = r.Watch
-	cfg.Hooks.Unwatch = func(p string) {
-		if err := r.Unwatch(p); err != nil {
-			log.Warn("replication: last sync", "err", err)
-		}
-	}
+	cfg.Hooks.Unwatch = r.Unwatch
 	cfg.Hooks.MaxWatched = o.maxWatched
 	s, err := store.Open(ctx, cfg)
 	if err != nil {

@@ -207,6 +207,13 @@ func (r *Replicator) Unwatch(path string) error {
 	}
 	db := r.ls.FindDB(path)
 	if db == nil {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if st := r.files[rel]; st != nil && st.Err != "" {
+			// Its Watch failed before Litestream had it: nothing of what
+			// was written since reached the target.
+			return fmt.Errorf("replicate %s: never watched: %s", rel, st.Err)
+		}
 		return nil
 	}
 	done := make(chan struct{})

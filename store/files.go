@@ -41,7 +41,8 @@ type personFile struct {
 // handle is closed. Watch runs after a write to a person file that is not
 // watched, off the request path (the replication queue, wrote): replication
 // starts watching it (an error is logged: the file is then behind, never
-// lost locally). Unwatch runs once
+// lost locally). Unwatch, after a last sync (an error: the replica lacks
+// some of the file), runs once
 // the app's handle on a watched file is closed (Litestream's close drops
 // the process's locks on the file, so it must come after ours), and before
 // anyone may open the file again. At most MaxWatched files are watched at
@@ -52,7 +53,7 @@ type Hooks struct {
 	AfterClose func(path string)
 
 	Watch      func(ctx context.Context, path string) error
-	Unwatch    func(path string)
+	Unwatch    func(path string) error
 	MaxWatched int
 	// QueueDir, if set, keeps the replication queue on disk as one empty
 	// file per person waiting, so that files written but not yet taken up
@@ -289,6 +290,7 @@ func (c *fileCache) watchFile(ctx context.Context, f *personFile, wait bool) {
 	}
 	done := make(chan struct{})
 	f.watched = done
+	c.mark(f.id)       // until its last sync: a kill may leave writes Litestream had not shipped
 	if f.elem != nil { // one that left the cache meanwhile (dropped, hidden) is not counted
 		f.counted = true
 		c.watched++
@@ -348,8 +350,11 @@ func (c *fileCache) wrote(f *personFile) {
 	c.mark(f.id) // under mu, so that an unmark never overtakes it
 }
 
-// mark and unmark keep the queue's entry of person id on disk (QueueDir),
-// so that a kill does not forget it. The marker is not synced: an empty
+// mark and unmark keep on disk (QueueDir) that person id's file may hold
+// writes the replica lacks, from its first write not watched, or from its
+// take-up, until its last sync succeeded: the next start takes up every
+// file marked, so that a kill forgets none (a watched file's last second
+// of writes is in its WAL, not yet on the replica). The marker is not synced: an empty
 // file's creation costs tens of microseconds; a power cut may lose it,
 // and the file then waits for its next write or the nightly sweep.
 func (c *fileCache) mark(id string) {
@@ -363,8 +368,8 @@ func (c *fileCache) mark(id string) {
 	c.markFailing = err != nil
 }
 
-// unmark removes person id's marker once they were taken up, unless a
-// write queued them again meanwhile.
+// unmark removes person id's marker once replication let go of their file
+// after a last sync, unless a write queued them again meanwhile.
 func (c *fileCache) unmark(id string) {
 	if c.hooks.QueueDir == "" {
 		return
@@ -457,7 +462,6 @@ func (c *fileCache) replicate() {
 		}
 		c.watchFile(context.Background(), f, true)
 		c.release(f)
-		c.unmark(id)
 	}
 }
 
@@ -522,23 +526,29 @@ func (c *fileCache) withClosed(id string, fn func(path string)) bool {
 
 // syncClosed has replication take up and let go of the file of ph, a
 // claim of claimClosedLocked, which it releases, and empties the WAL
-// Litestream leaves: the shutdown's drain of the queue.
-func (c *fileCache) syncClosed(ph *personFile) {
+// Litestream leaves: the shutdown's drain of the queue. It says whether
+// the replica has the whole file (or the file is gone).
+func (c *fileCache) syncClosed(ph *personFile) bool {
 	defer c.releaseClaim(ph)
 	p, err := c.personPath(ph.id)
 	if err != nil {
-		return
+		return true
 	}
 	if _, err := os.Stat(p); err != nil {
-		return // gone: deleted (a restore watches it again) or purged
+		return true // gone: deleted (a restore watches it again) or purged
 	}
+	ok := true
 	if err := c.hooks.Watch(context.Background(), p); err != nil {
 		c.log.Warn("replication: watch", "path", p, "err", err)
 	}
 	if c.hooks.Unwatch != nil {
-		c.hooks.Unwatch(p)
+		if err := c.hooks.Unwatch(p); err != nil {
+			c.log.Warn("replication: last sync", "path", p, "err", err)
+			ok = false
+		}
 	}
 	c.leftWAL(p, true)
+	return ok
 }
 
 // leftWAL deals with the WAL of watched file p once replication let go of
@@ -610,10 +620,17 @@ func (c *fileCache) closeFile(f *personFile) {
 	c.mu.Unlock()
 	if watched != nil {
 		<-watched
+		synced := true
 		if c.hooks.Unwatch != nil {
-			c.hooks.Unwatch(f.path)
+			if err := c.hooks.Unwatch(f.path); err != nil {
+				c.log.Warn("replication: last sync", "path", f.path, "err", err)
+				synced = false
+			}
 		}
 		c.leftWAL(f.path, final)
+		if synced {
+			c.unmark(f.id)
+		}
 	} else {
 		c.mu.Lock()
 		delete(c.walLeft, f.path) // our close was the last: SQLite checkpointed it
@@ -861,8 +878,9 @@ func (c *fileCache) closeAll() {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			c.syncClosed(ph)
-			c.unmark(id)
+			if c.syncClosed(ph) {
+				c.unmark(id)
+			}
 		})
 	}
 	wg.Wait()

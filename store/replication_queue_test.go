@@ -44,7 +44,7 @@ func (g *gatedHooks) hooks() Hooks {
 			g.mu.Unlock()
 			return nil
 		},
-		Unwatch: func(p string) {
+		Unwatch: func(p string) error {
 			g.mu.Lock()
 			if g.held[p] {
 				g.bad = append(g.bad, "Unwatch (Litestream's close) of a file the app still has open: "+p)
@@ -52,6 +52,7 @@ func (g *gatedHooks) hooks() Hooks {
 			g.seq++
 			g.last[p] = g.seq
 			g.mu.Unlock()
+			return nil
 		},
 	}
 }

@@ -96,7 +96,7 @@ func TestReplicatedFilesAreNotAutoCheckpointed(t *testing.T) {
 		hooks Hooks
 		want  int
 	}{
-		{"replicated", Hooks{Watch: func(context.Context, string) error { return nil }, Unwatch: func(string) {}}, 0},
+		{"replicated", Hooks{Watch: func(context.Context, string) error { return nil }, Unwatch: func(string) error { return nil }}, 0},
 		{"not replicated", Hooks{}, 1000},
 	} {
 		t.Run(c.name, func(t *testing.T) {

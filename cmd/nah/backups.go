@@ -49,11 +49,7 @@ func startReplication(ctx context.Context, cfg *config, log *slog.Logger) (*back
 		return nil, err
 	}
 	cfg.Store.Hooks.Watch = r.Watch
-	cfg.Store.Hooks.Unwatch = func(p string) {
-		if err := r.Unwatch(p); err != nil {
-			log.Warn("replication: last sync", "err", err)
-		}
-	}
+	cfg.Store.Hooks.Unwatch = r.Unwatch
 	cfg.Store.Hooks.MaxWatched = cfg.ReplicaMaxFiles
 	// Files written and waiting for replication are listed here, so that a
 	// kill does not leave them behind until their next write.

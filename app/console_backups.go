@@ -416,7 +416,7 @@ func (a *App) handleRestore(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	start := time.Now()
 	rel := store.PersonRel(p.ID)
-	var source string
+	var source backup.Restored
 	err = a.store.ReplacePersonFile(ctx, p.ID, func(path string) error {
 		var err error
 		source, err = backup.RestoreFile(ctx, b.Repl.Target(), rel, path, at)
@@ -442,9 +442,9 @@ func (a *App) handleRestore(w http.ResponseWriter, r *http.Request) {
 		a.consoleError(w, r, pg, err)
 		return
 	}
-	a.log.Info("person restored to a time", "person", p.ID, "at", at, "source", source, "moments", n, "took", took.Round(time.Millisecond))
+	a.log.Info("person restored to a time", "person", p.ID, "at", at, "source", source.String(), "moments", n, "took", took.Round(time.Millisecond))
 	pg.Title = "Restored " + p.Handle
-	a.render(w, r, http.StatusOK, ui.RestorePersonPage(ui.RestorePerson{Page: pg, PersonID: p.ID, Handle: p.Handle, At: at, Moments: n, Done: true, Source: source, Took: took}))
+	a.render(w, r, http.StatusOK, ui.RestorePersonPage(ui.RestorePerson{Page: pg, PersonID: p.ID, Handle: p.Handle, At: at, Moments: n, Done: true, Source: source.String(), Took: took}))
 }
 
 // personRef matches a person's folder in a replication error, which

@@ -176,7 +176,16 @@ func corruptTarget(t *testing.T) (*backup.Target, string, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return target, dir, filepath.Join("testdata", "replica-corrupt", "live", evidenceID, "person.db")
+	// A copy of the live file: SQLite leaves a -shm beside what it reads.
+	live := filepath.Join(t.TempDir(), "person.db")
+	b, err := os.ReadFile(filepath.Join("testdata", "replica-corrupt", "live", evidenceID, "person.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(live, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return target, dir, live
 }
 
 // sweepOf runs a sweep stamped at made onto target whose copy of rel is

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -100,4 +101,39 @@ func (s *Store) loadRestoreFailed() {
 		s.problems.mu.Unlock()
 		s.noteUnreadable(id, errRestoreFailed)
 	}
+}
+
+// PeopleOf lists the people (not deleted) of the directory database at p,
+// for a restore to find those the replica holds no file of. A directory
+// older than deletions has no deleted_at column, and no one deleted.
+func PeopleOf(ctx context.Context, p string) ([]string, error) {
+	db, err := openDB(p, true, 1, 256, SyncFull, false)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		db.Close()
+		for _, q := range []string{p + "-wal", p + "-shm"} {
+			if st, err := os.Stat(q); err == nil && (st.Size() == 0 || strings.HasSuffix(q, "-shm")) {
+				os.Remove(q)
+			}
+		}
+	}()
+	rows, err := db.QueryContext(ctx, `SELECT id FROM people WHERE deleted_at IS NULL`)
+	if err != nil && strings.Contains(err.Error(), "no such column") {
+		rows, err = db.QueryContext(ctx, `SELECT id FROM people`)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", p, err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
 }

@@ -156,7 +156,7 @@ func summarise(w io.Writer, res restoreResult, to string, when time.Time) error 
 	switch {
 	case len(res.failed) > 0:
 		fmt.Fprintf(w, "The restore is INCOMPLETE: %d of %d people are not restored. The server starts on it (NAH_DATA_DIR=%s nah serve) without them.\n", len(res.failed), res.files+len(res.failed)-1, to)
-		return restoreExit{1, fmt.Sprintf("%d %s not restored (named above)", len(res.failed), plural(len(res.failed), "file", "files"))}
+		return restoreExit{1, fmt.Sprintf("%d %s not restored (named above)", len(res.failed), plural(len(res.failed), "person", "people"))}
 	case len(res.fallbacks) > 0:
 		fmt.Fprintf(w, "Every file passed SQLite's integrity check, but %d came back OLDER than their history (named above). Start the server on it with NAH_DATA_DIR=%s nah serve\n", len(res.fallbacks), to)
 		return restoreExit{restoreExitOlder, fmt.Sprintf("%d %s restored from a sweep older than their history (named above)", len(res.fallbacks), plural(len(res.fallbacks), "file", "files"))}
@@ -229,6 +229,7 @@ func restoreAll(ctx context.Context, t *backup.Target, dir string, when time.Tim
 		errs   []error
 		dirErr error
 		wg     sync.WaitGroup
+		have   = map[string]bool{} // restored, or marked
 	)
 	for range min(workers, len(rels)) {
 		wg.Go(func() {
@@ -248,7 +249,9 @@ func restoreAll(ctx context.Context, t *backup.Target, dir string, when time.Tim
 					cancel()
 				case o.err != nil:
 					res.failed = append(res.failed, o)
+					have[rel] = true
 				default:
+					have[rel] = true
 					res.files++
 					res.bytes += n
 					switch {
@@ -296,6 +299,9 @@ feed:
 	if res.skipped > 0 && res.files+len(res.failed) == 0 {
 		return res, fmt.Errorf("nothing on %s is as old as %s", t.Redacted(), when.Format(time.RFC3339))
 	}
+	if err := markMissing(ctx, t, dir, when, have, &res); err != nil {
+		return res, fmt.Errorf("restore failed (%s is incomplete: remove it before trying again): %w", dir, err)
+	}
 	n, bytes, err := restoreMedia(ctx, t, dir, workers)
 	res.media, res.mediaBytes = n, bytes
 	res.took = time.Since(start)
@@ -303,6 +309,33 @@ feed:
 		return res, fmt.Errorf("restore of media failed (%s is incomplete: remove it before trying again): %w", dir, err)
 	}
 	return res, nil
+}
+
+// markMissing marks, as restoreOne marks a file with no sound copy, every
+// person of the restored directory whose file the replica holds nothing of
+// (its history and sweeps deleted, say): else they would read as someone
+// with nothing, and their next post would start an empty file.
+func markMissing(ctx context.Context, t *backup.Target, dir string, when time.Time, have map[string]bool, res *restoreResult) error {
+	ids, err := store.PeopleOf(ctx, filepath.Join(dir, store.DirectoryRel))
+	if err != nil {
+		return err
+	}
+	why := "the replica holds no copy of this person's file"
+	if !when.IsZero() {
+		why += " as old as " + when.Format(time.RFC3339)
+	}
+	for _, id := range ids {
+		rel := store.PersonRel(id)
+		if have[rel] {
+			continue
+		}
+		if err := store.MarkRestoreFailed(dir, id, fmt.Sprintf("on %s, from %s: %s", ui.WhenT(time.Now()), t.Redacted(), why)); err != nil {
+			return fmt.Errorf("%s: %w", rel, err)
+		}
+		res.failed = append(res.failed, fileOutcome{rel: rel, err: fmt.Errorf("%s: %s", rel, why)})
+	}
+	sort.Slice(res.failed, func(i, j int) bool { return res.failed[i].rel < res.failed[j].rel })
+	return nil
 }
 
 // restoreMedia copies the media mirrored on the target into dir, for the

@@ -689,10 +689,11 @@ func sweepStamped(t *testing.T, data, repl string, made time.Time) {
 }
 
 // TestRestoreCorruptHistory: ann's Litestream history restores to a corrupt
-// database (the evidence of issue 20). Without a sweep, `nah restore`
-// restores bob, cat and the directory, names ann as not restored, exits 1,
-// and the server started on the result lists ann as needing attention
-// (503 to her, her connections' feeds go on). With a sweep older than her
+// database (the evidence of issue 20). Without a sweep, and with nothing
+// of cat left on the replica, `nah restore` restores bob and the
+// directory, names ann and cat as not restored, exits 1, and the server
+// started on the result lists them as needing attention (503 to them,
+// bob's feed goes on). With a sweep older than her
 // history, ann comes back from it, the summary says so with the sweep's
 // time and how far behind her history's newest position it is, and the
 // restore exits 3. A corrupt history of the directory, with no sweep,
@@ -702,7 +703,7 @@ func TestRestoreCorruptHistory(t *testing.T) {
 	p := start(t, data, replicaEnv(repl)...)
 	annID, ann := p.signup(t, "ann")
 	_, bob := p.signup(t, "bob")
-	_, cat := p.signup(t, "cat")
+	catID, cat := p.signup(t, "cat")
 	p.connect(t, ann, bob)
 	p.connect(t, bob, cat)
 	for i := range 3 {
@@ -711,22 +712,25 @@ func TestRestoreCorruptHistory(t *testing.T) {
 		p.post(t, cat, fmt.Sprint("cat ", i))
 	}
 	p.stop(t)
-	annRel := store.PersonRel(annID)
+	annRel, catRel := store.PersonRel(annID), store.PersonRel(catID)
 
 	t.Run("no sweep", func(t *testing.T) {
 		r, out := copyReplica(t, repl), filepath.Join(t.TempDir(), "restored")
 		plantCorruptHistory(t, r, annRel)
+		if err := os.RemoveAll(filepath.Join(r, "people", catID)); err != nil { // nothing of cat on the replica
+			t.Fatal(err)
+		}
 		o, e, code := nahRun(t, "restore", "-from", r, "-to", out)
 		t.Logf("nah restore: exit %d\n%s%s", code, o, e)
-		if code != 1 || !strings.Contains(o, "NOT RESTORED: 1 person could not be restored") || !strings.Contains(o, annRel+": ") ||
-			!strings.Contains(o, "integrity check") || !strings.Contains(o, "INCOMPLETE") || strings.Contains(o, "Every file passed") {
-			t.Fatalf("the summary does not say ann was not restored, or the exit is wrong")
+		if code != 1 || !strings.Contains(o, "NOT RESTORED: 2 people could not be restored") || !strings.Contains(o, "  "+annRel+": the history does not restore to a sound database (integrity check:") ||
+			!strings.Contains(o, "  "+catRel+": the replica holds no copy") || !strings.Contains(o, "INCOMPLETE: 2 of 3 people") || strings.Contains(o, "Every file passed") {
+			t.Fatalf("the summary does not say ann and cat were not restored, or the exit is wrong")
 		}
-		if !strings.Contains(o, "Restored 3 files") || !strings.Contains(o, "3 from Litestream history") {
-			t.Errorf("the others are not all restored from history")
+		if !strings.Contains(o, "Restored 2 files") || !strings.Contains(o, "2 from Litestream history") {
+			t.Errorf("the directory and bob are not restored from history")
 		}
 		for _, rel := range databases(t, data) {
-			if rel == annRel {
+			if rel == annRel || rel == catRel {
 				continue
 			}
 			live, got := dumpDB(t, filepath.Join(data, rel)), dumpDB(t, filepath.Join(out, rel))
@@ -740,15 +744,19 @@ func TestRestoreCorruptHistory(t *testing.T) {
 
 		p2 := start(t, out, "NAH_REPLICA_URL=off")
 		defer p2.stop(t)
-		if st, h, err := p2.call("GET", "/healthz", "", nil); err != nil || st != 200 || h["files_need_attention"] != 1.0 {
-			t.Errorf("healthz of the restored server: %d %v %v, want ann's file needing attention", st, h, err)
+		if st, h, err := p2.call("GET", "/healthz", "", nil); err != nil || st != 200 || h["files_need_attention"] != 2.0 {
+			t.Errorf("healthz of the restored server: %d %v %v, want ann's and cat's files needing attention", st, h, err)
 		}
 		st, res, err := p2.call("GET", "/api/v1/feed?limit=100", ann, nil)
 		if code, _ := res["error"].(map[string]any)["code"].(string); err != nil || st != 503 || code != "storage_unavailable" {
 			t.Errorf("ann's feed on the restored server: %d %v %v, want 503 storage_unavailable", st, res, err)
 		}
-		if got := p2.feedIDs(t, bob); len(got) != 6 {
-			t.Errorf("bob's feed on the restored server: %d moments, want his and cat's 6", len(got))
+		if got := p2.feedIDs(t, bob); len(got) != 3 {
+			t.Errorf("bob's feed on the restored server: %d moments, want his own 3", len(got))
+		}
+		st, res, err = p2.call("POST", "/api/v1/moments", cat, map[string]string{"body": base64.StdEncoding.EncodeToString([]byte("hello?"))})
+		if code, _ := res["error"].(map[string]any)["code"].(string); err != nil || st != 503 || code != "storage_unavailable" {
+			t.Errorf("cat's post on the restored server: %d %v %v, want 503 storage_unavailable", st, res, err)
 		}
 	})
 

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -296,7 +295,7 @@ func (s *Store) noteReadable(id string) {
 	s.problems.mu.Unlock()
 	if marked {
 		// The file was mended: its marker would list it again at the next start.
-		if err := os.Remove(filepath.Join(s.dir, "people", id, restoreFailedName)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := os.Remove(restoreFailedPath(s.dir, id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			s.log.Warn("remove the marker of a failed restore", "person", id, "err", err)
 		}
 	}

@@ -401,7 +401,10 @@ func (a *App) handleRestoreConfirm(w http.ResponseWriter, r *http.Request) {
 // the time is made beside it and checked whole, Litestream's local state
 // of the old file is cleared (it describes a file that is gone), and the
 // copy takes the file's place and is watched at once (ReplacePersonFile).
-// Everyone else goes on meanwhile. A failure leaves the old file.
+// Everyone else goes on meanwhile. A failure leaves the old file; so does a
+// history that does not restore to a sound database, even with a sound
+// sweep to fall back on (nah restore takes it, saying so): here the live
+// file may well be newer than that sweep.
 func (a *App) handleRestore(w http.ResponseWriter, r *http.Request) {
 	pg := page(r, "Restore a person", "backups")
 	r.Body = http.MaxBytesReader(w, r.Body, smallBody)
@@ -416,18 +419,31 @@ func (a *App) handleRestore(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	start := time.Now()
 	rel := store.PersonRel(p.ID)
-	var source string
+	var source backup.Restored
 	err = a.store.ReplacePersonFile(ctx, p.ID, func(path string) error {
 		var err error
 		source, err = backup.RestoreFile(ctx, b.Repl.Target(), rel, path, at)
+		if source.HistoryErr != nil {
+			// A sweep's copy taken because the history failed would lose
+			// what was written after it: never in place of a live file
+			// without a word. The operator hears what failed and what the
+			// sweep would cost.
+			msg := fmt.Sprintf("The replica's history of %s's file does not restore to a sound database as at %s (%v), so nothing was changed: %s's file is as it was.", p.Handle, ui.WhenT(at), source.HistoryErr, p.Handle)
+			switch {
+			case source.Fallback() && source.Behind() > 0:
+				msg += fmt.Sprintf(" The nightly copy of %s is sound but %s older than that history's newest position (%s); it was not used.", ui.WhenT(source.SweepAt), ui.Round(source.Behind()), ui.WhenT(source.HistoryAt))
+			case source.Fallback():
+				msg += fmt.Sprintf(" The nightly copy of %s is sound; it was not used.", ui.WhenT(source.SweepAt))
+			default:
+				msg += " No sound nightly copy of it exists either."
+			}
+			return nah.Errorf(nah.Unavailable, "", "%s", msg)
+		}
 		if errors.Is(err, backup.ErrNothing) {
 			return nah.Errorf(nah.NotFound, "", "The replica holds no copy of %s's file as at %s: nothing was changed.", p.Handle, ui.WhenT(at))
 		}
 		if err != nil {
 			return nah.Errorf(nah.Unavailable, "", "The replica could not give back %s's file as at %s: %v. Nothing was changed.", p.Handle, ui.WhenT(at), err)
-		}
-		if err := store.IntegrityCheck(ctx, path); err != nil {
-			return nah.Errorf(nah.Unavailable, "", "The copy of %s's file failed its integrity check: %v. Nothing was changed.", p.Handle, err)
 		}
 		// Inside make the file is closed and not watched.
 		return b.Repl.ClearState(a.store.Path(rel))
@@ -442,9 +458,9 @@ func (a *App) handleRestore(w http.ResponseWriter, r *http.Request) {
 		a.consoleError(w, r, pg, err)
 		return
 	}
-	a.log.Info("person restored to a time", "person", p.ID, "at", at, "source", source, "moments", n, "took", took.Round(time.Millisecond))
+	a.log.Info("person restored to a time", "person", p.ID, "at", at, "source", source.String(), "moments", n, "took", took.Round(time.Millisecond))
 	pg.Title = "Restored " + p.Handle
-	a.render(w, r, http.StatusOK, ui.RestorePersonPage(ui.RestorePerson{Page: pg, PersonID: p.ID, Handle: p.Handle, At: at, Moments: n, Done: true, Source: source, Took: took}))
+	a.render(w, r, http.StatusOK, ui.RestorePersonPage(ui.RestorePerson{Page: pg, PersonID: p.ID, Handle: p.Handle, At: at, Moments: n, Done: true, Source: source.String(), Took: took}))
 }
 
 // personRef matches a person's folder in a replication error, which

@@ -6,6 +6,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -610,6 +611,77 @@ func TestBackupRestoreRefusals(t *testing.T) {
 	}
 	if h := rs.do(t, "GET", "/healthz", "", nil); h.json["replication"] != nil {
 		t.Errorf("healthz with replication off: %s", h.raw)
+	}
+}
+
+// TestBackupRestoreRefusesCorruptHistory: ann's history on the replica is
+// one that restores to a corrupt database (the evidence of issue 20). The
+// console's restore of ann refuses with a sentence saying so, and, once a
+// sound nightly copy older than that history exists, what that copy would
+// cost; ann's live file is untouched and she goes on posting.
+func TestBackupRestoreRefusesCorruptHistory(t *testing.T) {
+	rs := newReplicatedServer(t)
+	ann := rs.signup(t, "ann")
+	for i := range 3 {
+		rs.post(t, ann, fmt.Appendf(nil, "ann %d", i))
+	}
+	mustSync(t, rs.backups)
+	before := momentIDs(t, rs.store, ann.id)
+	rel := store.PersonRel(ann.id)
+	dst := filepath.Join(rs.replicaDir, filepath.FromSlash(rel))
+	if err := os.RemoveAll(dst); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.CopyFS(dst, os.DirFS(filepath.Join("..", "backup", "testdata", "replica-corrupt", "replica", "imnketelg6ikmgbpvwmfgun5ty", "person.db"))); err != nil {
+		t.Fatal(err)
+	}
+	ltxTimes(t, dst)
+	c := signedInAdmin(t, rs.testServer)
+	restore := func(says ...string) {
+		t.Helper()
+		at := time.Now().UTC().Format(time.RFC3339)
+		p := postForm(t, c, rs.URL+"/console/backups/restore", url.Values{"person": {ann.id}, "at": {at}})
+		says = append(says, "does not restore to a sound database", "integrity check", "nothing was changed: ann&#39;s file is as it was")
+		for _, s := range says {
+			if p.status != 503 || !strings.Contains(p.body, s) {
+				t.Fatalf("restore of ann from a corrupt history: %d, want 503 saying %q\n%s", p.status, s, p.body)
+			}
+		}
+		if got := momentIDs(t, rs.store, ann.id); !slices.Equal(got, before) {
+			t.Fatalf("a refused restore changed ann: %v, want %v", got, before)
+		}
+	}
+	restore("No sound nightly copy of it exists either.")
+
+	newest := time.Date(2026, 12, 2, 2, 1, 59, 408e6, time.UTC) // the evidence's last transaction
+	if res, err := rs.backups.Sweep.Run(context.Background(), newest.Add(-5*time.Hour-30*time.Minute)); err != nil || len(res.Failed) > 0 {
+		t.Fatalf("sweep: %+v %v", res, err)
+	}
+	restore("The nightly copy of 2026-12-01 20:31:59 UTC is sound but 5h30m0s older than that history&#39;s newest position (2026-12-02 02:01:59 UTC); it was not used.")
+	m := rs.post(t, ann, []byte("still here"))
+	if got := momentIDs(t, rs.store, ann.id); len(got) != len(before)+1 || !slices.Contains(got, m) {
+		t.Errorf("ann after the refusals: %v", got)
+	}
+}
+
+// ltxTimes gives every LTX file under dir the modification time of its
+// header's timestamp, as Litestream's file client writes them: a copy
+// loses them, and restores to a time go by them.
+func ltxTimes(t *testing.T, dir string) {
+	t.Helper()
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || !strings.HasSuffix(p, ".ltx") {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil || len(b) < 40 {
+			return fmt.Errorf("%s: %d bytes, %v", p, len(b), err)
+		}
+		at := time.UnixMilli(int64(binary.BigEndian.Uint64(b[32:40]))) // ltx.Header's Timestamp
+		return os.Chtimes(p, at, at)
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 

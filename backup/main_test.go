@@ -238,7 +238,7 @@ func restoreAll(t testing.TB, n *node, tg *backup.Target, rels []string) map[str
 		if err != nil {
 			t.Fatalf("restore %s: %v", rel, err)
 		}
-		from[rel] = src
+		from[rel] = src.String()
 		sameRows(t, n.s.Path(rel), p)
 	}
 	return from

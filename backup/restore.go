@@ -2,6 +2,7 @@ package backup
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/benbjohnson/litestream"
+	"github.com/superfly/ltx"
 )
 
 // Databases lists every database the target can give back, as paths under
@@ -79,60 +81,210 @@ func validRel(rel string) bool {
 // the time asked.
 var ErrNothing = errors.New("no copy of this database on the replica")
 
-// RestoreFile rebuilds the database rel at out (which must not exist) as
-// it was at at (zero: the newest state). It uses the Litestream history
-// where there is one, checked with a full integrity check, and else the
-// newest complete sweep made at or before at. It returns where the copy
-// came from: "history" or "sweep <stamp>".
-func RestoreFile(ctx context.Context, t *Target, rel, out string, at time.Time) (string, error) {
-	if !validRel(rel) {
-		return "", fmt.Errorf("not a database of nah: %q", rel)
+// Where RestoreFile's copy came from (Restored.From).
+const (
+	FromHistory = "history"
+	FromSweep   = "sweep"
+)
+
+// Restored says where RestoreFile's copy of one database came from and,
+// when the Litestream history was there but did not restore to a sound
+// database, why not and what the sweep's copy used instead costs.
+type Restored struct {
+	From    string    // FromHistory, FromSweep, or "" when no sound copy came back
+	Sweep   string    // the sweep's stamp, when From is FromSweep
+	SweepAt time.Time // when that sweep started: its copy is the file as it was then or a little later
+
+	// HistoryErr is why the history did not give a sound database:
+	// Litestream's restore failed, or SQLite's integrity check of its
+	// result did. Nil when it did, or when the target holds no history of
+	// the file for the time asked (then the sweep is the copy to use).
+	HistoryErr error
+	// HistoryTXID and HistoryAt are the newest position of the failed
+	// history up to the time asked (its last transaction and that
+	// transaction's time): what a sound history would have given back.
+	// Zero when HistoryErr is nil or the history cannot even be listed.
+	HistoryTXID uint64
+	HistoryAt   time.Time
+}
+
+// String is where the copy came from, as the console shows it: "history"
+// or "sweep <stamp>".
+func (r Restored) String() string {
+	if r.From == FromSweep {
+		return FromSweep + " " + r.Sweep
 	}
+	return r.From
+}
+
+// Fallback says whether the copy is a sweep's taken because the history
+// failed: the restore then lost what was written after the sweep.
+func (r Restored) Fallback() bool { return r.From == FromSweep && r.HistoryErr != nil }
+
+// Behind is how much older a fallback's sweep is than the newest position
+// of the failed history: the writes of that span are lost. Zero when the
+// copy is no fallback, the sweep is the newer, or the position is unknown.
+func (r Restored) Behind() time.Duration {
+	if !r.Fallback() || r.HistoryAt.IsZero() || !r.HistoryAt.After(r.SweepAt) {
+		return 0
+	}
+	return r.HistoryAt.Sub(r.SweepAt)
+}
+
+// RestoreFile rebuilds the database rel at out (which must not exist) as
+// it was at at (zero: the newest state), and checks it whole with SQLite's
+// integrity check. It takes the Litestream history where there is one; a
+// history that fails to restore, or restores to a database that fails the
+// check, is reported in Restored.HistoryErr and the newest sound copy of
+// the file in a complete sweep made at or before at is used instead. With
+// no sound copy at all it returns an error (ErrNothing when the target
+// holds nothing of the file for that time) and leaves nothing at out.
+// The nah restore command, the console's restore of a person and the
+// drill all restore through it.
+func RestoreFile(ctx context.Context, t *Target, rel, out string, at time.Time) (Restored, error) {
+	var res Restored
+	if !validRel(rel) {
+		return res, fmt.Errorf("not a database of nah: %q", rel)
+	}
+	if strings.ContainsAny(out, "?#") {
+		return res, fmt.Errorf("restore to %q: the path may not hold ? or #", out)
+	}
+	herr := restoreHistory(ctx, t, rel, out, at)
+	if herr == nil {
+		res.From = FromHistory
+		return res, nil
+	}
+	removeDB(out)
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+	if !noHistory(herr) {
+		res.HistoryErr = herr
+		res.HistoryTXID, res.HistoryAt = newestPosition(ctx, t, rel, at)
+	}
+	sweeps, err := sweepsFor(ctx, t, rel, at)
+	if err != nil {
+		return res, fmt.Errorf("%s: %w", rel, err)
+	}
+	var bad []string
+	for _, sw := range sweeps {
+		err := copyTo(ctx, t.store(), path.Join(sweepPrefix, sw.stamp, rel), out)
+		if err == nil {
+			err = checkSound(ctx, out)
+		}
+		if err == nil {
+			res.From, res.Sweep = FromSweep, sw.stamp
+			res.SweepAt, _ = time.Parse(stampFormat, sw.stamp)
+			return res, nil
+		}
+		removeDB(out)
+		if ctx.Err() != nil {
+			return res, ctx.Err()
+		}
+		bad = append(bad, "the sweep of "+sw.stamp+": "+err.Error())
+	}
+	switch {
+	case res.HistoryErr == nil && len(bad) == 0:
+		return res, fmt.Errorf("%s: %w", rel, ErrNothing)
+	case res.HistoryErr == nil:
+		return res, fmt.Errorf("%s: no history, and no sweep's copy is sound (%s)", rel, strings.Join(bad, "; "))
+	case len(bad) == 0:
+		return res, fmt.Errorf("%s: the history does not restore to a sound database (%v), and no sweep holds a copy", rel, res.HistoryErr)
+	}
+	return res, fmt.Errorf("%s: the history does not restore to a sound database (%v), and no sweep's copy is sound either (%s)", rel, res.HistoryErr, strings.Join(bad, "; "))
+}
+
+// restoreHistory restores rel at out from its Litestream history and
+// checks the result whole.
+func restoreHistory(ctx context.Context, t *Target, rel, out string, at time.Time) error {
 	client, err := t.client(rel)
 	if err != nil {
-		return "", err
+		return err
 	}
 	r := litestream.NewReplicaWithClient(nil, client)
 	opt := litestream.NewRestoreOptions()
 	opt.OutputPath = out
 	opt.Timestamp = at
-	opt.IntegrityCheck = litestream.IntegrityCheckFull
-	herr := r.Restore(ctx, opt)
-	if herr == nil {
-		return "history", nil
+	// Checked here rather than by Litestream, which removes a file that
+	// fails: the same check for the history and the sweeps, in one place.
+	opt.IntegrityCheck = litestream.IntegrityCheckNone
+	if err := r.Restore(ctx, opt); err != nil {
+		return err
 	}
-	os.Remove(out)
-	os.Remove(out + "-wal")
-	os.Remove(out + "-shm")
-	stamp, err := sweepFor(ctx, t, rel, at)
-	if err != nil {
-		// No history as old as at (the file was made later) is nothing
-		// too, like no history at all; any other failure of the history
-		// is the error to report.
-		if errors.Is(err, ErrNothing) && !errors.Is(herr, litestream.ErrNoSnapshots) && !errors.Is(herr, litestream.ErrTxNotAvailable) && !errors.Is(herr, os.ErrNotExist) {
-			return "", fmt.Errorf("%s: %w", rel, herr)
-		}
-		return "", fmt.Errorf("%s: %w", rel, err)
-	}
-	if err := copyTo(ctx, t.store(), path.Join(sweepPrefix, stamp, rel), out); err != nil {
-		os.Remove(out)
-		return "", fmt.Errorf("%s: from sweep %s: %w", rel, stamp, err)
-	}
-	if !errors.Is(herr, litestream.ErrNoSnapshots) && !errors.Is(herr, litestream.ErrTxNotAvailable) && !errors.Is(herr, os.ErrNotExist) {
-		// The history is there but failed: the sweep's copy may be up to a
-		// day older than the history would have been. Say so.
-		slog.Warn("restore: the Litestream history failed, the sweep's copy was used", "path", rel, "sweep", stamp, "err", herr)
-	}
-	return "sweep " + stamp, nil
+	return checkSound(ctx, out)
 }
 
-// sweepFor finds the newest complete sweep holding rel made at or before
-// at (zero: any).
-func sweepFor(ctx context.Context, t *Target, rel string, at time.Time) (string, error) {
+// noHistory says whether err from restoreHistory means the target holds
+// no history of the file as old as the time asked, rather than a history
+// that failed.
+func noHistory(err error) bool {
+	return errors.Is(err, litestream.ErrNoSnapshots) || errors.Is(err, litestream.ErrTxNotAvailable) || errors.Is(err, os.ErrNotExist)
+}
+
+// newestPosition is the last transaction of rel's history up to at (zero:
+// the newest) and its time, from the header of the LTX file that holds it
+// (a file's modification time on the target is its upload's, or a copy's).
+// Zero when the history cannot be listed.
+func newestPosition(ctx context.Context, t *Target, rel string, at time.Time) (uint64, time.Time) {
+	client, err := t.client(rel)
+	if err != nil {
+		return 0, time.Time{}
+	}
+	plan, err := litestream.CalcRestorePlan(ctx, client, 0, at, slog.Default())
+	if err != nil || len(plan) == 0 {
+		return 0, time.Time{}
+	}
+	last := plan[len(plan)-1]
+	when := last.CreatedAt
+	if rc, err := client.OpenLTXFile(ctx, last.Level, last.MinTXID, last.MaxTXID, 0, ltx.HeaderSize); err == nil {
+		if hdr, _, err := ltx.PeekHeader(rc); err == nil && hdr.Timestamp > 0 {
+			when = time.UnixMilli(hdr.Timestamp)
+		}
+		rc.Close()
+	}
+	return uint64(last.MaxTXID), when.UTC()
+}
+
+// checkSound runs SQLite's full integrity check on the database at p,
+// read-only, and says what it found first. The check's connection may
+// leave an empty -wal and a -shm; they go.
+func checkSound(ctx context.Context, p string) error {
+	db, err := sql.Open("sqlite", "file:"+p+"?mode=ro")
+	if err != nil {
+		return err
+	}
+	var res string
+	err = db.QueryRowContext(ctx, "PRAGMA integrity_check").Scan(&res)
+	db.Close()
+	for _, q := range []string{p + "-wal", p + "-shm"} {
+		if st, serr := os.Stat(q); serr == nil && (st.Size() == 0 || strings.HasSuffix(q, "-shm")) {
+			os.Remove(q)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("integrity check: %w", err)
+	}
+	if res != "ok" {
+		return fmt.Errorf("integrity check: %s", res)
+	}
+	return nil
+}
+
+// removeDB removes a database file that failed, with its -wal and -shm.
+func removeDB(p string) {
+	for _, q := range []string{p, p + "-wal", p + "-shm"} {
+		os.Remove(q)
+	}
+}
+
+// sweepsFor lists the complete sweeps holding rel made at or before at
+// (zero: any), newest first.
+func sweepsFor(ctx context.Context, t *Target, rel string, at time.Time) ([]sweepInfo, error) {
 	sweeps, err := listSweeps(ctx, t.store())
 	if err != nil {
-		return "", err
+		return nil, err
 	}
+	var out []sweepInfo
 	for i := len(sweeps) - 1; i >= 0; i-- {
 		sw := sweeps[i]
 		if !sw.complete || !sw.files[rel] {
@@ -144,9 +296,9 @@ func sweepFor(ctx context.Context, t *Target, rel string, at time.Time) (string,
 				continue
 			}
 		}
-		return sw.stamp, nil
+		out = append(out, sw)
 	}
-	return "", ErrNothing
+	return out, nil
 }
 
 // ClearState removes Litestream's local state of one database: after a

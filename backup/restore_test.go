@@ -1,6 +1,7 @@
 package backup_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -106,7 +107,7 @@ func TestRestoreFile(t *testing.T) {
 	}{{time.Time{}, 5}, {third, 3}} {
 		o := filepath.Join(out, "at-"+c.at.Format("150405.000"))
 		src, err := backup.RestoreFile(ctx, target, rel, o, c.at)
-		if err != nil || src != "history" {
+		if err != nil || src.String() != "history" {
 			t.Fatalf("RestoreFile at %v: %q %v", c.at, src, err)
 		}
 		if n := moments(t, o); n != c.want {
@@ -141,7 +142,7 @@ func TestRestoreFile(t *testing.T) {
 	}
 	o := filepath.Join(out, "from-sweep")
 	src, err := backup.RestoreFile(ctx, target, rel, o, time.Time{})
-	if err != nil || src != "sweep "+res.Stamp {
+	if err != nil || src.String() != "sweep "+res.Stamp {
 		t.Fatalf("RestoreFile without history: %q %v", src, err)
 	}
 	if n := moments(t, o); n != 5 {
@@ -150,4 +151,117 @@ func TestRestoreFile(t *testing.T) {
 	if _, err := backup.RestoreFile(ctx, target, rel, filepath.Join(out, "old"), made); !errors.Is(err, backup.ErrNothing) {
 		t.Errorf("RestoreFile without history, before the sweep: %v, want ErrNothing", err)
 	}
+}
+
+// The evidence of issue 20 (testdata/replica-corrupt/README.md): a person's
+// replica, as a people-1k server left it, whose history restores to a
+// corrupt database (sound up to transaction 33, corrupt from 34), and the
+// sound live file beside it. Its newest transaction, 38, is of this time
+// (the LTX file's header).
+const (
+	evidenceID     = "imnketelg6ikmgbpvwmfgun5ty"
+	evidenceNewest = "2026-12-02T02:01:59.408Z"
+)
+
+// corruptTarget makes a directory target holding the evidence replica as
+// the history of person evidenceID, and returns it with the path of the
+// sound live file.
+func corruptTarget(t *testing.T) (*backup.Target, string, string) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.CopyFS(filepath.Join(dir, "people"), os.DirFS("testdata/replica-corrupt/replica")); err != nil {
+		t.Fatal(err)
+	}
+	target, err := backup.ParseTarget(dir, os.Getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A copy of the live file: SQLite leaves a -shm beside what it reads.
+	live := filepath.Join(t.TempDir(), "person.db")
+	b, err := os.ReadFile(filepath.Join("testdata", "replica-corrupt", "live", evidenceID, "person.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(live, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return target, dir, live
+}
+
+// sweepOf runs a sweep stamped at made onto target whose copy of rel is
+// the file at src.
+func sweepOf(t *testing.T, target *backup.Target, rel, src string, made time.Time) {
+	t.Helper()
+	sw := &backup.Sweeper{Target: target, Keep: 7,
+		List: func(context.Context) ([]string, error) { return []string{rel}, nil },
+		Copy: func(context.Context, string) (*os.File, error) { return os.Open(src) },
+	}
+	if res, err := sw.Run(context.Background(), made); err != nil || len(res.Failed) > 0 {
+		t.Fatalf("sweep: %+v %v", res, err)
+	}
+}
+
+// TestRestoreFileCorruptHistory: a history that restores to a corrupt
+// database is never given back. Without a sweep nothing is left at the
+// output and the error says why; with sweeps, the newest sweep whose copy
+// passes the integrity check is used (a damaged newer copy is passed
+// over), and Restored says what failed and how far the copy is behind the
+// history's newest position. A history whose LTX file is truncated falls
+// back the same way, with Litestream's error.
+func TestRestoreFileCorruptHistory(t *testing.T) {
+	ctx := context.Background()
+	if err := store.ConfigureSQLite(); err != nil {
+		t.Fatal(err)
+	}
+	rel := store.PersonRel(evidenceID)
+	newest, _ := time.Parse(time.RFC3339Nano, evidenceNewest)
+	target, dir, live := corruptTarget(t)
+	out := filepath.Join(t.TempDir(), "person.db")
+
+	res, err := backup.RestoreFile(ctx, target, rel, out, time.Time{})
+	if err == nil || errors.Is(err, backup.ErrNothing) || !strings.Contains(err.Error(), "integrity check") || !strings.Contains(err.Error(), "no sweep holds a copy") {
+		t.Fatalf("corrupt history, no sweep: %v", err)
+	}
+	if res.From != "" || res.HistoryErr == nil || res.HistoryTXID != 38 || !res.HistoryAt.Equal(newest) {
+		t.Errorf("corrupt history, no sweep: %+v", res)
+	}
+	if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a corrupt restore was left at the output: %v", err)
+	}
+
+	// An older sweep with the sound file, a newer one with a damaged copy.
+	damaged := filepath.Join(t.TempDir(), "damaged.db")
+	b, err := os.ReadFile(live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(b[8192:], bytes.Repeat([]byte{0xa5}, 4096)) // the third page
+	if err := os.WriteFile(damaged, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	older := newest.Add(-5*time.Hour - 30*time.Minute).Truncate(time.Second)
+	sweepOf(t, target, rel, live, older)
+	sweepOf(t, target, rel, damaged, older.Add(time.Hour))
+	res, err = backup.RestoreFile(ctx, target, rel, out, time.Time{})
+	if err != nil || res.From != backup.FromSweep || !res.SweepAt.Equal(older) || !res.Fallback() {
+		t.Fatalf("corrupt history with sweeps: %+v %v", res, err)
+	}
+	if want := newest.Sub(older); res.Behind() != want || res.HistoryTXID != 38 || !strings.Contains(res.HistoryErr.Error(), "integrity check") {
+		t.Errorf("the fallback: behind %v (want %v), history %d %v", res.Behind(), want, res.HistoryTXID, res.HistoryErr)
+	}
+	if n, want := moments(t, out), moments(t, live); n != want {
+		t.Errorf("from the sweep: %d moments, want the live file's %d", n, want)
+	}
+
+	// Litestream's own failure: the newest LTX file cut short.
+	last := filepath.Join(dir, "people", evidenceID, "person.db", "ltx", "0", "0000000000000026-0000000000000026.ltx")
+	if err := os.Truncate(last, 200); err != nil {
+		t.Fatal(err)
+	}
+	out2 := filepath.Join(t.TempDir(), "person.db")
+	res, err = backup.RestoreFile(ctx, target, rel, out2, time.Time{})
+	if err != nil || !res.Fallback() || res.HistoryErr == nil || strings.Contains(res.HistoryErr.Error(), "integrity check") {
+		t.Errorf("truncated history: %+v %v", res, err)
+	}
+	t.Logf("truncated history: %v", res.HistoryErr)
 }

@@ -135,7 +135,7 @@ func TestTakeUpOfAWALRestartedWhileNotWatched(t *testing.T) {
 	if err != nil {
 		t.Fatalf("restore of a file taken up after its WAL started again behind Litestream: %v", err)
 	}
-	if from != "history" {
+	if from.String() != "history" {
 		t.Errorf("restored from %s, want its history", from)
 	}
 	if err := store.IntegrityCheck(ctx, out); err != nil {

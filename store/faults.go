@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -221,6 +222,11 @@ type problems struct {
 	byID     map[string]*problem
 	n        atomic.Int64 // len(byID), read without the lock by every good use of a file
 	overflow int64        // when the last file past maxFileProblems was logged
+
+	// restoreFailed is the sentence of each person listed from the marker
+	// of a failed restore (restorefailed.go): it says more than the
+	// placeholder's "not a database", and stays until the file heals.
+	restoreFailed map[string]string
 }
 
 type problem struct {
@@ -256,6 +262,9 @@ func (s *Store) noteUnreadable(id string, err error) {
 	}
 	if p != nil {
 		p.Problem = describe(err)
+		if why, ok := s.problems.restoreFailed[id]; ok {
+			p.Problem = why
+		}
 		if log {
 			p.logged = now
 		}
@@ -281,7 +290,15 @@ func (s *Store) noteReadable(id string) {
 		delete(s.problems.byID, id)
 		s.problems.n.Add(-1)
 	}
+	_, marked := s.problems.restoreFailed[id]
+	delete(s.problems.restoreFailed, id)
 	s.problems.mu.Unlock()
+	if marked {
+		// The file was mended: its marker would list it again at the next start.
+		if err := os.Remove(restoreFailedPath(s.dir, id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			s.log.Warn("remove the marker of a failed restore", "person", id, "err", err)
+		}
+	}
 	if ok {
 		s.log.Info("person file readable again", "person", id)
 	}
@@ -324,6 +341,8 @@ func describe(err error) string {
 		return "it was written by a newer version of nah than this one"
 	case errors.Is(err, errNoSchema):
 		return "it is empty: it was emptied or truncated to nothing"
+	case errors.Is(err, errRestoreFailed):
+		return "nah restore could not restore it"
 	}
 	var se *sqlite.Error
 	if errors.As(err, &se) {

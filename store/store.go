@@ -186,6 +186,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s.files = newFileCache(cfg.Dir, cfg.MaxOpenFiles, cfg.Sync, cfg.Hooks, cfg.Logger)
+	s.loadRestoreFailed()
 	go s.flushLoop()
 	if cfg.Sweep {
 		go s.sweepLoop()

@@ -43,6 +43,9 @@ func main() {
 		if errors.As(err, new(usageError)) {
 			os.Exit(2)
 		}
+		if re := (restoreExit{}); errors.As(err, &re) {
+			os.Exit(re.code)
+		}
 		os.Exit(1)
 	}
 }
@@ -96,7 +99,9 @@ Commands:
                                  rebuild a whole data directory from a replica (a path, file:///path
                                  or s3://bucket/prefix, as NAH_REPLICA_URL) into a new or empty DIR:
                                  every database from its Litestream history, else from the newest
-                                 sweep; -time restores the server as it was at that moment
+                                 sweep; -time restores the server as it was at that moment. Exit 3:
+                                 some files came from a sweep older than their corrupt history;
+                                 exit 1: some people have no sound copy (marked, listed by serve)
   nah version                    print the version
   nah help                       this text
 

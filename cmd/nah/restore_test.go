@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/base64"
+	endian "encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -610,4 +611,184 @@ func TestRestoreFromSweep(t *testing.T) {
 	if got, err := os.ReadFile(filepath.Join(out, "people", id, "media", media.ID)); err != nil || !bytes.Equal(got, photo) {
 		t.Fatalf("the media file after the restore: %d bytes, %v; want %d", len(got), err, len(photo))
 	}
+}
+
+// The evidence of issue 20 (backup/testdata/replica-corrupt/README.md): a
+// person's replica whose Litestream history restores to a corrupt
+// database; its newest transaction, 38, is of evidenceNewest.
+const (
+	evidenceID     = "imnketelg6ikmgbpvwmfgun5ty"
+	evidenceNewest = "2026-12-02T02:01:59.408Z"
+)
+
+// plantCorruptHistory makes the history of rel on replica directory repl
+// the evidence's corrupt one.
+func plantCorruptHistory(t *testing.T, repl, rel string) {
+	t.Helper()
+	dst := filepath.Join(repl, filepath.FromSlash(rel))
+	if err := os.RemoveAll(dst); err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(sourceDir, "..", "..", "backup", "testdata", "replica-corrupt", "replica", evidenceID, "person.db")
+	if err := os.CopyFS(dst, os.DirFS(src)); err != nil {
+		t.Fatal(err)
+	}
+	ltxTimes(t, dst)
+}
+
+// ltxTimes gives every LTX file under dir the modification time of its
+// header's timestamp, as Litestream's file client writes them: a copy
+// loses them, and restores to a time go by them.
+func ltxTimes(t *testing.T, dir string) {
+	t.Helper()
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || !strings.HasSuffix(p, ".ltx") {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil || len(b) < 40 {
+			return fmt.Errorf("%s: %d bytes, %v", p, len(b), err)
+		}
+		at := time.UnixMilli(int64(endian.BigEndian.Uint64(b[32:40]))) // ltx.Header's Timestamp
+		return os.Chtimes(p, at, at)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// copyReplica copies a replica directory, so that each case plants its own
+// fault.
+func copyReplica(t *testing.T, repl string) string {
+	t.Helper()
+	dst := filepath.Join(t.TempDir(), "replica")
+	if err := os.CopyFS(dst, os.DirFS(repl)); err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+// sweepStamped runs the server's sweep once on the stopped data directory into
+// replica repl, stamped made.
+func sweepStamped(t *testing.T, data, repl string, made time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	s, err := store.Open(ctx, store.Config{Dir: data})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	target, err := backup.ParseTarget(repl, os.Getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw := &backup.Sweeper{Target: target, Keep: 7, Copy: s.Backup, List: s.Databases}
+	if res, err := sw.Run(ctx, made); err != nil || len(res.Failed) > 0 {
+		t.Fatalf("sweep: %+v %v", res, err)
+	}
+}
+
+// TestRestoreCorruptHistory: ann's Litestream history restores to a corrupt
+// database (the evidence of issue 20). Without a sweep, and with nothing
+// of cat left on the replica, `nah restore` restores bob and the
+// directory, names ann and cat as not restored, exits 1, and the server
+// started on the result lists them as needing attention (503 to them,
+// bob's feed goes on). With a sweep older than her
+// history, ann comes back from it, the summary says so with the sweep's
+// time and how far behind her history's newest position it is, and the
+// restore exits 3. A corrupt history of the directory, with no sweep,
+// stops the restore with exit 1 and says why.
+func TestRestoreCorruptHistory(t *testing.T) {
+	data, repl := t.TempDir(), filepath.Join(t.TempDir(), "replica")
+	p := start(t, data, replicaEnv(repl)...)
+	annID, ann := p.signup(t, "ann")
+	_, bob := p.signup(t, "bob")
+	catID, cat := p.signup(t, "cat")
+	p.connect(t, ann, bob)
+	p.connect(t, bob, cat)
+	for i := range 3 {
+		p.post(t, ann, fmt.Sprint("ann ", i))
+		p.post(t, bob, fmt.Sprint("bob ", i))
+		p.post(t, cat, fmt.Sprint("cat ", i))
+	}
+	p.stop(t)
+	annRel, catRel := store.PersonRel(annID), store.PersonRel(catID)
+
+	t.Run("no sweep", func(t *testing.T) {
+		r, out := copyReplica(t, repl), filepath.Join(t.TempDir(), "restored")
+		plantCorruptHistory(t, r, annRel)
+		if err := os.RemoveAll(filepath.Join(r, "people", catID)); err != nil { // nothing of cat on the replica
+			t.Fatal(err)
+		}
+		o, e, code := nahRun(t, "restore", "-from", r, "-to", out)
+		t.Logf("nah restore: exit %d\n%s%s", code, o, e)
+		if code != 1 || !strings.Contains(o, "NOT RESTORED: 2 people could not be restored") || !strings.Contains(o, "  "+annRel+": the history does not restore to a sound database (integrity check:") ||
+			!strings.Contains(o, "  "+catRel+": the replica holds no copy") || !strings.Contains(o, "INCOMPLETE: 2 of 3 people") || strings.Contains(o, "Every file passed") {
+			t.Fatalf("the summary does not say ann and cat were not restored, or the exit is wrong")
+		}
+		if !strings.Contains(o, "Restored 2 files") || !strings.Contains(o, "2 from Litestream history") {
+			t.Errorf("the directory and bob are not restored from history")
+		}
+		for _, rel := range databases(t, data) {
+			if rel == annRel || rel == catRel {
+				continue
+			}
+			live, got := dumpDB(t, filepath.Join(data, rel)), dumpDB(t, filepath.Join(out, rel))
+			for tb, rows := range live {
+				if strings.Join(rows, "\n") != strings.Join(got[tb], "\n") {
+					t.Errorf("%s: table %s differs: live %d rows, restored %d", rel, tb, len(rows), len(got[tb]))
+				}
+			}
+		}
+		checkModes(t, out)
+
+		p2 := start(t, out, "NAH_REPLICA_URL=off")
+		defer p2.stop(t)
+		if st, h, err := p2.call("GET", "/healthz", "", nil); err != nil || st != 200 || h["files_need_attention"] != 2.0 {
+			t.Errorf("healthz of the restored server: %d %v %v, want ann's and cat's files needing attention", st, h, err)
+		}
+		st, res, err := p2.call("GET", "/api/v1/feed?limit=100", ann, nil)
+		if code, _ := res["error"].(map[string]any)["code"].(string); err != nil || st != 503 || code != "storage_unavailable" {
+			t.Errorf("ann's feed on the restored server: %d %v %v, want 503 storage_unavailable", st, res, err)
+		}
+		if got := p2.feedIDs(t, bob); len(got) != 3 {
+			t.Errorf("bob's feed on the restored server: %d moments, want his own 3", len(got))
+		}
+		st, res, err = p2.call("POST", "/api/v1/moments", cat, map[string]string{"body": base64.StdEncoding.EncodeToString([]byte("hello?"))})
+		if code, _ := res["error"].(map[string]any)["code"].(string); err != nil || st != 503 || code != "storage_unavailable" {
+			t.Errorf("cat's post on the restored server: %d %v %v, want 503 storage_unavailable", st, res, err)
+		}
+	})
+
+	t.Run("older sweep", func(t *testing.T) {
+		r, out := copyReplica(t, repl), filepath.Join(t.TempDir(), "restored")
+		newest, _ := time.Parse(time.RFC3339Nano, evidenceNewest)
+		sweepStamped(t, data, r, newest.Add(-5*time.Hour-30*time.Minute))
+		plantCorruptHistory(t, r, annRel)
+		o, e, code := nahRun(t, "restore", "-from", r, "-to", out)
+		t.Logf("nah restore: exit %d\n%s%s", code, o, e)
+		want := annRel + ": from the sweep of 2026-12-01 20:31:59 UTC, 5h30m0s behind the history's newest position (transaction 38, 2026-12-02 02:01:59 UTC); the history: integrity check:"
+		if code != 3 || !strings.Contains(o, "OLDER THAN THEIR HISTORY: 1 file") || !strings.Contains(o, want) || strings.Contains(o, "NOT RESTORED") {
+			t.Fatalf("the summary does not state ann's fallback and its cost, or the exit is wrong; want a line\n%s", want)
+		}
+		sameData(t, data, out) // the sweep copied the stopped server: ann is whole here
+		p2 := start(t, out, "NAH_REPLICA_URL=off")
+		defer p2.stop(t)
+		if st, h, err := p2.call("GET", "/healthz", "", nil); err != nil || st != 200 || h["files_need_attention"] != 0.0 {
+			t.Errorf("healthz of the restored server: %d %v %v", st, h, err)
+		}
+		if got := p2.feedIDs(t, ann); len(got) != 6 {
+			t.Errorf("ann's feed on the restored server: %d moments, want her and bob's 6", len(got))
+		}
+	})
+
+	t.Run("directory", func(t *testing.T) {
+		r, out := copyReplica(t, repl), filepath.Join(t.TempDir(), "restored")
+		plantCorruptHistory(t, r, store.DirectoryRel)
+		o, e, code := nahRun(t, "restore", "-from", r, "-to", out)
+		t.Logf("nah restore: exit %d\n%s%s", code, o, e)
+		if code != 1 || !strings.Contains(e, "directory.db, the accounts of everyone, could not be restored") || strings.Contains(o, "Every file passed") {
+			t.Errorf("a directory that does not restore: exit %d", code)
+		}
+	})
 }

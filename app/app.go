@@ -34,6 +34,7 @@ type App struct {
 	exportByPerson *limiter
 	exports        chan struct{} // a slot per export in flight (export.go)
 	imports        chan struct{} // the one slot for an import (console_import.go)
+	uploading      inFlight      // keyed uploads running (idem.go)
 
 	handler http.Handler
 

@@ -14,6 +14,11 @@ import (
 // room for the JSON around it.
 func (a *App) handleMomentCreate(w http.ResponseWriter, r *http.Request) {
 	p := sessionOf(r).person
+	idem, err := idemOf(r)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
 	max := a.cfg.MaxMomentBytes
 	var in struct {
 		Body jsonString `json:"body"`
@@ -45,12 +50,31 @@ func (a *App) handleMomentCreate(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, nah.Errorf(nah.TooLarge, "body_too_large", "a moment body is at most %d bytes", max))
 		return
 	}
-	m, err := a.store.CreateMoment(r.Context(), p.ID, body)
+	if idem == nil {
+		m, err := a.store.CreateMoment(r.Context(), p.ID, body)
+		if err != nil {
+			a.writeError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusCreated, postedMoment(m))
+		return
+	}
+	idem.Hash = idemHash("POST /moments", body)
+	m, replay, err := a.store.CreateMomentOnce(r.Context(), p.ID, body, idem)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, map[string]string{"id": m.ID, "author": m.Author, "created_at": nah.FormatTime(m.CreatedAt)})
+	if replay != nil {
+		writeCreated(w, replay, true)
+		return
+	}
+	writeCreated(w, answerJSON(m), false)
+}
+
+// postedMoment is the 201 answer to a post: the moment without its body.
+func postedMoment(m nah.Moment) map[string]string {
+	return map[string]string{"id": m.ID, "author": m.Author, "created_at": nah.FormatTime(m.CreatedAt)}
 }
 
 // handleMomentDelete deletes one's own moment. Someone else's is 404, the

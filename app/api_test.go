@@ -70,6 +70,8 @@ func TestAPIScenarios(t *testing.T) {
 		{"post bad base64", "POST", "/api/v1/moments", ann.token, map[string]string{"body": "not base64!"}, 400, "invalid_body", nil},
 		{"post unpadded base64", "POST", "/api/v1/moments", ann.token, map[string]string{"body": "aGVsbG8"}, 400, "invalid_body", nil},
 		{"post url base64", "POST", "/api/v1/moments", ann.token, map[string]string{"body": "-_-_"}, 400, "invalid_body", nil},
+		{"post base64 with a line break", "POST", "/api/v1/moments", ann.token, map[string]string{"body": "aGVs\nbG8h"}, 400, "invalid_body", nil},
+		{"post base64 with CRLF", "POST", "/api/v1/moments", ann.token, map[string]string{"body": "aGVsbG8h\r\n"}, 400, "invalid_body", nil},
 		{"post body wrong type", "POST", "/api/v1/moments", ann.token, `{"body":42}`, 400, "invalid_json", nil},
 		{"post at limit", "POST", "/api/v1/moments", ann.token, map[string]string{"body": base64.StdEncoding.EncodeToString(make([]byte, 65536))}, 201, "", want{"id": "*"}},
 		{"post over limit", "POST", "/api/v1/moments", ann.token, map[string]string{"body": base64.StdEncoding.EncodeToString(make([]byte, 65537))}, 413, "body_too_large", nil},

@@ -216,12 +216,17 @@ func (p *pacedReader) Read(b []byte) (int, error) {
 }
 
 // mediaType checks an upload's Content-Type and returns it as it is kept:
-// normalised, application/octet-stream when there is none.
+// normalised, application/octet-stream when there is none or it is a
+// wildcard (*/*, image/*: what a generated client sends when the document
+// offers a range), so that no file is ever served back as */*.
 func mediaType(v string) (string, error) {
 	if v == "" {
 		return "application/octet-stream", nil
 	}
 	mt, params, err := mime.ParseMediaType(v)
+	if err == nil && strings.Contains(mt, "*") {
+		return "application/octet-stream", nil
+	}
 	if err == nil && strings.Contains(mt, "/") {
 		if v = mime.FormatMediaType(mt, params); v != "" && len(v) <= maxContentType {
 			return v, nil

@@ -3,6 +3,7 @@ package app
 import (
 	"encoding/base64"
 	"net/http"
+	"strings"
 
 	"github.com/go-chi/chi/v5"
 
@@ -41,8 +42,10 @@ func (a *App) handleMomentCreate(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, nah.Errorf(nah.Invalid, "missing_body", "a moment needs a non-empty base64 body"))
 		return
 	}
+	// Go's decoder skips line breaks even when strict; the document's
+	// pattern forbids them, and a body must come back as it was sent.
 	body, err := base64.StdEncoding.Strict().DecodeString(string(in.Body))
-	if err != nil {
+	if err != nil || strings.ContainsAny(string(in.Body), "\r\n") {
 		a.writeError(w, r, nah.Errorf(nah.Invalid, "invalid_body", "the body is not standard padded base64"))
 		return
 	}

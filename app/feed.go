@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/go-chi/chi/v5"
-
 	"github.com/nah-app/nah"
 	"github.com/nah-app/nah/store"
 )
@@ -45,7 +43,7 @@ func (a *App) handleFeed(w http.ResponseWriter, r *http.Request) {
 // handlePersonMoments serves one person's moments to themselves or a
 // connection; to anyone else the person does not exist.
 func (a *App) handlePersonMoments(w http.ResponseWriter, r *http.Request) {
-	me, id := sessionOf(r).person.ID, chi.URLParam(r, "id")
+	me, id := sessionOf(r).person.ID, pathParam(r, "id")
 	if ok, err := a.mayRead(r, me, id); err != nil || !ok {
 		if err == nil {
 			err = nah.Errorf(nah.NotFound, "", "no such person")

@@ -11,8 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/go-chi/chi/v5"
-
 	"github.com/nah-app/nah"
 	"github.com/nah-app/nah/store"
 )
@@ -251,7 +249,7 @@ func servedType(ct string) string {
 // handleMediaGet serves media_id of person id to themselves or a
 // connection; to anyone else, and for a missing media, the same 404.
 func (a *App) handleMediaGet(w http.ResponseWriter, r *http.Request) {
-	me, id := sessionOf(r).person.ID, chi.URLParam(r, "id")
+	me, id := sessionOf(r).person.ID, pathParam(r, "id")
 	if ok, err := a.mayRead(r, me, id); err != nil || !ok {
 		if err == nil {
 			err = nah.Errorf(nah.NotFound, "", "no such media")
@@ -259,7 +257,7 @@ func (a *App) handleMediaGet(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	f, m, err := a.store.OpenMedia(r.Context(), id, chi.URLParam(r, "media_id"))
+	f, m, err := a.store.OpenMedia(r.Context(), id, pathParam(r, "media_id"))
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -319,7 +317,7 @@ func (w *rangeRefusal) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // handleMediaDelete deletes one's own media; anyone else's is 404.
 func (a *App) handleMediaDelete(w http.ResponseWriter, r *http.Request) {
-	if err := a.store.DeleteMedia(r.Context(), sessionOf(r).person.ID, chi.URLParam(r, "media_id")); err != nil {
+	if err := a.store.DeleteMedia(r.Context(), sessionOf(r).person.ID, pathParam(r, "media_id")); err != nil {
 		a.writeError(w, r, err)
 		return
 	}

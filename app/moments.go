@@ -5,8 +5,6 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/go-chi/chi/v5"
-
 	"github.com/nah-app/nah"
 )
 
@@ -83,7 +81,7 @@ func postedMoment(m nah.Moment) map[string]string {
 // handleMomentDelete deletes one's own moment. Someone else's is 404, the
 // same as a missing one.
 func (a *App) handleMomentDelete(w http.ResponseWriter, r *http.Request) {
-	if err := a.store.DeleteMoment(r.Context(), sessionOf(r).person.ID, chi.URLParam(r, "id")); err != nil {
+	if err := a.store.DeleteMoment(r.Context(), sessionOf(r).person.ID, pathParam(r, "id")); err != nil {
 		a.writeError(w, r, err)
 		return
 	}

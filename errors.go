@@ -44,6 +44,10 @@ const (
 	// is a route, but not with this method. It is a kind of its own because
 	// HTTP has one status for it, 405 (with an Allow header).
 	MethodNotAllowed Code = "method_not_allowed" // 405
+
+	// Unprocessable is a well-formed request that cannot be taken as it
+	// stands: an Idempotency-Key sent again with a different request.
+	Unprocessable Code = "unprocessable" // 422
 )
 
 // Error is the one error type that crosses package lines. Reason is the

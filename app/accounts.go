@@ -51,11 +51,14 @@ func (a *App) handleAccountCreate(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	if _, err := a.signupByAddr.take(a.clientAddr(r)); err != nil {
+	done, err := a.takeSignup(a.clientAddr(r))
+	if err != nil {
 		a.writeError(w, r, err)
 		return
 	}
-	if err := nah.CheckSignup(string(in.Handle), string(in.Password)); err != nil {
+	var p nah.Person
+	defer func() { done(p.ID != "", err) }()
+	if err = nah.CheckSignup(string(in.Handle), string(in.Password)); err != nil {
 		a.writeError(w, r, err)
 		return
 	}
@@ -65,13 +68,14 @@ func (a *App) handleAccountCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if in.JoinCode == "" && !open {
-		a.writeError(w, r, nah.Errorf(nah.Invalid, "join_code_required", "sign-up needs a join code from the server's operator"))
+		err = nah.Errorf(nah.Invalid, "join_code_required", "sign-up needs a join code from the server's operator")
+		a.writeError(w, r, err)
 		return
 	}
 	// A bogus code is refused before the hash and before CreatePerson
 	// makes the person's file; CreatePerson redeems the code atomically.
 	if in.JoinCode != "" {
-		if err := a.checkSecret(r, func() error { return a.store.CheckJoinCode(r.Context(), string(in.JoinCode)) }); err != nil {
+		if err = a.checkSecret(r, func() error { return a.store.CheckJoinCode(r.Context(), string(in.JoinCode)) }); err != nil {
 			a.writeError(w, r, err)
 			return
 		}
@@ -81,12 +85,43 @@ func (a *App) handleAccountCreate(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	p, err := a.store.CreatePerson(r.Context(), store.NewPerson{Handle: string(in.Handle), PasswordHash: hash, JoinCode: string(in.JoinCode)})
+	created, err := a.store.CreatePerson(r.Context(), store.NewPerson{Handle: string(in.Handle), PasswordHash: hash, JoinCode: string(in.JoinCode)})
 	if err != nil {
 		a.writeError(w, r, err)
 		return
 	}
+	p = created
 	a.startSession(w, r, p)
+}
+
+// takeSignup counts a sign-up from addr against both of its limits
+// before the work, or refuses with 429 when either is used up: successful
+// sign-ups (Config.SignupPerHour, SPEC's "sign-ups per client address per
+// hour") and failed ones (signupFailuresPerAddr). Counting both first is
+// what keeps the limits under concurrency (limiter.take); done gives back
+// the one that turned out not to apply, and both for a failure that is the
+// server's (overloaded, a full disk), not the client's.
+func (a *App) takeSignup(addr string) (done func(ok bool, err error), err error) {
+	failure, err := a.signupFailuresByAddr.take(addr)
+	if err != nil {
+		return nil, err
+	}
+	success, err := a.signupByAddr.take(addr)
+	if err != nil {
+		failure.giveBack()
+		return nil, err
+	}
+	return func(ok bool, err error) {
+		switch {
+		case ok:
+			failure.giveBack()
+		case nah.ErrorCode(err) == nah.Invalid || nah.ErrorCode(err) == nah.Conflict:
+			success.giveBack() // a taken handle, a wrong code, a short password
+		default:
+			failure.giveBack()
+			success.giveBack()
+		}
+	}, nil
 }
 
 // handleSessionCreate signs in. Every attempt is counted per address and

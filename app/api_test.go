@@ -70,6 +70,8 @@ func TestAPIScenarios(t *testing.T) {
 		{"post bad base64", "POST", "/api/v1/moments", ann.token, map[string]string{"body": "not base64!"}, 400, "invalid_body", nil},
 		{"post unpadded base64", "POST", "/api/v1/moments", ann.token, map[string]string{"body": "aGVsbG8"}, 400, "invalid_body", nil},
 		{"post url base64", "POST", "/api/v1/moments", ann.token, map[string]string{"body": "-_-_"}, 400, "invalid_body", nil},
+		{"post base64 with a line break", "POST", "/api/v1/moments", ann.token, map[string]string{"body": "aGVs\nbG8h"}, 400, "invalid_body", nil},
+		{"post base64 with CRLF", "POST", "/api/v1/moments", ann.token, map[string]string{"body": "aGVsbG8h\r\n"}, 400, "invalid_body", nil},
 		{"post body wrong type", "POST", "/api/v1/moments", ann.token, `{"body":42}`, 400, "invalid_json", nil},
 		{"post at limit", "POST", "/api/v1/moments", ann.token, map[string]string{"body": base64.StdEncoding.EncodeToString(make([]byte, 65536))}, 201, "", want{"id": "*"}},
 		{"post over limit", "POST", "/api/v1/moments", ann.token, map[string]string{"body": base64.StdEncoding.EncodeToString(make([]byte, 65537))}, 413, "body_too_large", nil},
@@ -399,6 +401,39 @@ func TestSignupRateLimit(t *testing.T) {
 	}
 	ts.clock.Advance(time.Hour)
 	ts.signup(t, "user9")
+}
+
+// TestSignupLimitCountsSignups: with a limit of 2 sign-ups an hour, failed
+// attempts (a taken handle, a short password, a bad handle) leave both
+// sign-ups possible; failures have their own bound, signupFailuresPerAddr,
+// past which even a good sign-up waits.
+func TestSignupLimitCountsSignups(t *testing.T) {
+	ts := newTestServer(t, func(c *serverConfig) { c.SignupPerHour = 2 })
+	ts.signup(t, "ann")
+	for _, bad := range []map[string]string{
+		{"handle": "ann", "password": "password-again"}, // taken
+		{"handle": "bob", "password": "short"},
+		{"handle": "No Such Handle!", "password": "password-x"},
+	} {
+		if r := ts.do(t, "POST", "/api/v1/accounts", "", bad); r.status != 409 && r.status != 400 {
+			t.Fatalf("failed sign-up %v: %d %s", bad, r.status, r.raw)
+		}
+	}
+	ts.signup(t, "bob") // the second sign-up of the hour, after three failures
+	if r := ts.do(t, "POST", "/api/v1/accounts", "", map[string]string{"handle": "cat", "password": "password-cat"}); r.status != 429 {
+		t.Fatalf("a third sign-up in the hour: %d %s", r.status, r.raw)
+	}
+	ts.clock.Advance(time.Hour)
+	for i := range signupFailuresPerAddr {
+		if r := ts.do(t, "POST", "/api/v1/accounts", "", map[string]string{"handle": "ann", "password": "password-ann"}); r.status != 409 {
+			t.Fatalf("failure %d: %d %s", i, r.status, r.raw)
+		}
+	}
+	if r := ts.do(t, "POST", "/api/v1/accounts", "", map[string]string{"handle": "cat", "password": "password-cat"}); r.status != 429 || r.header.Get("Retry-After") == "" {
+		t.Fatalf("a sign-up after %d failures in the hour: %d %v", signupFailuresPerAddr, r.status, r.header)
+	}
+	ts.clock.Advance(time.Hour)
+	ts.signup(t, "cat")
 }
 
 func TestTrustedProxyForwardedFor(t *testing.T) {

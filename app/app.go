@@ -30,10 +30,13 @@ type App struct {
 	signinByHandle *limiter
 	signinByAddr   *limiter
 	signupByAddr   *limiter
-	secretsByAddr  *limiter
-	exportByPerson *limiter
-	exports        chan struct{} // a slot per export in flight (export.go)
-	imports        chan struct{} // the one slot for an import (console_import.go)
+	// signupFailuresByAddr counts failed sign-ups (accounts.go, takeSignup).
+	signupFailuresByAddr *limiter
+	secretsByAddr        *limiter
+	exportByPerson       *limiter
+	exports              chan struct{} // a slot per export in flight (export.go)
+	imports              chan struct{} // the one slot for an import (console_import.go)
+	uploading            inFlight      // keyed uploads running (idem.go)
 
 	handler http.Handler
 
@@ -48,6 +51,13 @@ const (
 	signinFailuresPerAddr   = 50
 	signinWindow            = 15 * time.Minute
 )
+
+// Failed sign-ups (a taken handle, a bad password, a wrong join code) count
+// per client address on their own, apart from the successful ones that
+// Config.SignupPerHour bounds: 50 an hour is a family's typos many times
+// over, and keeps a guesser from probing which handles are taken. (Join
+// codes are also held to secretFailuresPerAddr.)
+const signupFailuresPerAddr = 50
 
 // One-time secrets (reset and setup links, join codes) that are not usable
 // count per client address: past the limit the answer is 429 before the
@@ -82,20 +92,21 @@ func New(cfg Config, s *store.Store, log *slog.Logger) *App {
 		cfg.MemoryBudget = DefaultMemoryBudget
 	}
 	a := &App{
-		cfg:            cfg,
-		store:          s,
-		log:            log,
-		hasher:         newHasher(cfg.PasswordCost),
-		now:            cfg.Now,
-		metrics:        newMetrics(cfg.Now),
-		mem:            &budget{limit: cfg.MemoryBudget},
-		signinByHandle: newLimiter(signinFailuresPerHandle, signinWindow, cfg.Now),
-		signinByAddr:   newLimiter(signinFailuresPerAddr, signinWindow, cfg.Now),
-		signupByAddr:   newLimiter(cfg.SignupPerHour, time.Hour, cfg.Now),
-		secretsByAddr:  newLimiter(secretFailuresPerAddr, secretWindow, cfg.Now),
-		exportByPerson: newLimiter(exportsPerPerson, exportWindow, cfg.Now),
-		exports:        make(chan struct{}, maxExports),
-		imports:        make(chan struct{}, 1),
+		cfg:                  cfg,
+		store:                s,
+		log:                  log,
+		hasher:               newHasher(cfg.PasswordCost),
+		now:                  cfg.Now,
+		metrics:              newMetrics(cfg.Now),
+		mem:                  &budget{limit: cfg.MemoryBudget},
+		signinByHandle:       newLimiter(signinFailuresPerHandle, signinWindow, cfg.Now),
+		signinByAddr:         newLimiter(signinFailuresPerAddr, signinWindow, cfg.Now),
+		signupByAddr:         newLimiter(cfg.SignupPerHour, time.Hour, cfg.Now),
+		signupFailuresByAddr: newLimiter(signupFailuresPerAddr, time.Hour, cfg.Now),
+		secretsByAddr:        newLimiter(secretFailuresPerAddr, secretWindow, cfg.Now),
+		exportByPerson:       newLimiter(exportsPerPerson, exportWindow, cfg.Now),
+		exports:              make(chan struct{}, maxExports),
+		imports:              make(chan struct{}, 1),
 	}
 	if len(cfg.TLS.Domains) > 0 {
 		a.certs = newCertWatch(cfg.TLS, log)

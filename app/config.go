@@ -18,8 +18,9 @@ type Config struct {
 	// OpenSignup accepts sign-ups without a join code, unless the console
 	// has saved an override.
 	OpenSignup bool
-	// SignupPerHour bounds sign-ups per client address per hour; 0 is no
-	// limit. cmd/nah's default is DefaultSignupPerHour.
+	// SignupPerHour bounds successful sign-ups per client address per
+	// hour; 0 is no limit. cmd/nah's default is DefaultSignupPerHour.
+	// Failed ones have their own bound (signupFailuresPerAddr).
 	SignupPerHour int
 	// TrustedProxies are the reverse proxies whose X-Forwarded-For is
 	// believed for rate limits.

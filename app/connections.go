@@ -3,8 +3,6 @@ package app
 import (
 	"net/http"
 
-	"github.com/go-chi/chi/v5"
-
 	"github.com/nah-app/nah"
 )
 
@@ -66,7 +64,7 @@ func (a *App) handleConnections(w http.ResponseWriter, r *http.Request) {
 
 // handleConnectionDelete disconnects both sides.
 func (a *App) handleConnectionDelete(w http.ResponseWriter, r *http.Request) {
-	if err := a.store.Disconnect(r.Context(), sessionOf(r).person.ID, chi.URLParam(r, "id")); err != nil {
+	if err := a.store.Disconnect(r.Context(), sessionOf(r).person.ID, pathParam(r, "id")); err != nil {
 		a.writeError(w, r, err)
 		return
 	}

@@ -64,20 +64,25 @@ func (a *App) handleDigestPut(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, toDigestJSON(d))
 }
 
-// handleDevicePut registers the push token of the path for the signed-in
-// person: the same call twice is one device; an 11th drops the oldest.
-// The token is checked (length, alphabet) before anything else and never
-// logged.
+// handleDevicePut registers a push token for the signed-in person: from
+// the body (PUT /me/devices), or from the path (deprecated). The same call
+// twice is one device; an 11th drops the oldest. The token is checked
+// (length, alphabet) before anything else and never logged.
 func (a *App) handleDevicePut(w http.ResponseWriter, r *http.Request) {
-	token := chi.URLParam(r, "token")
-	if err := nah.CheckDeviceToken(token); err != nil {
-		a.writeError(w, r, err)
-		return
-	}
+	fromPath := chi.URLParam(r, "token") != ""
 	var in struct {
+		Token    jsonString `json:"token"`
 		Platform jsonString `json:"platform"`
 	}
 	if err := decodeJSON(w, r, smallBody, &in); err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	token := string(in.Token)
+	if fromPath {
+		token = pathParam(r, "token")
+	}
+	if err := nah.CheckDeviceToken(token); err != nil {
 		a.writeError(w, r, err)
 		return
 	}
@@ -88,9 +93,20 @@ func (a *App) handleDevicePut(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// handleDeviceDelete removes a push token of the signed-in person.
+// handleDeviceDelete removes a push token of the signed-in person, named
+// in the body (DELETE /me/devices) or in the path (deprecated).
 func (a *App) handleDeviceDelete(w http.ResponseWriter, r *http.Request) {
-	token := chi.URLParam(r, "token")
+	token := pathParam(r, "token")
+	if chi.URLParam(r, "token") == "" {
+		var in struct {
+			Token jsonString `json:"token"`
+		}
+		if err := decodeJSON(w, r, smallBody, &in); err != nil {
+			a.writeError(w, r, err)
+			return
+		}
+		token = string(in.Token)
+	}
 	if err := nah.CheckDeviceToken(token); err != nil {
 		a.writeError(w, r, err)
 		return

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nah-app/nah/store"
 )
 
 // TestDigestSettings: PUT /me/digest saves what GET /me shows; a bad or
@@ -52,6 +54,59 @@ func TestDigestSettings(t *testing.T) {
 // TestDevices: registering is idempotent, an 11th device drops the
 // oldest, DELETE removes one, tokens are bounded and checked, and a
 // deleted account's devices are gone at once.
+// TestDevicesInTheBody: PUT and DELETE /me/devices take the token in the
+// body, an FCM token's ':' included, and the token never needs to be in a
+// URL; the deprecated path form decodes %3A before it checks the token.
+func TestDevicesInTheBody(t *testing.T) {
+	ts := newTestServer(t)
+	ann := ts.signup(t, "ann")
+	fcm := "dXk1:APA91bH-x_y.z"
+	devices := func() []store.Device {
+		ds, err := ts.store.Devices(context.Background(), ann.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ds
+	}
+	if r := ts.do(t, "PUT", "/api/v1/me/devices", ann.token, map[string]string{"token": fcm, "platform": "android"}); r.status != 204 {
+		t.Fatalf("put in the body: %d %s", r.status, r.raw)
+	}
+	if ds := devices(); len(ds) != 1 || ds[0].Token != fcm || ds[0].Platform != "android" {
+		t.Fatalf("devices after a put in the body: %+v", ds)
+	}
+	for _, c := range []struct {
+		name, method string
+		body         any
+		status       int
+		code         string
+	}{
+		{"put without a token", "PUT", map[string]string{"platform": "ios"}, 400, "invalid_token"},
+		{"put a bad token", "PUT", map[string]string{"token": "a b", "platform": "ios"}, 400, "invalid_token"},
+		{"put without a platform", "PUT", map[string]string{"token": "t1"}, 400, "invalid_platform"},
+		{"put a null token", "PUT", `{"token":null,"platform":"ios"}`, 400, "invalid_json"},
+		{"delete an unknown token", "DELETE", map[string]string{"token": "unknown"}, 404, "not_found"},
+		{"delete without a token", "DELETE", map[string]string{}, 400, "invalid_token"},
+	} {
+		if r := ts.do(t, c.method, "/api/v1/me/devices", ann.token, c.body); r.status != c.status || r.errCode() != c.code {
+			t.Errorf("%s: %d %s, want %d %s", c.name, r.status, r.raw, c.status, c.code)
+		}
+	}
+	if r := ts.do(t, "DELETE", "/api/v1/me/devices", ann.token, map[string]string{"token": fcm}); r.status != 204 || len(devices()) != 0 {
+		t.Errorf("delete in the body: %d %s, %d devices left", r.status, r.raw, len(devices()))
+	}
+	// The path form, percent-encoded as encodeURIComponent writes it.
+	enc := strings.ReplaceAll(fcm, ":", "%3A")
+	if r := ts.do(t, "PUT", "/api/v1/me/devices/"+enc, ann.token, map[string]string{"platform": "android"}); r.status != 204 {
+		t.Fatalf("put %s: %d %s", enc, r.status, r.raw)
+	}
+	if ds := devices(); len(ds) != 1 || ds[0].Token != fcm {
+		t.Errorf("devices after a put of %s: %+v, want the decoded token", enc, ds)
+	}
+	if r := ts.do(t, "DELETE", "/api/v1/me/devices/"+enc, ann.token, nil); r.status != 204 || len(devices()) != 0 {
+		t.Errorf("delete %s: %d %s", enc, r.status, r.raw)
+	}
+}
+
 func TestDevices(t *testing.T) {
 	ts := newTestServer(t)
 	ann, bob := ts.signup(t, "ann"), ts.signup(t, "bob")

@@ -33,6 +33,7 @@ var statusOf = map[nah.Code]int{
 	nah.HeadersTooLarge:     http.StatusRequestHeaderFieldsTooLarge,
 	nah.QuotaExceeded:       http.StatusRequestEntityTooLarge,
 	nah.RangeNotSatisfiable: http.StatusRequestedRangeNotSatisfiable,
+	nah.Unprocessable:       http.StatusUnprocessableEntity,
 }
 
 // errInternal is what a client sees of any error that is not an *nah.Error,

@@ -2,12 +2,12 @@ package app
 
 import (
 	"bufio"
+	"crypto/sha256"
 	"encoding/base64"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
-
-	"github.com/go-chi/chi/v5"
 
 	"github.com/nah-app/nah"
 	"github.com/nah-app/nah/store"
@@ -45,7 +45,7 @@ func (a *App) handleFeed(w http.ResponseWriter, r *http.Request) {
 // handlePersonMoments serves one person's moments to themselves or a
 // connection; to anyone else the person does not exist.
 func (a *App) handlePersonMoments(w http.ResponseWriter, r *http.Request) {
-	me, id := sessionOf(r).person.ID, chi.URLParam(r, "id")
+	me, id := sessionOf(r).person.ID, pathParam(r, "id")
 	if ok, err := a.mayRead(r, me, id); err != nil || !ok {
 		if err == nil {
 			err = nah.Errorf(nah.NotFound, "", "no such person")
@@ -96,6 +96,13 @@ func (a *App) servePage(w http.ResponseWriter, r *http.Request, id string, circl
 	if p.Next != nil {
 		cursor = []byte(nah.EncodeCursor(a.store.CursorKey(), *p.Next))
 	}
+	etag := pageETag(p, cursor)
+	w.Header().Set("ETag", etag)
+	w.Header().Set("Cache-Control", "private, no-cache")
+	if etagMatches(r.Header.Get("If-None-Match"), etag) {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(pageLen(p, cursor)))
 	w.WriteHeader(http.StatusOK)
@@ -108,6 +115,35 @@ func (a *App) servePage(w http.ResponseWriter, r *http.Request, id string, circl
 	writePage(pw, p, cursor)
 	pw.Flush()
 	pw.Reset(nil)
+}
+
+// pageETag is the page's strong validator: a hash of its moments' ids and
+// authors and of its next cursor. A moment never changes once posted (it
+// can only be deleted), so these name the page's bytes exactly: a post, a
+// delete or a disconnect that changes the page changes its ETag, and
+// nothing else does. It costs a sha256 of ~60 bytes a moment, no body.
+func pageETag(p *store.Page, cursor []byte) string {
+	h := sha256.New()
+	for _, m := range p.Moments {
+		h.Write([]byte(m.ID))
+		h.Write([]byte(m.Author))
+	}
+	h.Write([]byte{0})
+	h.Write(cursor)
+	var sum [sha256.Size]byte
+	return `"` + base64.RawURLEncoding.EncodeToString(h.Sum(sum[:0])[:18]) + `"`
+}
+
+// etagMatches reports whether an If-None-Match header names etag: "*", or
+// one of its comma-separated tags, compared weakly (RFC 9110 13.1.2).
+func etagMatches(header, etag string) bool {
+	for t := range strings.SplitSeq(header, ",") {
+		t = strings.TrimPrefix(strings.TrimSpace(t), "W/")
+		if t == "*" || t == etag {
+			return true
+		}
+	}
+	return false
 }
 
 // A page is written through a small pooled buffer, never built whole: a

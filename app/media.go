@@ -1,6 +1,8 @@
 package app
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"errors"
 	"io"
 	"mime"
@@ -9,9 +11,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/go-chi/chi/v5"
-
 	"github.com/nah-app/nah"
+	"github.com/nah-app/nah/store"
 )
 
 // Media (issue 11): uploads streamed to disk through one pooled buffer,
@@ -79,11 +80,45 @@ func (a *App) handleMediaCreate(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
+	idem, err := idemOf(r)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	if idem != nil {
+		release, err := a.uploading.take(me, idem.Key)
+		if err != nil {
+			a.writeError(w, r, err)
+			return
+		}
+		defer release()
+	}
 	if err := a.takeOrOverloaded(transferCost); err != nil {
 		a.writeError(w, r, err)
 		return
 	}
 	defer a.mem.give(transferCost)
+	if idem != nil {
+		// A retry of an upload that was stored is only hashed, not kept:
+		// it needs neither disk nor quota (which the first may have filled).
+		hash, answer, err := a.store.IdemStored(r.Context(), me, idem.Key)
+		if err != nil {
+			a.writeError(w, r, err)
+			return
+		}
+		if answer != nil {
+			sum := sha256.New()
+			if !a.receive(w, r, sum, tooLarge) {
+				return
+			}
+			if !bytes.Equal(hash, idemHash("POST /media", []byte(ct), sum.Sum(nil))) {
+				a.writeError(w, r, store.ErrIdemReused())
+				return
+			}
+			writeCreated(w, answer, true)
+			return
+		}
+	}
 	up, err := a.store.StartUpload(r.Context(), me, a.cfg.QuotaBytes)
 	if err != nil {
 		a.writeError(w, r, err)
@@ -97,35 +132,57 @@ func (a *App) handleMediaCreate(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if !a.receive(w, r, up, tooLarge) {
+		return // the deferred Abort removes the temporary file
+	}
+	if idem == nil {
+		m, err := up.Commit(r.Context(), ct)
+		if err != nil {
+			a.writeError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusCreated, mediaJSON{m.ID, m.Size, m.SHA256, m.ContentType, nah.FormatTime(m.CreatedAt)})
+		return
+	}
+	idem.Hash = idemHash("POST /media", []byte(ct), up.SHA256())
+	m, replay, err := up.CommitOnce(r.Context(), ct, idem)
+	switch {
+	case err != nil:
+		a.writeError(w, r, err)
+	case replay != nil:
+		writeCreated(w, replay, true)
+	default:
+		writeCreated(w, answerJSON(m), false)
+	}
+}
+
+// receive copies an upload's body to dst at the paced rate (Transfer) and
+// reports whether it all arrived; when not, it has answered, or it panics
+// with http.ErrAbortHandler for a client that stalled or went away.
+func (a *App) receive(w http.ResponseWriter, r *http.Request, dst io.Writer, tooLarge error) bool {
 	start := time.Now()
 	rc := http.NewResponseController(w)
 	// The answer is written after the whole body: its deadline is the
 	// slowest body's, plus the server's own write timeout.
-	rc.SetWriteDeadline(a.cfg.Transfer.deadline(start, limit).Add(writeTimeout))
-	body := &pacedReader{r: http.MaxBytesReader(w, r.Body, limit), rc: rc, t: a.cfg.Transfer, start: start}
+	rc.SetWriteDeadline(a.cfg.Transfer.deadline(start, a.cfg.MaxMediaBytes).Add(writeTimeout))
+	body := &pacedReader{r: http.MaxBytesReader(w, r.Body, a.cfg.MaxMediaBytes), rc: rc, t: a.cfg.Transfer, start: start}
 	buf := copyBuffers.Get().(*[]byte)
-	_, err = io.CopyBuffer(up, body, *buf)
+	_, err := io.CopyBuffer(dst, body, *buf)
 	copyBuffers.Put(buf)
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.As(err, &mbe):
 		a.writeError(w, r, tooLarge)
-		return
+		return false
 	case body.err != nil && body.err != io.EOF:
 		// The client stalled below the minimum rate, or went away: no
-		// one is there to read an answer. The deferred Abort removes the
-		// temporary file.
+		// one is there to read an answer.
 		panic(http.ErrAbortHandler)
 	case err != nil: // the quota, or the disk
 		a.writeError(w, r, err)
-		return
+		return false
 	}
-	m, err := up.Commit(r.Context(), ct)
-	if err != nil {
-		a.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, mediaJSON{m.ID, m.Size, m.SHA256, m.ContentType, nah.FormatTime(m.CreatedAt)})
+	return true
 }
 
 type mediaJSON struct {
@@ -157,12 +214,17 @@ func (p *pacedReader) Read(b []byte) (int, error) {
 }
 
 // mediaType checks an upload's Content-Type and returns it as it is kept:
-// normalised, application/octet-stream when there is none.
+// normalised, application/octet-stream when there is none or it is a
+// wildcard (*/*, image/*: what a generated client sends when the document
+// offers a range), so that no file is ever served back as */*.
 func mediaType(v string) (string, error) {
 	if v == "" {
 		return "application/octet-stream", nil
 	}
 	mt, params, err := mime.ParseMediaType(v)
+	if err == nil && strings.Contains(mt, "*") {
+		return "application/octet-stream", nil
+	}
 	if err == nil && strings.Contains(mt, "/") {
 		if v = mime.FormatMediaType(mt, params); v != "" && len(v) <= maxContentType {
 			return v, nil
@@ -187,7 +249,7 @@ func servedType(ct string) string {
 // handleMediaGet serves media_id of person id to themselves or a
 // connection; to anyone else, and for a missing media, the same 404.
 func (a *App) handleMediaGet(w http.ResponseWriter, r *http.Request) {
-	me, id := sessionOf(r).person.ID, chi.URLParam(r, "id")
+	me, id := sessionOf(r).person.ID, pathParam(r, "id")
 	if ok, err := a.mayRead(r, me, id); err != nil || !ok {
 		if err == nil {
 			err = nah.Errorf(nah.NotFound, "", "no such media")
@@ -195,7 +257,7 @@ func (a *App) handleMediaGet(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	f, m, err := a.store.OpenMedia(r.Context(), id, chi.URLParam(r, "media_id"))
+	f, m, err := a.store.OpenMedia(r.Context(), id, pathParam(r, "media_id"))
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -255,7 +317,7 @@ func (w *rangeRefusal) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // handleMediaDelete deletes one's own media; anyone else's is 404.
 func (a *App) handleMediaDelete(w http.ResponseWriter, r *http.Request) {
-	if err := a.store.DeleteMedia(r.Context(), sessionOf(r).person.ID, chi.URLParam(r, "media_id")); err != nil {
+	if err := a.store.DeleteMedia(r.Context(), sessionOf(r).person.ID, pathParam(r, "media_id")); err != nil {
 		a.writeError(w, r, err)
 		return
 	}

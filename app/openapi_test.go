@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -77,5 +79,63 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 		if path, ok := strings.CutPrefix(d, "GET "); ok && !slices.Contains(documented, "HEAD "+path) {
 			t.Errorf("openapi.json documents GET %s without its HEAD", path)
 		}
+	}
+}
+
+// TestOpenAPIListsErrorCodes: every error code the API's code can answer
+// (the reasons given to nah.Errorf in app/ and store/, and every kind) is
+// a known value of components/schemas/ErrorCode, so that generated
+// clients have a constant for it; the console's own are not API answers.
+func TestOpenAPIListsErrorCodes(t *testing.T) {
+	raw, err := os.ReadFile("../openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Components struct {
+			Schemas struct {
+				ErrorCode struct {
+					AnyOf []struct {
+						Enum []string `json:"enum"`
+					} `json:"anyOf"`
+				} `json:"ErrorCode"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var known []string
+	for _, a := range doc.Components.Schemas.ErrorCode.AnyOf {
+		known = append(known, a.Enum...)
+	}
+	files, _ := filepath.Glob("*.go")
+	more, _ := filepath.Glob("../store/*.go")
+	files = append(append(files, more...), "../errors.go")
+	reason := regexp.MustCompile(`Errorf\(\s*(?:nah\.)?[A-Z][A-Za-z]+,\s*"([a-z0-9_]+)"`)
+	kind := regexp.MustCompile(`Code = "([a-z_]+)"`)
+	// The console's and the import's own, answered as HTML pages.
+	consoleOnly := []string{"invalid_link", "name_taken", "invalid_export", "export_too_new", "invalid_id"}
+	found := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") || strings.HasPrefix(filepath.Base(f), "console") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, re := range []*regexp.Regexp{reason, kind} {
+			for _, m := range re.FindAllSubmatch(src, -1) {
+				code := string(m[1])
+				found++
+				if !slices.Contains(known, code) && !slices.Contains(consoleOnly, code) {
+					t.Errorf("%s answers error code %q, which ErrorCode in openapi.json does not list", f, code)
+				}
+			}
+		}
+	}
+	if found < 40 {
+		t.Fatalf("found only %d error codes in the source: the patterns no longer match it", found)
 	}
 }

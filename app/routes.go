@@ -3,6 +3,7 @@ package app
 import (
 	"fmt"
 	"net/http"
+	"net/url"
 	"runtime/debug"
 	"strings"
 
@@ -67,12 +68,29 @@ func (a *App) routes() http.Handler {
 			r.Get("/people/{id}/media/{media_id}", a.handleMediaGet)
 			r.Delete("/media/{media_id}", a.handleMediaDelete)
 			r.Put("/me/digest", a.handleDigestPut)
+			r.Put("/me/devices", a.handleDevicePut)
+			r.Delete("/me/devices", a.handleDeviceDelete)
+			// The token in the path, as before (deprecated: proxies log
+			// paths, and a token is a secret).
 			r.Put("/me/devices/{token}", a.handleDevicePut)
 			r.Delete("/me/devices/{token}", a.handleDeviceDelete)
 		})
 	})
 	a.metrics.setRoutes(r)
 	return r
+}
+
+// pathParam is the path parameter name, percent-decoded: chi matches the
+// escaped path when there is one, so an FCM token's ':' sent as %3A (as
+// encodeURIComponent writes it) would reach a check still encoded. A
+// parameter that does not decode is returned as it is, for its own check
+// to refuse.
+func pathParam(r *http.Request, name string) string {
+	v := chi.URLParam(r, name)
+	if d, err := url.PathUnescape(v); err == nil {
+		return d
+	}
+	return v
 }
 
 // recoverer turns a panic into an internal error: logged with its stack,

@@ -263,6 +263,9 @@ func (s *Store) StartUpload(ctx context.Context, owner string, quota int64) (*Up
 // Size is how many bytes have been written.
 func (up *Upload) Size() int64 { return up.size }
 
+// SHA256 is the sha256 of the bytes written so far.
+func (up *Upload) SHA256() []byte { return up.h.Sum(nil) }
+
 // Reserve takes quota for total bytes of this upload ahead of writing
 // them, or fails with QuotaExceeded: for a Content-Length known at once.
 func (up *Upload) Reserve(total int64) error {
@@ -297,41 +300,69 @@ func (up *Upload) Write(p []byte) (int, error) {
 // Commit makes the upload a media file of contentType: fsynced, renamed
 // to its new id, and its row committed, in that order.
 func (up *Upload) Commit(ctx context.Context, contentType string) (nah.Media, error) {
+	m, _, err := up.CommitOnce(ctx, contentType, nil)
+	return m, err
+}
+
+// CommitOnce is Commit under an idempotency key (idem.go; nil for none),
+// stored in the row's transaction. When the key was used before for the
+// same request, the upload is dropped and replay is the first answer.
+func (up *Upload) CommitOnce(ctx context.Context, contentType string, idem *Idem) (m nah.Media, replay []byte, err error) {
 	if err := up.f.Sync(); err != nil {
 		up.Abort()
-		return nah.Media{}, up.s.spaceErr(err)
+		return nah.Media{}, nil, up.s.spaceErr(err)
 	}
 	now := up.s.now().UnixMilli()
-	m := nah.Media{ID: nah.NewMediaID(now), Owner: up.owner, Size: up.size,
+	m = nah.Media{ID: nah.NewMediaID(now), Owner: up.owner, Size: up.size,
 		SHA256: hex.EncodeToString(up.h.Sum(nil)), ContentType: contentType, CreatedAt: now}
 	final := filepath.Join(up.dir, m.ID)
 	up.u.mu.Lock()
 	defer up.u.mu.Unlock()
-	err := os.Rename(up.tmp, final)
+	err = os.Rename(up.tmp, final)
 	if err == nil {
 		err = syncDir(up.dir)
 		if err == nil {
 			err = up.s.useFile(ctx, up.owner, true, func(f *personFile) error {
-				_, err := f.db.ExecContext(ctx, `INSERT INTO media(id, size, sha256, content_type, created_at) VALUES (?, ?, ?, ?, ?)`,
-					m.ID, m.Size, m.SHA256, m.ContentType, m.CreatedAt)
-				return err
+				tx, err := f.db.BeginTx(ctx, nil)
+				if err != nil {
+					return err
+				}
+				defer tx.Rollback()
+				if idem != nil {
+					if replay, err = idemFind(ctx, tx, idem); err != nil || replay != nil {
+						return err
+					}
+				}
+				if _, err := tx.ExecContext(ctx, `INSERT INTO media(id, size, sha256, content_type, created_at) VALUES (?, ?, ?, ?, ?)`,
+					m.ID, m.Size, m.SHA256, m.ContentType, m.CreatedAt); err != nil {
+					return err
+				}
+				if idem != nil {
+					if err := idemSave(ctx, tx, idem, m, now); err != nil {
+						return err
+					}
+				}
+				return tx.Commit()
 			})
 		}
-		if err != nil {
+		if err != nil || replay != nil {
 			os.Remove(final)
 		}
 	}
 	up.done = true
 	up.u.pending -= up.reserved
-	if err != nil {
+	if err != nil || replay != nil {
 		os.Remove(up.tmp)
 		up.f.Close()
-		return nah.Media{}, up.s.spaceErr(err)
+		if err != nil {
+			return nah.Media{}, nil, up.s.spaceErr(err)
+		}
+		return nah.Media{}, replay, nil
 	}
 	up.u.bytes += m.Size
 	up.u.count++
 	up.f.Close() // the lock goes with it, once the row is there
-	return m, nil
+	return m, nil, nil
 }
 
 // Abort removes the temporary file and gives back the reserved quota.

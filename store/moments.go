@@ -11,16 +11,45 @@ import (
 // CreateMoment stores body as a new moment of author. It returns once the
 // row is committed, and with SyncFull fsynced (Sync, sqlite.go).
 func (s *Store) CreateMoment(ctx context.Context, author string, body []byte) (nah.Moment, error) {
+	m, _, err := s.CreateMomentOnce(ctx, author, body, nil)
+	return m, err
+}
+
+// CreateMomentOnce is CreateMoment under an idempotency key (idem.go; nil
+// for none), stored in the moment's transaction. When the key was used
+// before for the same request, nothing is written and replay is the first
+// answer. Retries in this process wait for each other on the file's one
+// connection; another process's wait on its write lock.
+func (s *Store) CreateMomentOnce(ctx context.Context, author string, body []byte, idem *Idem) (m nah.Moment, replay []byte, err error) {
 	n := s.graph.node(author)
 	if n == nil {
-		return nah.Moment{}, nah.Errorf(nah.NotFound, "", "no such person")
+		return nah.Moment{}, nil, nah.Errorf(nah.NotFound, "", "no such person")
 	}
-	var m nah.Moment
-	err := s.useFile(ctx, author, true, func(f *personFile) error {
+	err = s.useFile(ctx, author, true, func(f *personFile) error {
 		now := s.now().UnixMilli()
 		m = nah.Moment{ID: nah.NewMomentID(now), Author: author, CreatedAt: now}
-		if _, err := f.db.ExecContext(ctx, `INSERT INTO moments(id, created_at, body) VALUES (?, ?, ?)`, m.ID, m.CreatedAt, body); err != nil {
-			return err
+		if idem == nil {
+			if _, err := f.db.ExecContext(ctx, `INSERT INTO moments(id, created_at, body) VALUES (?, ?, ?)`, m.ID, m.CreatedAt, body); err != nil {
+				return err
+			}
+		} else {
+			tx, err := f.db.BeginTx(ctx, nil)
+			if err != nil {
+				return err
+			}
+			defer tx.Rollback()
+			if replay, err = idemFind(ctx, tx, idem); err != nil || replay != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO moments(id, created_at, body) VALUES (?, ?, ?)`, m.ID, m.CreatedAt, body); err != nil {
+				return err
+			}
+			if err := idemSave(ctx, tx, idem, m, now); err != nil {
+				return err
+			}
+			if err := tx.Commit(); err != nil {
+				return err
+			}
 		}
 		n.raiseNewest(now)
 		n.checked.Store(now)
@@ -30,10 +59,10 @@ func (s *Store) CreateMoment(ctx context.Context, author string, body []byte) (n
 		m.Body = nil
 		return nil
 	})
-	if err != nil {
-		return nah.Moment{}, err
+	if err != nil || replay != nil {
+		return nah.Moment{}, replay, err
 	}
-	return m, nil
+	return m, nil, nil
 }
 
 // DeleteMoment deletes moment id of author. A moment that is not author's

@@ -103,6 +103,8 @@ type Store struct {
 	// the directory read and the install.
 	afterConnsRead func()
 
+	run *runLock // this Store's lock file (runs.go)
+
 	stop     chan struct{}
 	stopped  chan struct{}
 	closeErr error
@@ -180,11 +182,19 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.w.Close()
 		return nil, err
 	}
-	if err = s.load(ctx); err != nil {
+	run, crashed, err := takeRun(cfg.Dir)
+	if err != nil {
+		s.r.Close()
+		s.w.Close()
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	if err = s.load(ctx, crashed); err != nil {
+		run.drop()
 		s.r.Close()
 		s.w.Close()
 		return nil, err
 	}
+	s.run = run
 	s.files = newFileCache(cfg.Dir, cfg.MaxOpenFiles, cfg.Sync, cfg.Hooks, cfg.Logger)
 	s.loadRestoreFailed()
 	go s.flushLoop()
@@ -247,8 +257,10 @@ func tightenDataDir(dir string, log *slog.Logger) {
 	}
 }
 
-// load reads the cursor key and people into memory.
-func (s *Store) load(ctx context.Context) error {
+// load reads the cursor key and people into memory. After a crash
+// (runs.go) no newest time of the directory is trusted: each is read from
+// its person's file at their first use.
+func (s *Store) load(ctx context.Context, crashed bool) error {
 	key := make([]byte, 32)
 	rand.Read(key)
 	if _, err := s.w.ExecContext(ctx, `INSERT OR IGNORE INTO meta(key, value) VALUES ('cursor_key', ?)`, key); err != nil {
@@ -276,7 +288,11 @@ func (s *Store) load(ctx context.Context) error {
 		// one staleness period; a post that a crash kept out of it shows
 		// after. The trust is spread over the period at random so that the
 		// re-reads do not all fall due in the same second, 30 s after start.
-		g.addLocked(id, newest, now-mrand.Int64N(s.staleAfter.Milliseconds()))
+		checked := now - mrand.Int64N(s.staleAfter.Milliseconds())
+		if crashed {
+			checked = 0
+		}
+		g.addLocked(id, newest, checked)
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("store: load people: %w", err)
@@ -436,6 +452,11 @@ func (s *Store) Close() error {
 		s.files.closeAll()
 		errs = append(errs, s.r.Close(), s.w.Close())
 		s.closeErr = errors.Join(errs...)
+		if errs[0] == nil {
+			s.run.drop() // every newest time reached the directory
+		} else {
+			s.run.f.Close() // left unlocked: the next Open reads the files
+		}
 	})
 	return s.closeErr
 }

@@ -216,7 +216,7 @@ var variables = []variable{
 		}
 		return nil
 	}},
-	{"NAH_SIGNUP_PER_HOUR", strconv.Itoa(app.DefaultSignupPerHour), "sign-ups per client address per hour; 0 = no limit", func(c *config, v string) (err error) {
+	{"NAH_SIGNUP_PER_HOUR", strconv.Itoa(app.DefaultSignupPerHour), "successful sign-ups per client address per hour; 0 = no limit", func(c *config, v string) (err error) {
 		if c.App.SignupPerHour, err = strconv.Atoi(v); err != nil || c.App.SignupPerHour < 0 {
 			return errors.New("want a whole number, 0 for no limit")
 		}

@@ -89,16 +89,25 @@ func (a *App) consoleError(w http.ResponseWriter, r *http.Request, p ui.Page, er
 		if p.Title == "" {
 			p.Title = "Something is wrong"
 		}
-		p.Error = e.Message
+		p.Error = refusalText(e)
 		return ui.MessagePage(p)
 	})
+}
+
+// refusalText is an error's sentence as the console shows it: a rate
+// limit says when to try again, in words.
+func refusalText(e *nah.Error) string {
+	if e.Code == nah.RateLimited && e.RetryAfter > 0 {
+		return "Too many attempts: try again " + ui.InAbout(e.RetryAfter) + "."
+	}
+	return e.Message
 }
 
 // formError answers a form's submission with err: the form again, with the
 // error's sentence above it.
 func (a *App) formError(w http.ResponseWriter, r *http.Request, f ui.Form, err error) {
 	a.respondError(w, r, err, func(e *nah.Error) templ.Component {
-		f.Error = e.Message
+		f.Error = refusalText(e)
 		return ui.FormPage(f)
 	})
 }

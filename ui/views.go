@@ -81,6 +81,9 @@ type People struct {
 	Total     int
 	PageNum   int
 	PageCount int
+	// CreateError is a refused Create, shown in its form with the handle
+	// typed (NewHandle).
+	CreateError, NewHandle string
 }
 
 // Imported is the page after a person is imported: Page.Secret holds
@@ -119,6 +122,8 @@ type Person struct {
 	DigestOn     bool
 	Devices      int
 	LastDigestAt int64
+	// DeleteError is a refused deletion, shown in its form.
+	DeleteError string
 }
 
 // Deleted lists the people deleted and not yet purged.
@@ -177,6 +182,24 @@ type Form struct {
 	Action string
 	Kind   string // signin, setup, reset
 	Handle string
+}
+
+// htmxConfig is htmx's configuration (the layout's htmx-config meta tag):
+// every answer but 204 is swapped in, refusals and errors included.
+const htmxConfig = `{"responseHandling":[{"code":"204","swap":false},{"code":"...","swap":true}]}`
+
+// InAbout says how long until something, as a person would: "in about 5
+// minutes". It rounds up, so that whoever waits as told is never early.
+func InAbout(d time.Duration) string {
+	switch {
+	case d <= time.Minute:
+		return "in a minute"
+	case d <= time.Hour:
+		n := int((d + time.Minute - 1) / time.Minute)
+		return "in about " + strconv.Itoa(n) + " minutes"
+	}
+	n := int((d + time.Hour - 1) / time.Hour)
+	return "in about " + strconv.Itoa(n) + " " + plural(n, "hour", "hours")
 }
 
 // When formats a unix-millisecond time for a table, or "never".

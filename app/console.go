@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/a-h/templ"
@@ -76,6 +77,12 @@ func (a *App) consoleRoutes(r chi.Router) {
 func (a *App) render(w http.ResponseWriter, r *http.Request, status int, c templ.Component) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
+	if r.Method == http.MethodPost && r.Header.Get("HX-Request") == "true" {
+		// htmx would put the POST's own URL in the address bar, which a
+		// reload then GETs: "this route does not take GET". The page the
+		// form was on is the address of what this answer shows.
+		w.Header().Set("HX-Replace-Url", formPageURL(r))
+	}
 	w.WriteHeader(status)
 	if err := c.Render(r.Context(), w); err != nil {
 		a.log.Error("render", "route", routePattern(r), "err", err)
@@ -110,6 +117,36 @@ func (a *App) formError(w http.ResponseWriter, r *http.Request, f ui.Form, err e
 		f.Error = refusalText(e)
 		return ui.FormPage(f)
 	})
+}
+
+// formPageURL is the console page an htmx request came from (htmx's
+// HX-Current-URL), path and query only; the overview when it is not one.
+func formPageURL(r *http.Request) string {
+	u, err := url.Parse(r.Header.Get("HX-Current-URL"))
+	if err != nil || !consolePath(u.Path) {
+		return "/console"
+	}
+	if u.RawQuery != "" {
+		return u.Path + "?" + u.RawQuery
+	}
+	return u.Path
+}
+
+// consolePath reports whether path is the console's, whose unknown
+// addresses and wrong methods are answered with a page, not JSON.
+func consolePath(path string) bool {
+	return path == "/console" || strings.HasPrefix(path, "/console/") || strings.HasPrefix(path, "/reset/")
+}
+
+// consoleNoRoute answers a console address that does not exist, or not
+// for this method, with a page and a way back.
+func (a *App) consoleNoRoute(w http.ResponseWriter, r *http.Request, err error) {
+	title := "No such page"
+	if nah.ErrorCode(err) == nah.MethodNotAllowed {
+		title = "Not a page to open"
+		err = nah.Errorf(nah.MethodNotAllowed, "", "This address is an action (%s is not what it takes); go back and use its button.", r.Method)
+	}
+	a.consoleError(w, r, ui.Page{Title: title}, err)
 }
 
 func (a *App) requireAdmin(next http.Handler) http.Handler {

@@ -146,3 +146,89 @@ func TestConsoleRefusalsInBrowser(t *testing.T) {
 		}
 	}
 }
+
+// TestConsoleReloadInBrowser: with JavaScript on, a reload after each
+// action shows a console page, never the JSON of a POST-only route; an
+// unknown console address and a wrong method are console pages with a way
+// back.
+func TestConsoleReloadInBrowser(t *testing.T) {
+	ctx, consoleErrors := startBrowser(t)
+	rs := newReplicatedServer(t)
+	mustAdmin(t, rs.store, "root", "admin-password")
+	ann := rs.signup(t, "ann")
+	rs.post(t, ann, []byte("one"))
+	mustSync(t, rs.backups)
+
+	must := func(step string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+	}
+	// reload reloads the page and checks it is the console's page at path
+	// with title h1.
+	reload := func(step, path, h1 string) {
+		t.Helper()
+		must(step+": reload", chromedp.Do(ctx, chromedp.Reload()))
+		browserWait(t, ctx, step+": after the reload", fmt.Sprintf(
+			`document.readyState === "complete" && document.contentType === "text/html" && location.pathname === %q && document.querySelector("h1") !== null && document.querySelector("h1").innerText === %q`, path, h1))
+	}
+	act := func(step, page, waitFor string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		must(step, chromedp.Do(ctx, chromedp.Navigate(rs.URL+page)))
+		browserWait(t, ctx, step+": page", `document.readyState === "complete"`)
+		must(step, chromedp.Do(ctx, actions...))
+		browserWait(t, ctx, step+": answer", waitFor)
+	}
+	click := func(sel string) chromedp.Action[chromedp.Void] { return chromedp.Click(chromedp.CSS(sel)) }
+	keys := func(sel, s string) chromedp.Action[chromedp.Void] { return chromedp.SendKeys(chromedp.CSS(sel), s) }
+
+	act("wrong password", "/console/login", `document.querySelector("#error") !== null`,
+		keys("#name", "root"), keys("#password", "wrong-password"), click("button[type=submit]"))
+	reload("wrong password", "/console/login", "Sign in")
+	act("sign in", "/console/login", `location.pathname === "/console"`,
+		keys("#name", "root"), keys("#password", "admin-password"), click("button[type=submit]"))
+	reload("sign in", "/console", "Overview")
+
+	person := "/console/people/" + ann.id
+	act("reset link", person, `document.querySelector("#secret") !== null`, click(`form[action$="/reset"] button`))
+	reload("reset link", person, "ann")
+	act("disable", person, `document.querySelector("#state").innerText === "disabled"`, click("#toggle"))
+	reload("disable", person, "ann")
+	act("delete with a typo", person, `document.querySelector("#delete-error") !== null`, keys("#confirm", "anne"), click("#delete"))
+	reload("delete with a typo", person, "ann")
+	act("create refused", "/console/people", `document.querySelector("#create-error") !== null`,
+		click("details summary"), keys("#new-handle", "ann"), keys("#new-password", "password-ann2"), click("#create-person button"))
+	reload("create refused", "/console/people", "People")
+	act("join code", "/console/joincodes", `document.querySelector("#secret") !== null`, click(`form[action="/console/joincodes"] button`))
+	reload("join code", "/console/joincodes", "Join codes")
+	act("revoke code", "/console/joincodes", `document.querySelector(".code-state").innerText === "revoked"`, click("td form button"))
+	reload("revoke code", "/console/joincodes", "Join codes")
+	act("settings", "/console/settings", `document.querySelector("[role=status]") !== null`, click(`form[action="/console/settings"] button`))
+	reload("settings", "/console/settings", "Settings")
+	act("sync now", "/console/backups", `document.body.innerText.includes("Synced in")`, click("#sync-now"))
+	reload("sync now", "/console/backups", "Backups")
+	confirm := "/console/backups/restore?" + url.Values{"person": {ann.id}, "at": {"2001-01-01T00:00:00Z"}}.Encode()
+	act("restore refused", confirm, `document.querySelector("#error") !== null`, click("#restore-confirm"))
+	reload("restore refused", "/console/backups/restore", "Restore ann")
+
+	// No such page, and an action's address opened: console pages with a
+	// way back to it.
+	for _, tc := range []struct{ path, h1 string }{
+		{"/console/no-such-page", "No such page"},
+		{"/console/backups/sync", "Not a page to open"},
+		{"/reset/a/b", "No such page"},
+	} {
+		must(tc.path, chromedp.Do(ctx, chromedp.Navigate(rs.URL+tc.path)))
+		browserWait(t, ctx, tc.path, fmt.Sprintf(`document.contentType === "text/html" && document.querySelector("h1") !== null && document.querySelector("h1").innerText === %q && document.querySelector('main a[href="/console"]') !== null`, tc.h1))
+	}
+	must("sign out", chromedp.Do(ctx, chromedp.Navigate(rs.URL+"/console"), click(`form[action="/console/logout"] button`)))
+	browserWait(t, ctx, "signed out", `location.pathname === "/console/login"`)
+	reload("sign out", "/console/login", "Sign in")
+
+	for _, e := range consoleErrors() {
+		if !strings.Contains(e, "Failed to load resource: the server responded with a status of") {
+			t.Errorf("browser console error: %s", e)
+		}
+	}
+}

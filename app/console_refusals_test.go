@@ -232,3 +232,79 @@ func TestConsoleReloadInBrowser(t *testing.T) {
 		}
 	}
 }
+
+// TestConsoleDangerInBrowser: the actions that cannot be taken back in a
+// click look dangerous and stand in the person page's danger zone, and a
+// long action disables its button and says what it is doing while it runs.
+func TestConsoleDangerInBrowser(t *testing.T) {
+	ctx, consoleErrors := startBrowser(t)
+	rs := newReplicatedServer(t)
+	mustAdmin(t, rs.store, "root", "admin-password")
+	ann := rs.signup(t, "ann")
+	rs.post(t, ann, []byte("one"))
+	mustSync(t, rs.backups)
+
+	must := func(step string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+	}
+	must("sign in", chromedp.Do(ctx,
+		chromedp.Navigate(rs.URL+"/console/login"),
+		chromedp.SendKeys(chromedp.CSS("#name"), "root"),
+		chromedp.SendKeys(chromedp.CSS("#password"), "admin-password"),
+		chromedp.Click(chromedp.CSS("button[type=submit]"))))
+	browserWait(t, ctx, "overview", `location.pathname === "/console"`)
+
+	// danger is the check that every sel is in the warning colour, unlike
+	// the page's plain buttons, and, when zone, inside the danger zone.
+	danger := func(step string, zone bool, sels ...string) {
+		t.Helper()
+		for _, sel := range sels {
+			got, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`(() => {
+  const b = document.querySelector(%q), plain = document.querySelector('button:not(.danger)');
+  if (!b) return "missing";
+  const bg = getComputedStyle(b).backgroundColor;
+  if (bg !== "rgb(176, 0, 32)" || bg === getComputedStyle(plain).backgroundColor) return "background " + bg;
+  if (%v && !b.closest(".danger-zone")) return "outside the danger zone";
+  return "";
+})()`, sel, zone)))
+			must(step, err)
+			if got != "" {
+				t.Errorf("%s: %s: %s", step, sel, got)
+			}
+		}
+	}
+	must("ann's page", chromedp.Do(ctx, chromedp.Navigate(rs.URL+"/console/people/"+ann.id)))
+	browserWait(t, ctx, "ann's page", `document.querySelector("#delete") !== null`)
+	danger("ann's page", true, "#toggle", "#delete")
+	danger("ann's page", false, `button[aria-label^="Revoke session"]`)
+	if got, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector("#restore-person").closest(".danger-zone") !== null`)); err != nil || !got {
+		t.Errorf("the restore to a time is not in the danger zone (%v)", err)
+	}
+	confirm := "/console/backups/restore?" + url.Values{"person": {ann.id}, "at": {time.Now().UTC().Format(time.RFC3339)}}.Encode()
+	must("confirmation", chromedp.Do(ctx, chromedp.Navigate(rs.URL+confirm)))
+	browserWait(t, ctx, "confirmation", `document.querySelector("#restore-confirm") !== null`)
+	danger("confirmation", false, "#restore-confirm")
+
+	// Sync now: at the click its button is disabled, and the progress
+	// line shows, so that it cannot be sent twice.
+	must("backups", chromedp.Do(ctx, chromedp.Navigate(rs.URL+"/console/backups")))
+	browserWait(t, ctx, "backups", `document.querySelector("#sync-now") !== null`)
+	busy, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => {
+  const b = document.querySelector("#sync-now");
+  b.click();
+  const p = b.form.querySelector(".htmx-indicator");
+  return b.disabled + " " + (p !== null && p.checkVisibility() && p.innerText.includes("up to 30 seconds"));
+})()`))
+	must("sync now", err)
+	if busy != "true true" {
+		t.Errorf("sync now while it runs: disabled and progress shown = %s", busy)
+	}
+	browserWait(t, ctx, "synced", `document.body.innerText.includes("Synced in")`)
+
+	if errs := consoleErrors(); len(errs) > 0 {
+		t.Errorf("browser console errors:\n%s", strings.Join(errs, "\n"))
+	}
+}

@@ -193,7 +193,7 @@ func (a *App) setAdminCookie(w http.ResponseWriter, r *http.Request, token strin
 // flashes are the fixed messages a redirect may ask for with ?m=.
 var flashes = map[string]string{
 	"created":  "The person is created. They can sign in with the password you gave.",
-	"disabled": "Disabled: their tokens no longer work.",
+	"disabled": "Disabled: they are signed out of every phone and cannot sign in until you enable them.",
 	"enabled":  "Enabled.",
 	"revoked":  "Revoked.",
 	"saved":    "Saved.",

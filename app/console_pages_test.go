@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 
 	"github.com/nah-app/nah/store"
@@ -185,5 +187,72 @@ func TestConsolePagesInBrowser(t *testing.T) {
 			continue
 		}
 		t.Errorf("browser console error: %s", e)
+	}
+}
+
+// TestConsoleLocalTimeInBrowser: times show in the browser's time zone,
+// "3 minutes ago" when recent, with the exact local time and the server's
+// UTC on hover.
+func TestConsoleLocalTimeInBrowser(t *testing.T) {
+	ctx, consoleErrors := startBrowser(t)
+	ts := newTestServer(t)
+	mustAdmin(t, ts.store, "root", "admin-password")
+	ann := ts.signup(t, "ann")
+	p, err := ts.store.FindPersonByID(context.Background(), ann.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	auckland, err := time.LoadLocation("Pacific/Auckland")
+	if err != nil {
+		t.Fatal(err)
+	}
+	must := func(step string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+	}
+	must("time zone", chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, emulation.SetTimezoneOverride, emulation.SetTimezoneOverrideParams{TimezoneID: "Pacific/Auckland"})
+		return err
+	})))
+	must("sign in", chromedp.Do(ctx,
+		chromedp.Navigate(ts.URL+"/console/login"),
+		chromedp.SendKeys(chromedp.CSS("#name"), "root"),
+		chromedp.SendKeys(chromedp.CSS("#password"), "admin-password"),
+		chromedp.Click(chromedp.CSS("button[type=submit]"))))
+	browserWait(t, ctx, "overview", `location.pathname === "/console"`)
+	// Through a boosted link: the times of a swapped-in page are local too.
+	must("people", chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`a[href="/console/people"]`))))
+	browserWait(t, ctx, "people", `document.querySelector("#people-list time") !== null`)
+	must("ann", chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#people-list a`))))
+	browserWait(t, ctx, "ann's page", `document.querySelector("h1").innerText === "ann" && document.querySelector("main table time") !== null`)
+
+	created := time.UnixMilli(p.CreatedAt)
+	local := created.In(auckland).Format("2006-01-02 15:04")
+	utc := created.UTC().Format("2006-01-02 15:04 UTC")
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`(() => { const t = document.querySelector("main table time"); return [t.innerText, t.title]; })()`))
+	must("joined", err)
+	want := local
+	if d := time.Since(created); d < 7*24*time.Hour {
+		want = "" // recent: said as "… ago", checked below
+	}
+	if !strings.HasPrefix(got[1], local+" GMT+1") || !strings.HasSuffix(got[1], "("+utc+")") || (want != "" && !strings.HasPrefix(got[0], want)) || got[0] == utc {
+		t.Errorf("joined shows %q, hover %q; want local %s (Auckland) with %s on hover", got[0], got[1], local, utc)
+	}
+	ago, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => {
+  const t = document.createElement("time");
+  t.dateTime = new Date(Date.now() - 3 * 60 * 1000).toISOString();
+  t.textContent = "utc";
+  document.querySelector("main").append(t);
+  htmx.trigger(t, "htmx:load");
+  return t.innerText;
+})()`))
+	must("ago", err)
+	if ago != "3 minutes ago" {
+		t.Errorf("a time 3 minutes ago shows %q", ago)
+	}
+	if errs := consoleErrors(); len(errs) > 0 {
+		t.Errorf("browser console errors:\n%s", strings.Join(errs, "\n"))
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/nah-app/nah/store"
+	"github.com/nah-app/nah/ui"
 )
 
 // Every console page in real Chromium at a desktop's size and in a phone's
@@ -252,6 +253,71 @@ func TestConsoleLocalTimeInBrowser(t *testing.T) {
 	if ago != "3 minutes ago" {
 		t.Errorf("a time 3 minutes ago shows %q", ago)
 	}
+	if errs := consoleErrors(); len(errs) > 0 {
+		t.Errorf("browser console errors:\n%s", strings.Join(errs, "\n"))
+	}
+}
+
+// TestConsoleHandOverInBrowser: a new join code and a reset link each say
+// for whom and until when, with a copy button and a QR code of exactly the
+// value shown; the join codes page says when open sign-up makes codes
+// unnecessary.
+func TestConsoleHandOverInBrowser(t *testing.T) {
+	ctx, consoleErrors := startBrowser(t)
+	ts := newTestServer(t, func(c *serverConfig) { c.OpenSignup = false })
+	mustAdmin(t, ts.store, "root", "admin-password")
+	ann, err := ts.store.CreatePerson(context.Background(), store.NewPerson{Handle: "ann", PasswordHash: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	must := func(step string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+	}
+	must("sign in", chromedp.Do(ctx,
+		chromedp.Navigate(ts.URL+"/console/login"),
+		chromedp.SendKeys(chromedp.CSS("#name"), "root"),
+		chromedp.SendKeys(chromedp.CSS("#password"), "admin-password"),
+		chromedp.Click(chromedp.CSS("button[type=submit]"))))
+	browserWait(t, ctx, "overview", `location.pathname === "/console"`)
+
+	handOver := func(step, says string) {
+		t.Helper()
+		browserWait(t, ctx, step+": copy button", `document.querySelector("button.copy") !== null && document.querySelector("button.copy").checkVisibility()`)
+		got, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`(() => {
+  const v = document.querySelector("#secret"), n = document.querySelector("#secret-note"), q = document.querySelector("#qr path");
+  const b = document.querySelector("button.copy");
+  return [v.innerText.trim(), n && n.checkVisibility() ? n.innerText : "", q ? q.getAttribute("d") : "", b && b.checkVisibility() ? "copy" : ""];
+})()`))
+		must(step, err)
+		secret := got[0]
+		svg := ui.QRSVG(secret)
+		if secret == "" || !strings.Contains(got[1], says) || got[2] == "" || !strings.Contains(svg, `d="`+got[2]+`"`) || got[3] != "copy" {
+			t.Fatalf("%s: value %q, note %q, QR of the value %v, copy button %q", step, secret, got[1], got[2] != "" && strings.Contains(svg, got[2]), got[3])
+		}
+		must(step+": copy", chromedp.Do(ctx, chromedp.Click(chromedp.CSS("button.copy"))))
+		browserWait(t, ctx, step+": copied", fmt.Sprintf(`(() => { const b = document.querySelector("button.copy");
+  return b.innerText === "Copied" || (b.innerText.startsWith("Selected") && getSelection().toString().trim() === %q); })()`, secret))
+	}
+	must("join codes", chromedp.Do(ctx, chromedp.Navigate(ts.URL+"/console/joincodes")))
+	browserWait(t, ctx, "join codes", `document.querySelector("#open-signup-note") === null`)
+	must("create code", chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`form[action="/console/joincodes"] button`))))
+	browserWait(t, ctx, "code shown", `document.querySelector("#secret") !== null`)
+	handOver("join code", "in the app they choose Sign up and type this code, or scan it. It works once, until ")
+
+	must("ann", chromedp.Do(ctx, chromedp.Navigate(ts.URL+"/console/people/"+ann.ID)))
+	browserWait(t, ctx, "ann", `document.querySelector('form[action$="/reset"] button') !== null`)
+	must("reset link", chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`form[action$="/reset"] button`))))
+	browserWait(t, ctx, "link shown", `document.querySelector("#secret") !== null`)
+	handOver("reset link", "For ann: they open this link on their phone (or scan it)")
+
+	if err := ts.store.SetSetting(context.Background(), settingOpenSignup, "true"); err != nil {
+		t.Fatal(err)
+	}
+	must("join codes", chromedp.Do(ctx, chromedp.Navigate(ts.URL+"/console/joincodes")))
+	browserWait(t, ctx, "open sign-up said", `document.querySelector("#open-signup-note") !== null && document.querySelector("#open-signup-note").innerText.includes("codes are not needed now")`)
 	if errs := consoleErrors(); len(errs) > 0 {
 		t.Errorf("browser console errors:\n%s", strings.Join(errs, "\n"))
 	}

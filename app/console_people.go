@@ -112,6 +112,9 @@ func (a *App) personPage(w http.ResponseWriter, r *http.Request, status int, sec
 	v.Title = p.Handle
 	v.Flash = flashes[r.URL.Query().Get("m")]
 	v.Secret = secret
+	if secret != "" {
+		v.SecretNote = resetNote(p.Handle)
+	}
 	v.DeleteError = deleteErr
 	ss, err1 := a.store.Sessions(r.Context(), id, sessionsPerPage)
 	cs, err2 := a.store.Connections(r.Context(), id)
@@ -180,6 +183,11 @@ func (a *App) handlePersonReset(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.personPage(w, r, http.StatusCreated, ResetLink(a.cfg.PublicURL, token), "")
+}
+
+// resetNote says for whom a reset link is and what to do with it.
+func resetNote(handle string) string {
+	return "For " + handle + ": they open this link on their phone (or scan it) and choose a new password. It works once, for 24 hours; every phone signed in as " + handle + " is then signed out."
 }
 
 func (a *App) handleSessionsRevoke(w http.ResponseWriter, r *http.Request) {

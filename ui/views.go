@@ -16,6 +16,9 @@ type Page struct {
 	Flash  string // a one-time message, such as a code shown once
 	Error  string
 	Secret string // a value shown once (a join code, a reset link)
+	// SecretNote says for whom Secret is, until when, and what to do
+	// with it.
+	SecretNote string
 }
 
 // Overview is the home page of the console.
@@ -157,7 +160,8 @@ type JoinCodeRow struct {
 // JoinCodes is the join-code page.
 type JoinCodes struct {
 	Page
-	Codes []JoinCodeRow
+	Codes      []JoinCodeRow
+	OpenSignup bool // codes are not needed while it is on
 }
 
 // Setting is one line of the effective configuration.

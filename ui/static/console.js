@@ -39,3 +39,29 @@
   document.addEventListener("DOMContentLoaded", () => localize(document));
   document.addEventListener("htmx:load", (e) => localize(e.target));
 })();
+
+// Copy buttons (hidden without JavaScript): copy the text of the element
+// named by data-copy, or, where the clipboard is refused (plain HTTP from
+// another machine is not a secure context), select it for the reader.
+(function () {
+  "use strict";
+  function show(root) {
+    for (const b of root.querySelectorAll("button.copy[data-copy]")) b.hidden = false;
+  }
+  document.addEventListener("DOMContentLoaded", () => show(document));
+  document.addEventListener("htmx:load", (e) => show(e.target));
+  document.addEventListener("click", (e) => {
+    const b = e.target.closest("button.copy[data-copy]");
+    const el = b && document.getElementById(b.dataset.copy);
+    if (!el) return;
+    const select = () => {
+      const r = document.createRange();
+      r.selectNodeContents(el);
+      getSelection().removeAllRanges();
+      getSelection().addRange(r);
+      b.textContent = "Selected: press Ctrl+C (or Copy)";
+    };
+    if (!navigator.clipboard) return select();
+    navigator.clipboard.writeText(el.textContent.trim()).then(() => { b.textContent = "Copied"; }, select);
+  });
+})();

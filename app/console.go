@@ -84,7 +84,7 @@ func (a *App) render(w http.ResponseWriter, r *http.Request, status int, c templ
 		w.Header().Set("HX-Replace-Url", formPageURL(r))
 	}
 	w.WriteHeader(status)
-	if err := c.Render(r.Context(), w); err != nil {
+	if err := c.Render(ui.WithVersion(r.Context(), a.cfg.Version), w); err != nil {
 		a.log.Error("render", "route", routePattern(r), "err", err)
 	}
 }

@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"context"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -186,6 +187,19 @@ type Form struct {
 	Action string
 	Kind   string // signin, setup, reset
 	Handle string
+}
+
+type versionKey struct{}
+
+// WithVersion gives the layout the server's version, for its footer.
+func WithVersion(ctx context.Context, v string) context.Context {
+	return context.WithValue(ctx, versionKey{}, v)
+}
+
+// versionOf is the version WithVersion gave, or "".
+func versionOf(ctx context.Context) string {
+	v, _ := ctx.Value(versionKey{}).(string)
+	return v
 }
 
 // htmxConfig is htmx's configuration (the layout's htmx-config meta tag):

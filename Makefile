@@ -5,15 +5,15 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 GOFLAGS_BUILD := -trimpath -ldflags "$(LDFLAGS)"
 
-.PHONY: run test build build-all generate lint contract fuzz bench bench-media bench-digest bench-compare bench-baseline clean
+.PHONY: run test build build-all generate lint contract axe fuzz bench bench-media bench-digest bench-compare bench-baseline clean
 
 ## run: the server with its embedded defaults (data in ./data, 127.0.0.1:8090)
 run:
 	go run $(GOFLAGS_BUILD) ./cmd/nah serve
 
-## test: lint, the API contract, then every test (the full suite takes a few
-## minutes on 2 cores)
-test: lint contract
+## test: lint, the API contract, axe-core for the console's browser test,
+## then every test (the full suite takes a few minutes on 2 cores)
+test: lint contract axe
 	go test -count=1 -timeout 20m ./...
 
 ## build: a static, stripped, version-stamped binary for this machine
@@ -47,6 +47,11 @@ contract:
 	cd contract && node_modules/.bin/openapi-typescript ../openapi.json -o generated.ts
 	cd contract && node_modules/.bin/tsc --noEmit --strict -p .
 
+## axe: axe-core, pinned in app/testdata/axe, which the console's browser
+## test injects into every page (needs npm and the npm registry)
+axe:
+	cd app/testdata/axe && npm ci --no-audit --no-fund --loglevel=error
+
 ## fuzz: a short run of each fuzz target (the seed corpus runs in make test)
 fuzz:
 	go test -run '^$$' -fuzz FuzzDecodeCursor -fuzztime 30s .
@@ -77,4 +82,4 @@ bench-baseline:
 	go run ./bench baseline
 
 clean:
-	rm -rf bin contract/node_modules contract/generated.ts
+	rm -rf bin contract/node_modules contract/generated.ts app/testdata/axe/node_modules

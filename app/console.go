@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/a-h/templ"
@@ -76,8 +77,14 @@ func (a *App) consoleRoutes(r chi.Router) {
 func (a *App) render(w http.ResponseWriter, r *http.Request, status int, c templ.Component) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
+	if r.Method == http.MethodPost && r.Header.Get("HX-Request") == "true" {
+		// htmx would put the POST's own URL in the address bar, which a
+		// reload then GETs: "this route does not take GET". The page the
+		// form was on is the address of what this answer shows.
+		w.Header().Set("HX-Replace-Url", formPageURL(r))
+	}
 	w.WriteHeader(status)
-	if err := c.Render(r.Context(), w); err != nil {
+	if err := c.Render(ui.WithVersion(r.Context(), a.cfg.Version), w); err != nil {
 		a.log.Error("render", "route", routePattern(r), "err", err)
 	}
 }
@@ -89,18 +96,57 @@ func (a *App) consoleError(w http.ResponseWriter, r *http.Request, p ui.Page, er
 		if p.Title == "" {
 			p.Title = "Something is wrong"
 		}
-		p.Error = e.Message
+		p.Error = refusalText(e)
 		return ui.MessagePage(p)
 	})
+}
+
+// refusalText is an error's sentence as the console shows it: a rate
+// limit says when to try again, in words.
+func refusalText(e *nah.Error) string {
+	if e.Code == nah.RateLimited && e.RetryAfter > 0 {
+		return "Too many attempts: try again " + ui.InAbout(e.RetryAfter) + "."
+	}
+	return e.Message
 }
 
 // formError answers a form's submission with err: the form again, with the
 // error's sentence above it.
 func (a *App) formError(w http.ResponseWriter, r *http.Request, f ui.Form, err error) {
 	a.respondError(w, r, err, func(e *nah.Error) templ.Component {
-		f.Error = e.Message
+		f.Error = refusalText(e)
 		return ui.FormPage(f)
 	})
+}
+
+// formPageURL is the console page an htmx request came from (htmx's
+// HX-Current-URL), path and query only; the overview when it is not one.
+func formPageURL(r *http.Request) string {
+	u, err := url.Parse(r.Header.Get("HX-Current-URL"))
+	if err != nil || !consolePath(u.Path) {
+		return "/console"
+	}
+	if u.RawQuery != "" {
+		return u.Path + "?" + u.RawQuery
+	}
+	return u.Path
+}
+
+// consolePath reports whether path is the console's, whose unknown
+// addresses and wrong methods are answered with a page, not JSON.
+func consolePath(path string) bool {
+	return path == "/console" || strings.HasPrefix(path, "/console/") || strings.HasPrefix(path, "/reset/")
+}
+
+// consoleNoRoute answers a console address that does not exist, or not
+// for this method, with a page and a way back.
+func (a *App) consoleNoRoute(w http.ResponseWriter, r *http.Request, err error) {
+	title := "No such page"
+	if nah.ErrorCode(err) == nah.MethodNotAllowed {
+		title = "Not a page to open"
+		err = nah.Errorf(nah.MethodNotAllowed, "", "This address is an action (%s is not what it takes); go back and use its button.", r.Method)
+	}
+	a.consoleError(w, r, ui.Page{Title: title}, err)
 }
 
 func (a *App) requireAdmin(next http.Handler) http.Handler {
@@ -147,7 +193,7 @@ func (a *App) setAdminCookie(w http.ResponseWriter, r *http.Request, token strin
 // flashes are the fixed messages a redirect may ask for with ?m=.
 var flashes = map[string]string{
 	"created":  "The person is created. They can sign in with the password you gave.",
-	"disabled": "Disabled: their tokens no longer work.",
+	"disabled": "Disabled: they are signed out of every phone and cannot sign in until you enable them.",
 	"enabled":  "Enabled.",
 	"revoked":  "Revoked.",
 	"saved":    "Saved.",

@@ -178,7 +178,7 @@ func (a *App) handleBackupSync(w http.ResponseWriter, r *http.Request) {
 		a.log.Warn("backups: sync now", "err", err)
 		e := nah.Errorf(nah.Unavailable, "", "Sync failed after %s: %v. Posts go on locally; replication retries by itself.", ui.Round(took), err)
 		a.respondError(w, r, e, func(e *nah.Error) templ.Component {
-			v.Error = e.Message
+			v.SyncError = e.Message
 			return ui.BackupsPage(v)
 		})
 		return

@@ -13,18 +13,23 @@ import (
 // Join codes: single-use sign-up codes for servers without open sign-up.
 // A new code is shown once; the list shows only its hint.
 
-func (a *App) joinCodesPage(w http.ResponseWriter, r *http.Request, status int, secret string) {
+func (a *App) joinCodesPage(w http.ResponseWriter, r *http.Request, status int, secret string, expires int64) {
 	pg := page(r, "Join codes", "joincodes")
 	cs, err := a.store.JoinCodes(r.Context(), 200)
+	var open bool
+	if err == nil {
+		open, _, err = a.openSignup(r.Context())
+	}
 	if err != nil {
 		a.consoleError(w, r, pg, err)
 		return
 	}
-	v := ui.JoinCodes{Page: pg}
+	v := ui.JoinCodes{Page: pg, OpenSignup: open}
 	v.Flash = flashes[r.URL.Query().Get("m")]
 	if secret != "" {
 		v.Flash = "The new join code is shown once. Give it to the person who will sign up:"
 		v.Secret = secret
+		v.SecretNote = "For the person who will sign up: in the app they choose Sign up and type this code, or scan it. It works once, until " + ui.When(expires) + "."
 	}
 	now := a.now().UnixMilli()
 	for _, c := range cs {
@@ -43,7 +48,7 @@ func (a *App) joinCodesPage(w http.ResponseWriter, r *http.Request, status int, 
 }
 
 func (a *App) handleJoinCodes(w http.ResponseWriter, r *http.Request) {
-	a.joinCodesPage(w, r, http.StatusOK, "")
+	a.joinCodesPage(w, r, http.StatusOK, "", 0)
 }
 
 func (a *App) handleJoinCodeCreate(w http.ResponseWriter, r *http.Request) {
@@ -53,12 +58,12 @@ func (a *App) handleJoinCodeCreate(w http.ResponseWriter, r *http.Request) {
 		a.consoleError(w, r, page(r, "Join codes", "joincodes"), nah.Errorf(nah.Invalid, "", "a join code is valid for up to 90 days"))
 		return
 	}
-	code, _, err := a.store.CreateJoinCode(r.Context(), ttl)
+	code, jc, err := a.store.CreateJoinCode(r.Context(), ttl)
 	if err != nil {
 		a.consoleError(w, r, page(r, "Join codes", "joincodes"), err)
 		return
 	}
-	a.joinCodesPage(w, r, http.StatusCreated, code)
+	a.joinCodesPage(w, r, http.StatusCreated, code, jc.ExpiresAt)
 }
 
 func (a *App) handleJoinCodeRevoke(w http.ResponseWriter, r *http.Request) {

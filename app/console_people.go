@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/a-h/templ"
 	"github.com/go-chi/chi/v5"
 
 	"github.com/nah-app/nah"
@@ -30,21 +31,31 @@ func toRow(p nah.Person) ui.PersonRow {
 	return ui.PersonRow{ID: p.ID, Handle: p.Handle, CreatedAt: p.CreatedAt, NewestAt: p.NewestAt, Disabled: p.Disabled}
 }
 
-func (a *App) handlePeople(w http.ResponseWriter, r *http.Request) {
+// peopleView is the People page: page ?page= of those whose handle holds ?q=.
+func (a *App) peopleView(r *http.Request) (ui.People, error) {
 	q := strings.ToLower(strings.TrimSpace(r.URL.Query().Get("q")))
 	if len(q) > nah.HandleMaxLen {
 		q = q[:nah.HandleMaxLen]
 	}
 	pageNum, _ := strconv.Atoi(r.URL.Query().Get("page"))
 	pageNum = max(pageNum, 1)
+	v := ui.People{Page: page(r, "People", "people"), Query: q, PageNum: pageNum}
 	ps, total, err := a.store.ListPeople(r.Context(), q, (pageNum-1)*peoplePerPage, peoplePerPage)
 	if err != nil {
-		a.consoleError(w, r, page(r, "People", "people"), err)
-		return
+		return v, err
 	}
-	v := ui.People{Page: page(r, "People", "people"), Query: q, Total: total, PageNum: pageNum, PageCount: (total + peoplePerPage - 1) / peoplePerPage}
+	v.Total, v.PageCount = total, (total+peoplePerPage-1)/peoplePerPage
 	for _, p := range ps {
 		v.Rows = append(v.Rows, toRow(p))
+	}
+	return v, nil
+}
+
+func (a *App) handlePeople(w http.ResponseWriter, r *http.Request) {
+	v, err := a.peopleView(r)
+	if err != nil {
+		a.consoleError(w, r, v.Page, err)
+		return
 	}
 	// htmx's search-as-you-type asks for the list alone; boosted navigation
 	// and browsers without JavaScript get the page.
@@ -58,27 +69,38 @@ func (a *App) handlePeople(w http.ResponseWriter, r *http.Request) {
 func (a *App) handlePersonCreate(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, smallBody)
 	handle, password := strings.TrimSpace(r.PostFormValue("handle")), r.PostFormValue("password")
-	p := page(r, "People", "people")
+	// A refusal shows the People page again, its message in the form.
+	refuse := func(err error) {
+		v, verr := a.peopleView(r)
+		if verr != nil {
+			a.consoleError(w, r, v.Page, verr)
+			return
+		}
+		a.respondError(w, r, err, func(e *nah.Error) templ.Component {
+			v.CreateError, v.NewHandle = refusalText(e), handle
+			return ui.PeoplePage(v)
+		})
+	}
 	if err := nah.CheckSignup(handle, password); err != nil {
-		a.consoleError(w, r, p, err)
+		refuse(err)
 		return
 	}
 	hash, err := a.hasher.hash(r.Context(), password)
 	if err != nil {
-		a.consoleError(w, r, p, err)
+		refuse(err)
 		return
 	}
 	person, err := a.store.CreatePerson(r.Context(), store.NewPerson{Handle: handle, PasswordHash: hash})
 	if err != nil {
-		a.consoleError(w, r, p, err)
+		refuse(err)
 		return
 	}
 	http.Redirect(w, r, "/console/people/"+person.ID+"?m=created", http.StatusSeeOther)
 }
 
 // personPage renders a person's page with status; secret is a value shown
-// once, errMsg a refusal to show above the page.
-func (a *App) personPage(w http.ResponseWriter, r *http.Request, status int, secret, errMsg string) {
+// once, deleteErr a refused deletion to show in its form.
+func (a *App) personPage(w http.ResponseWriter, r *http.Request, status int, secret, deleteErr string) {
 	id := chi.URLParam(r, "id")
 	pg := page(r, "Person", "people")
 	p, err := a.store.FindPersonByID(r.Context(), id)
@@ -90,7 +112,10 @@ func (a *App) personPage(w http.ResponseWriter, r *http.Request, status int, sec
 	v.Title = p.Handle
 	v.Flash = flashes[r.URL.Query().Get("m")]
 	v.Secret = secret
-	v.Error = errMsg
+	if secret != "" {
+		v.SecretNote = resetNote(p.Handle)
+	}
+	v.DeleteError = deleteErr
 	ss, err1 := a.store.Sessions(r.Context(), id, sessionsPerPage)
 	cs, err2 := a.store.Connections(r.Context(), id)
 	var err3, err5 error
@@ -158,6 +183,11 @@ func (a *App) handlePersonReset(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.personPage(w, r, http.StatusCreated, ResetLink(a.cfg.PublicURL, token), "")
+}
+
+// resetNote says for whom a reset link is and what to do with it.
+func resetNote(handle string) string {
+	return "For " + handle + ": they open this link on their phone (or scan it) and choose a new password. It works once, for 24 hours; every phone signed in as " + handle + " is then signed out."
 }
 
 func (a *App) handleSessionsRevoke(w http.ResponseWriter, r *http.Request) {

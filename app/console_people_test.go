@@ -91,7 +91,7 @@ func TestConsolePeoplePages(t *testing.T) {
 	c := signedInAdmin(t, ts)
 	p1 := get(t, c, ts.URL+"/console/people")
 	p2 := get(t, c, ts.URL+"/console/people?page=2")
-	rows := func(s string) int { return strings.Count(s, `<td><a href="/console/people/`) }
+	rows := func(s string) int { return strings.Count(s, `<td data-label="Handle"><a href="/console/people/`) }
 	if rows(p1.body) != peoplePerPage || rows(p2.body) != 5 || !strings.Contains(p1.body, "page 1 of 2") || !strings.Contains(p1.body, ">Next<") {
 		t.Fatalf("pages hold %d and %d rows", rows(p1.body), rows(p2.body))
 	}

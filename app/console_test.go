@@ -169,3 +169,15 @@ func TestStaticAssets(t *testing.T) {
 		t.Fatalf("path trick: %d", a.status)
 	}
 }
+
+// TestConsoleFooterVersion: every console page, signed in or not, names
+// the binary's version in its footer.
+func TestConsoleFooterVersion(t *testing.T) {
+	ts := newTestServer(t, func(c *serverConfig) { c.Version = "v1.2.3-test" })
+	c := signedInAdmin(t, ts)
+	for _, path := range []string{"/console/login", "/console", "/console/people", "/console/no-such-page"} {
+		if p := get(t, c, ts.URL+path); !strings.Contains(p.body, `id="version">nah v1.2.3-test</p>`) {
+			t.Errorf("%s: %d, no version in the footer", path, p.status)
+		}
+	}
+}

@@ -29,10 +29,10 @@ const (
 	//     this origin only; script-src is not relaxed further, so no inline
 	//     script and no eval (the console has none, and uses no hx-on or
 	//     trigger filters, the htmx features that would need eval);
-	//   - style-src 'self' 'unsafe-inline': the layout's <style> block, the
-	//     chart legend's style attributes and htmx's indicator styles are
-	//     inline; inline CSS cannot run script. Moving them into the
-	//     vendored stylesheet would let this drop to 'self';
+	//   - style-src 'self' 'unsafe-inline': the chart legend's style
+	//     attributes and htmx's indicator styles are inline; inline CSS
+	//     cannot run script. Moving them into ui/static/console.css would
+	//     let this drop to 'self';
 	//   - img-src 'self' data:: Pico draws its form controls' icons as
 	//     data: SVGs from its stylesheet;
 	//   - form-action 'self', base-uri 'none', object-src 'none': an

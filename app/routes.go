@@ -25,6 +25,10 @@ func (a *App) routes() http.Handler {
 	// Content-Length included, and drops the body.
 	r.Use(a.recoverer, a.metrics.measure, a.limitHeaders, middleware.GetHead, a.admit)
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) {
+		if consolePath(req.URL.Path) {
+			a.consoleNoRoute(w, req, nah.Errorf(nah.NotFound, "", "There is no page at this address."))
+			return
+		}
 		a.writeError(w, req, nah.Errorf(nah.NotFound, "", "no such route"))
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
@@ -39,6 +43,10 @@ func (a *App) routes() http.Handler {
 			}
 		}
 		w.Header().Set("Allow", strings.Join(allow, ", "))
+		if consolePath(req.URL.Path) {
+			a.consoleNoRoute(w, req, nah.Errorf(nah.MethodNotAllowed, "", "this route does not take %s", req.Method))
+			return
+		}
 		a.writeError(w, req, nah.Errorf(nah.MethodNotAllowed, "", "this route does not take %s", req.Method))
 	})
 

@@ -31,6 +31,8 @@ type Backups struct {
 
 	// RestoreCommand rebuilds the whole server from the target.
 	RestoreCommand string
+	// SyncError is a failed "Sync now", shown by its button.
+	SyncError string
 }
 
 // BackupFile is one database's replication.

@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"context"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -16,6 +17,9 @@ type Page struct {
 	Flash  string // a one-time message, such as a code shown once
 	Error  string
 	Secret string // a value shown once (a join code, a reset link)
+	// SecretNote says for whom Secret is, until when, and what to do
+	// with it.
+	SecretNote string
 }
 
 // Overview is the home page of the console.
@@ -81,6 +85,9 @@ type People struct {
 	Total     int
 	PageNum   int
 	PageCount int
+	// CreateError is a refused Create, shown in its form with the handle
+	// typed (NewHandle).
+	CreateError, NewHandle string
 }
 
 // Imported is the page after a person is imported: Page.Secret holds
@@ -119,6 +126,8 @@ type Person struct {
 	DigestOn     bool
 	Devices      int
 	LastDigestAt int64
+	// DeleteError is a refused deletion, shown in its form.
+	DeleteError string
 }
 
 // Deleted lists the people deleted and not yet purged.
@@ -152,7 +161,8 @@ type JoinCodeRow struct {
 // JoinCodes is the join-code page.
 type JoinCodes struct {
 	Page
-	Codes []JoinCodeRow
+	Codes      []JoinCodeRow
+	OpenSignup bool // codes are not needed while it is on
 }
 
 // Setting is one line of the effective configuration.
@@ -177,6 +187,37 @@ type Form struct {
 	Action string
 	Kind   string // signin, setup, reset
 	Handle string
+}
+
+type versionKey struct{}
+
+// WithVersion gives the layout the server's version, for its footer.
+func WithVersion(ctx context.Context, v string) context.Context {
+	return context.WithValue(ctx, versionKey{}, v)
+}
+
+// versionOf is the version WithVersion gave, or "".
+func versionOf(ctx context.Context) string {
+	v, _ := ctx.Value(versionKey{}).(string)
+	return v
+}
+
+// htmxConfig is htmx's configuration (the layout's htmx-config meta tag):
+// every answer but 204 is swapped in, refusals and errors included.
+const htmxConfig = `{"responseHandling":[{"code":"204","swap":false},{"code":"...","swap":true}]}`
+
+// InAbout says how long until something, as a person would: "in about 5
+// minutes". It rounds up, so that whoever waits as told is never early.
+func InAbout(d time.Duration) string {
+	switch {
+	case d <= time.Minute:
+		return "in a minute"
+	case d <= time.Hour:
+		n := int((d + time.Minute - 1) / time.Minute)
+		return "in about " + strconv.Itoa(n) + " minutes"
+	}
+	n := int((d + time.Hour - 1) / time.Hour)
+	return "in about " + strconv.Itoa(n) + " " + plural(n, "hour", "hours")
 }
 
 // When formats a unix-millisecond time for a table, or "never".

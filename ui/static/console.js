@@ -1,0 +1,67 @@
+// The console's only script of its own (htmx aside). Every time the server
+// writes is in UTC, in a <time datetime> element; here each is shown in the
+// reader's time zone: "3 minutes ago" within a week, else the local date
+// and time, with the exact local time and zone on hover. Without
+// JavaScript the UTC text stays.
+(function () {
+  "use strict";
+  const rel = new Intl.RelativeTimeFormat(undefined, { numeric: "auto" });
+  const zone = new Intl.DateTimeFormat(undefined, { timeZoneName: "short" });
+  const pad = (n) => String(n).padStart(2, "0");
+  function exact(d) {
+    const z = zone.formatToParts(d).find((p) => p.type === "timeZoneName");
+    return d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate()) + " " +
+      pad(d.getHours()) + ":" + pad(d.getMinutes()) + (z ? " " + z.value : "");
+  }
+  // Under 45 s is "now", under an hour minutes, then hours, then days; a
+  // week or more away is a date.
+  const steps = [[3600, 60, "minute"], [86400, 3600, "hour"], [604800, 86400, "day"]];
+  function relative(d) {
+    const s = (d.getTime() - Date.now()) / 1000;
+    if (Math.abs(s) < 45) return rel.format(0, "second");
+    for (const [below, unit, name] of steps) {
+      if (Math.abs(s) < below) return rel.format(Math.round(s / unit) || Math.sign(s), name);
+    }
+    return exact(d);
+  }
+  function localize(root) {
+    const times = [...root.querySelectorAll("time[datetime]")];
+    if (root.matches && root.matches("time[datetime]")) times.push(root);
+    for (const t of times) {
+      if (t.dataset.utc) continue;
+      const d = new Date(t.dateTime);
+      if (isNaN(d.getTime())) continue;
+      t.dataset.utc = t.textContent;
+      t.title = exact(d) + " (" + t.textContent + ")";
+      t.textContent = relative(d);
+    }
+  }
+  document.addEventListener("DOMContentLoaded", () => localize(document));
+  document.addEventListener("htmx:load", (e) => localize(e.target));
+})();
+
+// Copy buttons (hidden without JavaScript): copy the text of the element
+// named by data-copy, or, where the clipboard is refused (plain HTTP from
+// another machine is not a secure context), select it for the reader.
+(function () {
+  "use strict";
+  function show(root) {
+    for (const b of root.querySelectorAll("button.copy[data-copy]")) b.hidden = false;
+  }
+  document.addEventListener("DOMContentLoaded", () => show(document));
+  document.addEventListener("htmx:load", (e) => show(e.target));
+  document.addEventListener("click", (e) => {
+    const b = e.target.closest("button.copy[data-copy]");
+    const el = b && document.getElementById(b.dataset.copy);
+    if (!el) return;
+    const select = () => {
+      const r = document.createRange();
+      r.selectNodeContents(el);
+      getSelection().removeAllRanges();
+      getSelection().addRange(r);
+      b.textContent = "Selected: press Ctrl+C (or Copy)";
+    };
+    if (!navigator.clipboard) return select();
+    navigator.clipboard.writeText(el.textContent.trim()).then(() => { b.textContent = "Copied"; }, select);
+  });
+})();

@@ -219,7 +219,6 @@ func TestImportHugeValue(t *testing.T) {
 	tarball := exportedTar(t)
 	ts := newTestServer(t)
 	c := signedInAdmin(t, ts)
-	const generated = 50 << 20
 	cases := []struct {
 		name   string
 		change func(db *sql.DB) error
@@ -285,6 +284,64 @@ func TestImportHugeValue(t *testing.T) {
 		})
 	}
 	if p := postImport(t, c, ts, "", tarball); p.status != 201 {
+		t.Fatalf("the honest export after all that: %d\n%s", p.status, p.body)
+	}
+}
+
+// openFDs is how many descriptors this process (the server's) holds.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	es, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(es)
+}
+
+// TestFailedImportsLeaveNothing: imports that fail once the person's file
+// would exist (a moment from the future, a media row whose file is not in
+// the tar, more than the quota) on a server that replicates leave no
+// folder in people/, no open file, no watched file and a healthy server:
+// the import builds in its temporary folder and moves only a whole result
+// into people/.
+func TestFailedImportsLeaveNothing(t *testing.T) {
+	tarball := exportedTar(t)
+	rs := newReplicatedServer(t, func(c *serverConfig) { c.QuotaBytes = 1 << 20 })
+	c := signedInAdmin(t, rs.testServer)
+	future := alteredTar(t, tarball, execSQL(`UPDATE moments SET created_at = 253402300799000 WHERE id = (SELECT max(id) FROM moments)`))
+	noFile := alteredTar(t, tarball, execSQL(`INSERT INTO media VALUES ('06f80une588vsk1m6147d3leds', 1, printf('%.*c', 64, 'a'), 'image/png', 1)`))
+	big := alteredTar(t, tarball, momentsRows(30, `INSERT INTO moments(id, created_at, body) VALUES (?, ?, zeroblob(60000))`))
+	people := func() []string {
+		es, _ := os.ReadDir(filepath.Join(rs.dir, "people"))
+		var ns []string
+		for _, e := range es {
+			ns = append(ns, e.Name())
+		}
+		return ns
+	}
+	before, fds := people(), openFDs(t)
+	for i := range 30 {
+		hostile := [][]byte{future, noFile, big}[i%3]
+		if p := postImport(t, c, rs.testServer, "", hostile); p.status/100 != 4 {
+			t.Fatalf("import %d: %d, want a 4xx\n%.1000s", i, p.status, p.body)
+		}
+	}
+	time.Sleep(500 * time.Millisecond) // replication's queue runs
+	after, fdsAfter := people(), openFDs(t)
+	t.Logf("30 failed imports: people/ %d entries before, %d after; descriptors %d before, %d after", len(before), len(after), fds, fdsAfter)
+	if len(after) != len(before) {
+		t.Errorf("people/ holds %v after the failed imports, %v before", after, before)
+	}
+	if fdsAfter > fds+5 {
+		t.Errorf("%d descriptors open after the failed imports, %d before", fdsAfter, fds)
+	}
+	if h := rs.do(t, "GET", "/healthz", "", nil); h.status != 200 || h.str("status") != "ok" {
+		t.Errorf("healthz after the failed imports: %d %s", h.status, h.raw)
+	}
+	if left, _ := filepath.Glob(filepath.Join(rs.dir, "import-*")); len(left) != 0 {
+		t.Errorf("left behind: %v", left)
+	}
+	if p := postImport(t, c, rs.testServer, "", tarball); p.status != 201 {
 		t.Fatalf("the honest export after all that: %d\n%s", p.status, p.body)
 	}
 }

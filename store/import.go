@@ -175,37 +175,24 @@ func (s *Store) ImportPerson(ctx context.Context, r io.Reader, opts ImportOption
 
 	res := ImportResult{Person: nah.Person{ID: nah.NewPersonID(), Handle: handle, CreatedAt: created.UnixMilli()}}
 	id := res.Person.ID
-	f, err := s.files.acquire(ctx, id, true)
+	newest, err := s.buildImported(ctx, db, tmp, media, opts, room, &res)
 	if err != nil {
-		s.removePersonFiles(id) // the folder is made before the file
 		return ImportResult{}, s.spaceErr(err)
 	}
-	s.files.release(f)
-	var newest int64
-	err = s.useFile(ctx, id, true, func(f *personFile) error {
-		var err error
-		latest := s.now().Add(time.Minute).UnixMilli()
-		res.Moments, newest, err = copyMoments(ctx, db, f.db, opts.MaxMomentBytes, latest, room, opts.QuotaBytes)
-		if err == nil {
-			err = copyMedia(ctx, db, f.db, media, filepath.Join(tmp, mediaDirName), filepath.Join(filepath.Dir(f.path), mediaDirName), latest)
-		}
-		if err == nil {
-			var written int64
-			if written, err = fileBytes(ctx, f.db); err == nil && written > room {
-				err = overQuota(opts.QuotaBytes)
-			}
-		}
-		return err
-	})
-	if err == nil {
+	if err := s.moveImported(ctx, tmp, id, func() error {
 		res.Person.NewestAt = newest
+		var err error
 		res.Link, err = s.insertImported(ctx, res.Person, res.Moments, m.Connections)
-	}
-	if err != nil {
-		s.removePersonFiles(id)
-		return ImportResult{}, err
+		return err
+	}); err != nil {
+		return ImportResult{}, s.spaceErr(err)
 	}
 	s.graph.add(id, newest, s.now().UnixMilli())
+	// Replication learns of the file now that it is complete, as it does
+	// of a restored person's.
+	if err := s.watchPerson(ctx, id); err != nil {
+		s.log.Warn("replication: watch an imported person", "person", id, "err", err)
+	}
 
 	for _, c := range m.Connections {
 		if _, _, err := s.FindPersonByHandle(ctx, c.Handle); err == nil && c.Handle != handle {
@@ -213,6 +200,110 @@ func (s *Store) ImportPerson(ctx context.Context, r io.Reader, opts ImportOption
 		}
 	}
 	return res, nil
+}
+
+// builtDirName is the person's folder as an import builds it inside its
+// temporary folder, which no replicator and no open-file cache knows.
+const builtDirName = "person"
+
+// buildImported makes the imported person's folder in tmp/person: a
+// person file made by our own migrations, the moments and media copied
+// into it, its size checked against room, closed (its WAL checkpointed
+// away). It returns the newest moment's time.
+func (s *Store) buildImported(ctx context.Context, src *untrustedDB, tmp string, media map[string]ManifestFile, opts ImportOptions, room int64, res *ImportResult) (newest int64, err error) {
+	dir := filepath.Join(tmp, builtDirName)
+	if err := os.Mkdir(dir, privateDir); err != nil {
+		return 0, err
+	}
+	p := filepath.Join(dir, "person.db")
+	// Not replicated while it is built: it is closed, its WAL checkpointed
+	// away, before anything watches it.
+	dst, err := openDB(p, false, 1, personCacheKiB, s.files.sync, false)
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		if cerr := dst.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}()
+	if err := migrate(ctx, dst, p, personMigrations); err != nil {
+		return 0, err
+	}
+	latest := s.now().Add(time.Minute).UnixMilli()
+	if res.Moments, newest, err = copyMoments(ctx, src, dst, opts.MaxMomentBytes, latest, room, opts.QuotaBytes); err != nil {
+		return 0, err
+	}
+	if err := copyMedia(ctx, src, dst, media, filepath.Join(tmp, mediaDirName), filepath.Join(dir, mediaDirName), latest); err != nil {
+		return 0, err
+	}
+	if written, err := fileBytes(ctx, dst); err != nil {
+		return 0, err
+	} else if written > room {
+		return 0, overQuota(opts.QuotaBytes)
+	}
+	return newest, nil
+}
+
+// importPendingPrefix names the marker, at the top of the data directory,
+// of an imported folder moved into people/ whose directory row may not be
+// committed yet. Open removes the folder of a marker whose person has no
+// row (a crash between the two), and the marker.
+const importPendingPrefix = "import-pending-"
+
+// moveImported renames tmp/person into people/<id> and runs insert, which
+// commits the person's directory row. A marker file names the folder
+// while the two are apart; on a failed insert the folder goes again.
+func (s *Store) moveImported(ctx context.Context, tmp, id string, insert func() error) error {
+	dir, err := s.files.personDir(id)
+	if err != nil {
+		return err
+	}
+	marker := filepath.Join(s.dir, importPendingPrefix+id)
+	if err := os.WriteFile(marker, nil, privateFile); err != nil {
+		return err
+	}
+	if err := syncDir(s.dir); err != nil {
+		os.Remove(marker)
+		return err
+	}
+	if err := os.Rename(filepath.Join(tmp, builtDirName), dir); err != nil {
+		os.Remove(marker)
+		return err
+	}
+	if err := syncDir(filepath.Dir(dir)); err != nil {
+		os.RemoveAll(dir)
+		os.Remove(marker)
+		return err
+	}
+	if err := insert(); err != nil {
+		os.RemoveAll(dir)
+		os.Remove(marker)
+		return err
+	}
+	os.Remove(marker)
+	return nil
+}
+
+// removePendingImports finishes what a crash during moveImported left:
+// the folder of a marker whose person has no directory row is removed.
+func (s *Store) removePendingImports(ctx context.Context) {
+	ms, _ := filepath.Glob(filepath.Join(s.dir, importPendingPrefix+"*"))
+	for _, m := range ms {
+		id := strings.TrimPrefix(filepath.Base(m), importPendingPrefix)
+		var n int
+		if err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM people WHERE id = ?`, id).Scan(&n); err != nil {
+			continue // the next start tries again
+		}
+		if d, err := s.files.personDir(id); err == nil && n == 0 {
+			if err := os.RemoveAll(d); err != nil {
+				s.log.Warn("cannot remove what an interrupted import left", "path", d, "err", err)
+				continue
+			}
+			s.log.Info("removed what an interrupted import left", "path", d)
+		}
+		os.Remove(m)
+	}
 }
 
 func handleTaken(handle string) error {

@@ -391,3 +391,38 @@ func TestImportCopyStopsAtQuota(t *testing.T) {
 		t.Errorf("the person's files hold %d bytes after a refused copy into %d", st.Database, room)
 	}
 }
+
+// TestPendingImportRemovedAtOpen: a crash after an import moved its folder
+// into people/ and before its directory row committed leaves the folder
+// and its marker; the next Open removes that folder, and leaves the folder
+// of a marker whose person has a row (a crash after the commit).
+func TestPendingImportRemovedAtOpen(t *testing.T) {
+	dir := t.TempDir()
+	s := MustOpen(t, Config{Dir: dir})
+	ann := mustPerson(t, s, "ann")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	orphan := nah.NewPersonID()
+	if err := os.MkdirAll(filepath.Join(dir, "people", orphan), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "people", orphan, "person.db"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{orphan, ann.ID} {
+		if err := os.WriteFile(filepath.Join(dir, importPendingPrefix+id), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	MustOpen(t, Config{Dir: dir})
+	if _, err := os.Stat(filepath.Join(dir, "people", orphan)); !os.IsNotExist(err) {
+		t.Errorf("the folder of an import without a row is still there: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "people", ann.ID, "person.db")); err != nil {
+		t.Errorf("ann's folder is gone: %v", err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, importPendingPrefix+"*")); len(left) != 0 {
+		t.Errorf("markers left: %v", left)
+	}
+}

@@ -160,19 +160,24 @@ func personSchema(ctx context.Context, v int) (want, extra []schemaEntry, err er
 // (generated or not), index, view, virtual table or trigger, or any other
 // statement for ours.
 func checkUntrustedSchema(ctx context.Context, u *untrustedDB) (version int, err error) {
+	return checkSchemaAs(ctx, u, badExport)
+}
+
+// checkSchemaAs is checkUntrustedSchema with bad making its errors.
+func checkSchemaAs(ctx context.Context, u *untrustedDB, bad func(format string, args ...any) error) (version int, err error) {
 	if err := u.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
-		return 0, badExport("person.db is not a readable SQLite database: %v", err)
+		return 0, bad("person.db is not a readable SQLite database: %v", err)
 	}
 	if version > len(personMigrations) {
 		return 0, nah.Errorf(nah.Invalid, "export_too_new",
 			"person.db's schema version is %d and this server knows up to %d: upgrade this server first", version, len(personMigrations))
 	}
 	if version < 1 {
-		return 0, badExport("person.db's schema version is %d: not a person file", version)
+		return 0, bad("person.db's schema version is %d: not a person file", version)
 	}
 	got, err := readSchema(ctx, u)
 	if err != nil {
-		return 0, badExport("person.db's schema cannot be read within this server's bounds: %v", err)
+		return 0, bad("person.db's schema cannot be read within this server's bounds: %v", err)
 	}
 	want, extra, err := personSchema(ctx, version)
 	if err != nil {
@@ -180,16 +185,33 @@ func checkUntrustedSchema(ctx context.Context, u *untrustedDB) (version int, err
 	}
 	for _, e := range got {
 		if !slices.Contains(want, e) && !slices.Contains(extra, e) {
-			return 0, badExport("person.db's schema is not this server's: %s %s is %s", e.typ, short(e.name), short(e.sql.String))
+			return 0, bad("person.db's schema is not this server's: %s %s is %s", e.typ, short(e.name), short(e.sql.String))
 		}
 	}
 	for _, e := range want {
 		if !slices.Contains(got, e) {
-			return 0, badExport("person.db's schema is not this server's: %s %s is missing", e.typ, e.name)
+			return 0, bad("person.db's schema is not this server's: %s %s is missing", e.typ, e.name)
 		}
 	}
 	u.version = version
 	return version, nil
+}
+
+// checkRestoredCopy checks a person file restored from a replica, which
+// whoever can write the bucket could have written, as an import's: its
+// schema must be exactly ours at its version, so that no trigger, view or
+// generated column of theirs runs on the server's own writes to it.
+func checkRestoredCopy(ctx context.Context, p string) error {
+	bad := func(format string, args ...any) error {
+		return nah.Errorf(nah.Unavailable, "bad_copy", "the restored copy is not a person file of this server: "+format, args...)
+	}
+	u, err := openUntrusted(ctx, p, nah.DefaultMaxMomentBytes)
+	if err != nil {
+		return bad("%v", err)
+	}
+	defer u.Close()
+	_, err = checkSchemaAs(ctx, u, bad)
+	return err
 }
 
 // shortMax is how much of an untrusted value an error message repeats.

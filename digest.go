@@ -36,14 +36,22 @@ func ParseDigestTime(s string) (int, error) {
 const maxZoneLen = 64
 
 // LoadZone returns the location of an IANA zone name. "Local", the empty
-// name and anything the database does not hold are an Invalid error
-// naming the field: a digest is read in the person's zone, never the
-// server's.
+// name, the host's own files and anything the database does not hold are
+// an Invalid error naming the field: a digest is read in the person's
+// zone, never the server's.
 func LoadZone(name string) (*time.Location, error) {
 	bad := Errorf(Invalid, "invalid_timezone", "timezone is an IANA time zone name, such as Europe/Lisbon")
 	if name == "" || name == "Local" || len(name) > maxZoneLen || strings.ContainsFunc(name, func(r rune) bool {
 		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("/_+-", r))
 	}) {
+		return nil, bad
+	}
+	// time.LoadLocation reads the host's zoneinfo before the embedded
+	// database, and the host's holds files that are no IANA zone:
+	// localtime (the host's own zone), posixrules (New York's rules on
+	// Debian), and posix/ and right/ copies of every zone (right/ with
+	// leap seconds). None of them is in the embedded database.
+	if name == "localtime" || name == "posixrules" || strings.HasPrefix(name, "posix/") || strings.HasPrefix(name, "right/") {
 		return nil, bad
 	}
 	loc, err := time.LoadLocation(name)

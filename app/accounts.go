@@ -91,7 +91,7 @@ func (a *App) handleAccountCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p = created
-	a.startSession(w, r, p)
+	a.startSession(w, r, p, hash)
 }
 
 // takeSignup counts a sign-up from addr against both of its limits
@@ -170,7 +170,7 @@ func (a *App) handleSessionCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	giveBack()
-	a.startSession(w, r, p)
+	a.startSession(w, r, p, hash)
 }
 
 // takeSignin counts one sign-in attempt against the client's address and,
@@ -193,9 +193,10 @@ func (a *App) takeSignin(addr, name string) (giveBack func(), err error) {
 	return func() { byAddr.giveBack(); byName.giveBack() }, nil
 }
 
-// startSession answers a sign-up or sign-in with a new token for p.
-func (a *App) startSession(w http.ResponseWriter, r *http.Request, p nah.Person) {
-	token, err := a.store.CreateSession(r.Context(), p.ID)
+// startSession answers a sign-up or sign-in with a new token for p, whose
+// password was checked against hash: none if it changed meanwhile.
+func (a *App) startSession(w http.ResponseWriter, r *http.Request, p nah.Person, hash string) {
+	token, err := a.store.SignIn(r.Context(), p.ID, hash)
 	if err != nil {
 		a.writeError(w, r, err)
 		return

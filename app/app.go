@@ -9,6 +9,7 @@ package app
 import (
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -35,8 +36,11 @@ type App struct {
 	secretsByAddr        *limiter
 	exportByPerson       *limiter
 	exports              chan struct{} // a slot per export in flight (export.go)
-	imports              chan struct{} // the one slot for an import (console_import.go)
-	uploading            inFlight      // keyed uploads running (idem.go)
+	exportMu             sync.Mutex
+	exporting            map[string]struct{} // people with an export in flight
+	fullBackups          chan struct{}       // the one slot for a full backup (console_backups.go)
+	imports              chan struct{}       // the one slot for an import (console_import.go)
+	uploading            inFlight            // keyed uploads running (idem.go)
 
 	handler http.Handler
 
@@ -106,6 +110,8 @@ func New(cfg Config, s *store.Store, log *slog.Logger) *App {
 		secretsByAddr:        newLimiter(secretFailuresPerAddr, secretWindow, cfg.Now),
 		exportByPerson:       newLimiter(exportsPerPerson, exportWindow, cfg.Now),
 		exports:              make(chan struct{}, maxExports),
+		exporting:            make(map[string]struct{}),
+		fullBackups:          make(chan struct{}, 1),
 		imports:              make(chan struct{}, 1),
 	}
 	if len(cfg.TLS.Domains) > 0 {

@@ -37,9 +37,6 @@ const (
 	// NAH_REPLICA_MAX_FILES and the directory) waits for the target, and a
 	// target that is down must not hold the operator's page longer.
 	syncNowTimeout = 30 * time.Second
-	// downloadWriteTimeout replaces the server's 30 s WriteTimeout for a
-	// full backup: 10 minutes is about 1 GB at 1.7 MB/s.
-	downloadWriteTimeout = 10 * time.Minute
 	// downloadCost is what a full backup in flight holds besides its
 	// request's base cost: gzip at level 2 allocates 794 KiB (measured:
 	// level 1 takes 1,186 KiB, levels 2 to 9 the same 794), tar's header
@@ -207,8 +204,8 @@ func (a *App) handleBackupDownload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	select {
-	case a.exports <- struct{}{}: // it reads whole files, like an export
-		defer func() { <-a.exports }()
+	case a.fullBackups <- struct{}{}: // its own slot: people's exports cannot starve it
+		defer func() { <-a.fullBackups }()
 	default:
 		a.consoleError(w, r, pg, errOverloaded())
 		return
@@ -223,10 +220,9 @@ func (a *App) handleBackupDownload(w http.ResponseWriter, r *http.Request) {
 		a.consoleError(w, r, pg, err)
 		return
 	}
-	a.extendWrite(w, downloadWriteTimeout)
 	setDownloadHeaders(w, name)
 	w.WriteHeader(http.StatusOK)
-	if err := a.writeBackupTar(r.Context(), w, rels); err != nil {
+	if err := a.writeBackupTar(r.Context(), newPacedWriter(w, a.cfg.Transfer), rels); err != nil {
 		if !errors.Is(r.Context().Err(), context.Canceled) {
 			a.log.Error("full backup: streaming failed", "err", err)
 		}

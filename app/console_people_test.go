@@ -32,15 +32,21 @@ func TestConsolePeopleActions(t *testing.T) {
 	if p := postForm(t, c, ts.URL+"/console/people", url.Values{"handle": {"dan"}, "password": {"password-dan"}}); p.status != 409 {
 		t.Fatalf("duplicate handle: %d", p.status)
 	}
-	// Disable: the token stops at once; enable: it works again.
+	// Disable: the token stops at once, and is revoked: enabling brings
+	// it not back (the console says their tokens no longer work), and dan
+	// signs in anew.
 	postForm(t, c, ts.URL+"/console/people/"+id+"/disable", nil)
 	if r := ts.do(t, "GET", "/api/v1/me", token, nil); r.status != 401 {
 		t.Fatalf("disabled: %d", r.status)
 	}
 	postForm(t, c, ts.URL+"/console/people/"+id+"/enable", nil)
-	if r := ts.do(t, "GET", "/api/v1/me", token, nil); r.status != 200 {
-		t.Fatalf("enabled: %d", r.status)
+	if r := ts.do(t, "GET", "/api/v1/me", token, nil); r.status != 401 {
+		t.Fatalf("a token from before the disable, once enabled: %d, want 401", r.status)
 	}
+	if r = ts.do(t, "POST", "/api/v1/sessions", "", map[string]string{"handle": "dan", "password": "password-dan"}); r.status != 201 {
+		t.Fatalf("dan signs in once enabled: %d", r.status)
+	}
+	token = r.str("token")
 	// Sessions: listed, revoked one by one.
 	pg := get(t, c, ts.URL+"/console/people/"+id)
 	m := regexp.MustCompile(`name="session" value="([0-9a-f]{16})"`).FindStringSubmatch(pg.body)

@@ -30,6 +30,12 @@ func TestDigestSettings(t *testing.T) {
 		{"the server's zone", map[string]any{"time": "08:30", "timezone": "Local", "enabled": true}, "invalid_timezone"},
 		{"a path", map[string]any{"time": "08:30", "timezone": "../../etc/passwd", "enabled": true}, "invalid_timezone"},
 		{"an offset", map[string]any{"time": "08:30", "timezone": "+01:00", "enabled": true}, "invalid_timezone"},
+		// Files of the host's zoneinfo that are no IANA zone: the host's
+		// own zone, and New York's rules under another name.
+		{"the host's localtime", map[string]any{"time": "08:30", "timezone": "localtime", "enabled": true}, "invalid_timezone"},
+		{"posixrules", map[string]any{"time": "08:30", "timezone": "posixrules", "enabled": true}, "invalid_timezone"},
+		{"the host's right/ copy", map[string]any{"time": "08:30", "timezone": "right/Europe/Lisbon", "enabled": true}, "invalid_timezone"},
+		{"the host's posix/ copy", map[string]any{"time": "08:30", "timezone": "posix/Europe/Lisbon", "enabled": true}, "invalid_timezone"},
 		{"no enabled", map[string]any{"time": "08:30", "timezone": "Europe/Lisbon"}, "invalid_enabled"},
 		{"null enabled", `{"time":"08:30","timezone":"Europe/Lisbon","enabled":null}`, "invalid_json"},
 		{"null time", `{"time":null,"timezone":"Europe/Lisbon","enabled":true}`, "invalid_json"},

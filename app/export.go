@@ -3,11 +3,13 @@ package app
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"time"
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/nah-app/nah"
 	"github.com/nah-app/nah/store"
 )
 
@@ -32,12 +34,59 @@ const (
 	// the copy; measured in TestExportMeasure), which is outside the
 	// request budget and not in store.SQLiteMemoryBound: 4 keep it under
 	// 2 MB, and an export is bound by the disk, which 4 already share.
+	// A person has at most one of them in flight (a.exporting), so one
+	// account cannot hold them all; the full backup has a slot of its own.
 	maxExports = 4
-	// exportWriteTimeout replaces the server's 30 s WriteTimeout for an
-	// export, so that a large person file reaches a slow phone: 10 minutes
-	// is 100 MB at about 170 KB/s.
-	exportWriteTimeout = 10 * time.Minute
 )
+
+// errExportInFlight answers a second export of one person while the
+// first is still being sent.
+func errExportInFlight() error {
+	e := nah.Errorf(nah.RateLimited, "export_in_flight", "an export of this person is still being sent: wait for it to finish")
+	e.RetryAfter = exportWindow
+	return e
+}
+
+// takeExporting marks person id as having an export in flight, or
+// reports that they already have one.
+func (a *App) takeExporting(id string) bool {
+	a.exportMu.Lock()
+	defer a.exportMu.Unlock()
+	if _, ok := a.exporting[id]; ok {
+		return false
+	}
+	a.exporting[id] = struct{}{}
+	return true
+}
+
+func (a *App) giveExporting(id string) {
+	a.exportMu.Lock()
+	delete(a.exporting, id)
+	a.exportMu.Unlock()
+}
+
+// pacedWriter replaces a flat write deadline for a download of any size
+// (an export, the full backup): each write of n bytes must be taken by the
+// client within Transfer.Grace + n/Transfer.MinRate (30 s + 2 s for 32 KiB
+// by default), so a client that reads nothing is cut off within about
+// Grace, and one that keeps the minimum rate is never cut off, however
+// large the download.
+type pacedWriter struct {
+	w  io.Writer
+	rc *http.ResponseController
+	t  Transfer
+}
+
+func newPacedWriter(w http.ResponseWriter, t Transfer) pacedWriter {
+	return pacedWriter{w: w, rc: http.NewResponseController(w), t: t}
+}
+
+func (p pacedWriter) Write(b []byte) (int, error) {
+	if err := p.rc.SetWriteDeadline(p.t.deadline(time.Now(), int64(len(b)))); err != nil {
+		return 0, err
+	}
+	return p.w.Write(b)
+}
 
 // handleExport streams the signed-in person's export.
 func (a *App) handleExport(w http.ResponseWriter, r *http.Request) {
@@ -71,6 +120,11 @@ func (a *App) serveExport(w http.ResponseWriter, r *http.Request, id string, l *
 		w.WriteHeader(http.StatusOK)
 		return
 	}
+	if !a.takeExporting(id) {
+		fail(w, r, errExportInFlight())
+		return
+	}
+	defer a.giveExporting(id)
 	at, err := l.take(id)
 	if err != nil {
 		fail(w, r, err)
@@ -97,12 +151,9 @@ func (a *App) serveExport(w http.ResponseWriter, r *http.Request, id string, l *
 		return
 	}
 	defer e.Close()
-	if err := http.NewResponseController(w).SetWriteDeadline(time.Now().Add(exportWriteTimeout)); err != nil {
-		a.log.Warn("export: cannot extend the write deadline", "err", err)
-	}
 	setExportHeaders(w, e.Filename())
 	w.WriteHeader(http.StatusOK)
-	if _, err := e.WriteTo(w); err != nil {
+	if _, err := e.WriteTo(newPacedWriter(w, a.cfg.Transfer)); err != nil {
 		if !errors.Is(r.Context().Err(), context.Canceled) {
 			a.log.Error("export: streaming failed", "person", id, "err", err)
 		}

@@ -23,10 +23,11 @@ import (
 // another server's tar (export.go). Everything in the tar is untrusted: it
 // is copied into a temporary folder under the data directory, checked whole
 // (entries, sizes, checksums, schema, SQLite's integrity check), and only
-// then does anything reach the directory or people/. The moments are copied
-// row by row into a fresh person file rather than the file being moved in:
-// the new file then holds this binary's schema and nothing else the tar's
-// file might carry (triggers, views, other tables).
+// then does anything reach the directory or people/. person.db is read as
+// an untrusted file (untrusted.go): exactly our schema, every value bounded
+// in SQL before Go reads it. The moments are copied row by row into a fresh
+// person file rather than the file being moved in, and the quota counts
+// what that copy writes, not what the tar claims.
 
 // ImportLinkTTL is how long the one-time link of an imported person works.
 const ImportLinkTTL = 24 * time.Hour
@@ -148,50 +149,50 @@ func (s *Store) ImportPerson(ctx context.Context, r io.Reader, opts ImportOption
 		handle = opts.Handle
 	}
 	if err := nah.CheckHandle(handle); err != nil {
-		return ImportResult{}, badExport("the manifest's handle %q is not a valid handle", handle)
+		return ImportResult{}, badExport("the manifest's handle %s is not a valid handle", short(handle))
 	}
 	created, err := time.Parse(nah.TimeFormat, m.Person.CreatedAt)
 	if err != nil {
-		return ImportResult{}, badExport("the manifest's created_at %q is not a time", m.Person.CreatedAt)
+		return ImportResult{}, badExport("the manifest's created_at %s is not a time", short(m.Person.CreatedAt))
 	}
 	if _, _, err := s.FindPersonByHandle(ctx, handle); err == nil {
 		return ImportResult{}, handleTaken(handle)
 	} else if nah.ErrorCode(err) != nah.NotFound {
 		return ImportResult{}, err
 	}
-	db, err := openExportedDB(ctx, src)
+	db, err := openExportedDB(ctx, src, opts.MaxMomentBytes)
 	if err != nil {
 		return ImportResult{}, err
 	}
 	defer db.Close()
+	// The quota counts what the copy writes, not what the tar claims: the
+	// new file's database beside the media's bytes.
+	var mediaBytes int64
+	for _, f := range media {
+		mediaBytes += f.Size
+	}
+	room := opts.QuotaBytes - mediaBytes
 
 	res := ImportResult{Person: nah.Person{ID: nah.NewPersonID(), Handle: handle, CreatedAt: created.UnixMilli()}}
 	id := res.Person.ID
-	f, err := s.files.acquire(ctx, id, true)
+	newest, err := s.buildImported(ctx, db, tmp, media, opts, room, &res)
 	if err != nil {
-		s.removePersonFiles(id) // the folder is made before the file
 		return ImportResult{}, s.spaceErr(err)
 	}
-	s.files.release(f)
-	var newest int64
-	err = s.useFile(ctx, id, true, func(f *personFile) error {
-		var err error
-		latest := s.now().Add(time.Minute).UnixMilli()
-		res.Moments, newest, err = copyMoments(ctx, db, f.db, opts.MaxMomentBytes, latest)
-		if err == nil {
-			err = copyMedia(ctx, db, f.db, media, filepath.Join(tmp, mediaDirName), filepath.Join(filepath.Dir(f.path), mediaDirName), latest)
-		}
-		return err
-	})
-	if err == nil {
+	if err := s.moveImported(ctx, tmp, id, func() error {
 		res.Person.NewestAt = newest
+		var err error
 		res.Link, err = s.insertImported(ctx, res.Person, res.Moments, m.Connections)
-	}
-	if err != nil {
-		s.removePersonFiles(id)
-		return ImportResult{}, err
+		return err
+	}); err != nil {
+		return ImportResult{}, s.spaceErr(err)
 	}
 	s.graph.add(id, newest, s.now().UnixMilli())
+	// Replication learns of the file now that it is complete, as it does
+	// of a restored person's.
+	if err := s.watchPerson(ctx, id); err != nil {
+		s.log.Warn("replication: watch an imported person", "person", id, "err", err)
+	}
 
 	for _, c := range m.Connections {
 		if _, _, err := s.FindPersonByHandle(ctx, c.Handle); err == nil && c.Handle != handle {
@@ -199,6 +200,110 @@ func (s *Store) ImportPerson(ctx context.Context, r io.Reader, opts ImportOption
 		}
 	}
 	return res, nil
+}
+
+// builtDirName is the person's folder as an import builds it inside its
+// temporary folder, which no replicator and no open-file cache knows.
+const builtDirName = "person"
+
+// buildImported makes the imported person's folder in tmp/person: a
+// person file made by our own migrations, the moments and media copied
+// into it, its size checked against room, closed (its WAL checkpointed
+// away). It returns the newest moment's time.
+func (s *Store) buildImported(ctx context.Context, src *untrustedDB, tmp string, media map[string]ManifestFile, opts ImportOptions, room int64, res *ImportResult) (newest int64, err error) {
+	dir := filepath.Join(tmp, builtDirName)
+	if err := os.Mkdir(dir, privateDir); err != nil {
+		return 0, err
+	}
+	p := filepath.Join(dir, "person.db")
+	// Not replicated while it is built: it is closed, its WAL checkpointed
+	// away, before anything watches it.
+	dst, err := openDB(p, false, 1, personCacheKiB, s.files.sync, false)
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		if cerr := dst.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}()
+	if err := migrate(ctx, dst, p, personMigrations); err != nil {
+		return 0, err
+	}
+	latest := s.now().Add(time.Minute).UnixMilli()
+	if res.Moments, newest, err = copyMoments(ctx, src, dst, opts.MaxMomentBytes, latest, room, opts.QuotaBytes); err != nil {
+		return 0, err
+	}
+	if err := copyMedia(ctx, src, dst, media, filepath.Join(tmp, mediaDirName), filepath.Join(dir, mediaDirName), latest); err != nil {
+		return 0, err
+	}
+	if written, err := fileBytes(ctx, dst); err != nil {
+		return 0, err
+	} else if written > room {
+		return 0, overQuota(opts.QuotaBytes)
+	}
+	return newest, nil
+}
+
+// importPendingPrefix names the marker, at the top of the data directory,
+// of an imported folder moved into people/ whose directory row may not be
+// committed yet. Open removes the folder of a marker whose person has no
+// row (a crash between the two), and the marker.
+const importPendingPrefix = "import-pending-"
+
+// moveImported renames tmp/person into people/<id> and runs insert, which
+// commits the person's directory row. A marker file names the folder
+// while the two are apart; on a failed insert the folder goes again.
+func (s *Store) moveImported(ctx context.Context, tmp, id string, insert func() error) error {
+	dir, err := s.files.personDir(id)
+	if err != nil {
+		return err
+	}
+	marker := filepath.Join(s.dir, importPendingPrefix+id)
+	if err := os.WriteFile(marker, nil, privateFile); err != nil {
+		return err
+	}
+	if err := syncDir(s.dir); err != nil {
+		os.Remove(marker)
+		return err
+	}
+	if err := os.Rename(filepath.Join(tmp, builtDirName), dir); err != nil {
+		os.Remove(marker)
+		return err
+	}
+	if err := syncDir(filepath.Dir(dir)); err != nil {
+		os.RemoveAll(dir)
+		os.Remove(marker)
+		return err
+	}
+	if err := insert(); err != nil {
+		os.RemoveAll(dir)
+		os.Remove(marker)
+		return err
+	}
+	os.Remove(marker)
+	return nil
+}
+
+// removePendingImports finishes what a crash during moveImported left:
+// the folder of a marker whose person has no directory row is removed.
+func (s *Store) removePendingImports(ctx context.Context) {
+	ms, _ := filepath.Glob(filepath.Join(s.dir, importPendingPrefix+"*"))
+	for _, m := range ms {
+		id := strings.TrimPrefix(filepath.Base(m), importPendingPrefix)
+		var n int
+		if err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM people WHERE id = ?`, id).Scan(&n); err != nil {
+			continue // the next start tries again
+		}
+		if d, err := s.files.personDir(id); err == nil && n == 0 {
+			if err := os.RemoveAll(d); err != nil {
+				s.log.Warn("cannot remove what an interrupted import left", "path", d, "err", err)
+				continue
+			}
+			s.log.Info("removed what an interrupted import left", "path", d)
+		}
+		os.Remove(m)
+	}
 }
 
 func handleTaken(handle string) error {
@@ -286,25 +391,25 @@ func readEntries(r io.Reader, dir string, opts ImportOptions) (*Manifest, map[st
 		}
 		entries++
 		if m != nil {
-			return nil, nil, badExport("more entries after manifest.json (%q)", h.Name)
+			return nil, nil, badExport("more entries after manifest.json (%s)", short(h.Name))
 		}
 		if entries > 2+maxImportMedia {
 			return nil, nil, badExport("more than %d media files", maxImportMedia)
 		}
 		if h.Typeflag != tar.TypeReg {
-			return nil, nil, badExport("entry %q is not a regular file", h.Name)
+			return nil, nil, badExport("entry %s is not a regular file", short(h.Name))
 		}
 		if h.Size < 0 {
-			return nil, nil, badExport("entry %q has a negative size", h.Name)
+			return nil, nil, badExport("entry %s has a negative size", short(h.Name))
 		}
 		id, isMedia := strings.CutPrefix(h.Name, mediaDirName+"/")
 		switch {
 		case isMedia:
 			if !seenDB || m != nil {
-				return nil, nil, badExport("%s is before person.db or after the manifest", h.Name)
+				return nil, nil, badExport("%s is before person.db or after the manifest", short(h.Name))
 			}
 			if !nah.ValidMediaID(id) {
-				return nil, nil, badExport("unexpected entry %q (media are media/<id>)", h.Name)
+				return nil, nil, badExport("unexpected entry %s (media are media/<id>)", short(h.Name))
 			}
 			if _, dup := media[id]; dup {
 				return nil, nil, badExport("%s appears twice", h.Name)
@@ -354,14 +459,14 @@ func readEntries(r io.Reader, dir string, opts ImportOptions) (*Manifest, map[st
 				return nil, nil, badExport("manifest.json: %v", err)
 			}
 		default:
-			return nil, nil, badExport("unexpected entry %q (an export holds person.db, media/<id> and manifest.json)", h.Name)
+			return nil, nil, badExport("unexpected entry %s (an export holds person.db, media/<id> and manifest.json)", short(h.Name))
 		}
 	}
 	if m == nil || !seenDB {
 		return nil, nil, badExport("person.db and manifest.json are both needed")
 	}
 	if m.Format != ExportFormat {
-		return nil, nil, badExport("the manifest's format is %q, not %q", m.Format, ExportFormat)
+		return nil, nil, badExport("the manifest's format is %s, not %q", short(m.Format), ExportFormat)
 	}
 	if m.FormatVersion != exportFormatVersion {
 		return nil, nil, badExport("format version %d; this server reads version %d", m.FormatVersion, exportFormatVersion)
@@ -371,7 +476,7 @@ func readEntries(r io.Reader, dir string, opts ImportOptions) (*Manifest, map[st
 	}
 	for _, c := range m.Connections {
 		if !nah.ValidHandle(c.Handle) || len(c.ConnectedAt) > len(nah.TimeFormat) {
-			return nil, nil, badExport("the manifest lists a connection %q that is not a valid handle", c.Handle)
+			return nil, nil, badExport("the manifest lists a connection %s that is not a valid handle", short(c.Handle))
 		}
 	}
 	if m.SchemaVersion > len(personMigrations) {
@@ -412,75 +517,113 @@ func copyEntry(r io.Reader, p string, size int64) (int64, string, error) {
 	return n, hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// openExportedDB opens the copied person.db read-only and checks it: SQLite
-// at all, its own schema version (the manifest's is not trusted), and
-// PRAGMA integrity_check.
-func openExportedDB(ctx context.Context, p string) (*sql.DB, error) {
-	db, err := openDB(p, true, 1, personCacheKiB, SyncFull, false)
+// openExportedDB opens the copied person.db as an untrusted file
+// (untrusted.go) and checks it: SQLite at all, its own schema version (the
+// manifest's is not trusted), exactly our schema at that version, and
+// PRAGMA integrity_check. maxBody is the largest value read from it.
+func openExportedDB(ctx context.Context, p string, maxBody int) (*untrustedDB, error) {
+	u, err := openUntrusted(ctx, p, maxBody)
 	if err != nil {
 		return nil, err
 	}
-	var v int
+	if _, err := checkUntrustedSchema(ctx, u); err != nil {
+		u.Close()
+		return nil, err
+	}
+	// Values before the integrity check, which reads every key whole.
+	if err := checkValues(ctx, u, maxBody); err != nil {
+		u.Close()
+		return nil, err
+	}
 	var check string
-	err = db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v)
-	if err == nil {
-		err = db.QueryRowContext(ctx, "PRAGMA integrity_check").Scan(&check)
-	}
-	switch {
-	case err != nil:
-		db.Close()
+	if err := u.QueryRowContext(ctx, "PRAGMA integrity_check(1)").Scan(&check); err != nil {
+		u.Close()
 		return nil, badExport("person.db is not a readable SQLite database: %v", err)
-	case check != "ok":
-		db.Close()
-		return nil, badExport("person.db fails SQLite's integrity check: %s", check)
-	case v > len(personMigrations):
-		db.Close()
-		return nil, nah.Errorf(nah.Invalid, "export_too_new",
-			"person.db's schema version is %d and this server knows up to %d: upgrade this server first", v, len(personMigrations))
 	}
-	return db, nil
+	if check != "ok" {
+		u.Close()
+		return nil, badExport("person.db fails SQLite's integrity check: %s", short(check))
+	}
+	return u, nil
+}
+
+// momentBounded is the SQL test of a moment row of an untrusted file, run
+// before any of its values is read: ?1 is the largest body, ?2 nah.IDLen.
+// octet_length reads a value's size from its record header, not the value.
+const momentBounded = `typeof(id) = 'text' AND octet_length(id) = ?2 AND typeof(created_at) = 'integer'
+	AND typeof(body) = 'blob' AND octet_length(body) BETWEEN 1 AND ?1`
+
+// mediaVersion is the schema version that has media
+// (migrations/person/0002_media.sql).
+const mediaVersion = 2
+
+// checkValues refuses a file with any row that is not bounded as
+// momentBounded and mediaBounded say, naming the first one, with no more
+// of its id than its first 64 bytes, read only when it is that short.
+func checkValues(ctx context.Context, u *untrustedDB, maxBody int) error {
+	var (
+		id               string
+		size             sql.NullInt64
+		atType, bodyType string
+	)
+	err := u.QueryRowContext(ctx, `SELECT CASE WHEN typeof(id) = 'text' AND octet_length(id) <= 64 THEN id
+			ELSE typeof(id) || ' of ' || octet_length(id) || ' bytes' END,
+		typeof(created_at), typeof(body), octet_length(body)
+		FROM moments WHERE NOT (`+momentBounded+`) LIMIT 1`, maxBody, nah.IDLen).Scan(&id, &atType, &bodyType, &size)
+	switch {
+	case err == nil:
+		return badExport("moment %s of person.db is not a moment: an id (text of %d bytes), a time (integer, not %s) and a body of 1 to %d bytes (blob, not %s of %d)",
+			short(id), nah.IDLen, atType, maxBody, bodyType, size.Int64)
+	case !errors.Is(err, sql.ErrNoRows):
+		return badExport("person.db has no readable moments: %v", err)
+	}
+	if u.version < mediaVersion {
+		return nil
+	}
+	err = u.QueryRowContext(ctx, `SELECT CASE WHEN typeof(id) = 'text' AND octet_length(id) <= 64 THEN id
+		ELSE typeof(id) || ' of ' || octet_length(id) || ' bytes' END FROM media WHERE NOT (`+mediaBounded+`) LIMIT 1`, nah.IDLen).Scan(&id)
+	switch {
+	case err == nil:
+		return badExport("media %s of person.db is not a media row (an id, a size, a sha256, a content type of 1 to 255 bytes, a time)", short(id))
+	case !errors.Is(err, sql.ErrNoRows):
+		return badExport("person.db has no readable media: %v", err)
+	}
+	return nil
+}
+
+// roomCheckEvery is how many moments are copied between two checks of the
+// new file's size against the room left in the quota: at 64 KiB a body,
+// the copy passes the quota by at most 4 MiB before it stops.
+const roomCheckEvery = 64
+
+// fileBytes is the size of dst's database as its transaction q sees it,
+// uncommitted pages included: what the copy has written.
+func fileBytes(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}) (int64, error) {
+	var pages, size int64
+	err := q.QueryRowContext(ctx, "PRAGMA page_count").Scan(&pages)
+	if err == nil {
+		err = q.QueryRowContext(ctx, "PRAGMA page_size").Scan(&size)
+	}
+	return pages * size, err
+}
+
+func overQuota(quota int64) error {
+	return nah.Errorf(nah.QuotaExceeded, "", "the export holds more than the quota of %d bytes", quota)
 }
 
 // copyMoments copies every moment of src into dst in one transaction and
-// returns how many and the newest time. Ids are checked again here: they
-// come from another machine.
-func copyMoments(ctx context.Context, src, dst *sql.DB, maxBody int, latest int64) (n int, newest int64, err error) {
-	// moments must be the table an export holds, not a view that could
-	// make rows without end from a small file.
-	var kind string
-	if err := src.QueryRowContext(ctx, `SELECT type FROM sqlite_schema WHERE name = 'moments'`).Scan(&kind); err != nil || kind != "table" {
-		return 0, 0, badExport("person.db's moments is not a table")
-	}
-	// Lengths first: a body over the bound is refused before it is read.
-	rows, err := src.QueryContext(ctx, `SELECT id, created_at, length(body), typeof(body) FROM moments`)
-	if err != nil {
-		return 0, 0, badExport("person.db has no readable moments: %v", err)
-	}
+// returns how many and the newest time. Every value is bounded in SQL
+// before it is read, and ids are checked again here: they come from
+// another machine. The copy stops with QuotaExceeded once dst's database
+// passes room bytes.
+func copyMoments(ctx context.Context, src *untrustedDB, dst *sql.DB, maxBody int, latest, room, quota int64) (n int, newest int64, err error) {
 	var (
-		id   string
-		at   int64
-		size int
-		typ  string
+		id string
+		at int64
 	)
-	for rows.Next() {
-		if err := rows.Scan(&id, &at, &size, &typ); err != nil {
-			rows.Close()
-			return 0, 0, badExport("a moment of person.db: %v", err)
-		}
-		if !nah.ValidMomentID(id) || at <= 0 || at > latest {
-			rows.Close()
-			return 0, 0, badExport("a moment of person.db has an invalid id or time (%q)", id)
-		}
-		if typ != "blob" || size < 1 || size > maxBody {
-			rows.Close()
-			return 0, 0, badExport("moment %q of person.db has a body of %d bytes (%s); a moment is 1 to %d bytes", id, size, typ, maxBody)
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, 0, badExport("reading person.db's moments: %v", err)
-	}
-	rows, err = src.QueryContext(ctx, `SELECT id, created_at, body FROM moments`)
+	rows, err := src.QueryContext(ctx, `SELECT id, created_at, body FROM moments WHERE `+momentBounded, maxBody, nah.IDLen)
 	if err != nil {
 		return 0, 0, badExport("person.db has no readable moments: %v", err)
 	}
@@ -501,37 +644,54 @@ func copyMoments(ctx context.Context, src, dst *sql.DB, maxBody int, latest int6
 			return 0, 0, badExport("a moment of person.db: %v", err)
 		}
 		if !nah.ValidMomentID(id) || at <= 0 || at > latest || len(body) < 1 || len(body) > maxBody {
-			return 0, 0, badExport("a moment of person.db changed while it was read (%q)", id)
+			return 0, 0, badExport("a moment of person.db has an invalid id or time (%s)", short(id))
 		}
 		if _, err := stmt.ExecContext(ctx, id, at, body); err != nil {
 			if isUniqueViolation(err) {
-				return 0, 0, badExport("person.db holds moment %q twice", id)
+				return 0, 0, badExport("person.db holds moment %s twice", short(id))
 			}
 			return 0, 0, err
 		}
 		n++
 		newest = max(newest, at)
+		if n%roomCheckEvery == 0 {
+			if written, err := fileBytes(ctx, tx); err != nil {
+				return 0, 0, err
+			} else if written > room {
+				return 0, 0, overQuota(quota)
+			}
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return 0, 0, badExport("reading person.db's moments: %v", err)
 	}
+	if written, err := fileBytes(ctx, tx); err != nil {
+		return 0, 0, err
+	} else if written > room {
+		return 0, 0, overQuota(quota)
+	}
 	return n, newest, tx.Commit()
 }
+
+// mediaBounded is the SQL test of a media row of an untrusted file, as
+// momentBounded: ?1 is nah.IDLen.
+const mediaBounded = `typeof(id) = 'text' AND octet_length(id) = ?1 AND typeof(size) = 'integer'
+	AND typeof(sha256) = 'text' AND octet_length(sha256) = 64
+	AND typeof(content_type) = 'text' AND octet_length(content_type) BETWEEN 1 AND 255
+	AND typeof(created_at) = 'integer'`
 
 // copyMedia copies the media rows of src into dst, after moving their
 // files from tmp into the person's folder dir: every row must have its
 // file, with the size and sha256 it says, and every file a row. Files
 // first, as an upload does, so a row never points to a missing file.
-func copyMedia(ctx context.Context, src, dst *sql.DB, files map[string]ManifestFile, tmp, dir string, latest int64) error {
-	var kind string
-	err := src.QueryRowContext(ctx, `SELECT type FROM sqlite_schema WHERE name = 'media'`).Scan(&kind)
-	if errors.Is(err, sql.ErrNoRows) && len(files) == 0 {
-		return nil // an export from before media
+func copyMedia(ctx context.Context, src *untrustedDB, dst *sql.DB, files map[string]ManifestFile, tmp, dir string, latest int64) error {
+	if src.version < mediaVersion {
+		if len(files) != 0 {
+			return badExport("the tar holds %d media files and person.db has no media", len(files))
+		}
+		return nil
 	}
-	if err != nil || kind != "table" {
-		return badExport("person.db's media is not a table")
-	}
-	rows, err := src.QueryContext(ctx, `SELECT id, size, sha256, content_type, created_at FROM media`)
+	rows, err := src.QueryContext(ctx, `SELECT id, size, sha256, content_type, created_at FROM media WHERE `+mediaBounded, nah.IDLen)
 	if err != nil {
 		return badExport("person.db has no readable media: %v", err)
 	}
@@ -544,11 +704,10 @@ func copyMedia(ctx context.Context, src, dst *sql.DB, files map[string]ManifestF
 		}
 		f, ok := files[m.ID]
 		if !ok || f.Size != m.Size || f.SHA256 != m.SHA256 {
-			return badExport("media %q of person.db has no file of its size and sha256 in the tar", m.ID)
+			return badExport("media %s of person.db has no file of its size and sha256 in the tar", short(m.ID))
 		}
-		if m.ContentType == "" || len(m.ContentType) > 255 || strings.ContainsFunc(m.ContentType, func(r rune) bool { return r < ' ' || r > '~' }) ||
-			m.CreatedAt <= 0 || m.CreatedAt > latest {
-			return badExport("media %q of person.db has an invalid type or time", m.ID)
+		if strings.ContainsFunc(m.ContentType, func(r rune) bool { return r < ' ' || r > '~' }) || m.CreatedAt <= 0 || m.CreatedAt > latest {
+			return badExport("media %s of person.db has an invalid type or time", short(m.ID))
 		}
 		ms = append(ms, m)
 	}
@@ -581,7 +740,7 @@ func copyMedia(ctx context.Context, src, dst *sql.DB, files map[string]ManifestF
 		if _, err := tx.ExecContext(ctx, `INSERT INTO media(id, size, sha256, content_type, created_at) VALUES (?, ?, ?, ?, ?)`,
 			m.ID, m.Size, m.SHA256, m.ContentType, m.CreatedAt); err != nil {
 			if isUniqueViolation(err) {
-				return badExport("person.db holds media %q twice", m.ID)
+				return badExport("person.db holds media %s twice", short(m.ID))
 			}
 			return err
 		}

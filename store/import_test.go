@@ -278,11 +278,11 @@ func TestImportHostile(t *testing.T) {
 		{"manifest not JSON", makeTar(t, reg("person.db", db), reg("manifest.json", []byte("{"))), nah.Invalid, "manifest.json"},
 		{"not a tar", bytes.Repeat([]byte("hello, world\n"), 100), nah.Invalid, "reading the tar"},
 		{"empty", nil, nah.Invalid, "both needed"},
-		{"a moment without a valid id", makeTar(t, reg("person.db", badID), reg("manifest.json", badIDManifest)), nah.Invalid, "invalid id"},
+		{"a moment without a valid id", makeTar(t, reg("person.db", badID), reg("manifest.json", badIDManifest)), nah.Invalid, "is not a moment"},
 		{"not SQLite", makeTar(t, reg("person.db", notSQLite), reg("manifest.json", notSQLiteManifest)), nah.Invalid, "not a readable SQLite database"},
-		{"a body over the moment bound", makeTar(t, reg("person.db", bigBody), reg("manifest.json", bigBodyManifest)), nah.Invalid, "a moment is 1 to 65536 bytes"},
+		{"a body over the moment bound", makeTar(t, reg("person.db", bigBody), reg("manifest.json", bigBodyManifest)), nah.Invalid, "a body of 1 to 65536 bytes"},
 		{"a moment from the future", makeTar(t, reg("person.db", future), reg("manifest.json", futureManifest)), nah.Invalid, "invalid id or time"},
-		{"moments is an endless view", makeTar(t, reg("person.db", view), reg("manifest.json", viewManifest)), nah.Invalid, "not a table"},
+		{"moments is an endless view", makeTar(t, reg("person.db", view), reg("manifest.json", viewManifest)), nah.Invalid, "schema is not this server's"},
 	}
 
 	dir := t.TempDir()
@@ -336,5 +336,93 @@ func TestStaleImportsRemoved(t *testing.T) {
 	}
 	if _, err := os.Stat(young); err != nil {
 		t.Errorf("the young import folder is gone: %v", err)
+	}
+}
+
+// TestImportCopyStopsAtQuota: the copy of an import counts what it writes,
+// not what the tar claims. A source whose bodies are computed (a VIRTUAL
+// generated column, which the schema check refuses before this) makes
+// 64 KiB moments from a file of a few KB: the copy into a person's file
+// stops with QuotaExceeded within roomCheckEvery moments of the room, and
+// commits nothing.
+func TestImportCopyStopsAtQuota(t *testing.T) {
+	ctx := context.Background()
+	p := filepath.Join(t.TempDir(), "person.db")
+	w, err := openDB(p, false, 1, personCacheKiB, SyncFull, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Exec(`CREATE TABLE moments (id TEXT PRIMARY KEY, created_at INTEGER NOT NULL, body BLOB AS (zeroblob(65536)) VIRTUAL) WITHOUT ROWID; PRAGMA user_version = 3`); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 1000 {
+		at := int64(1_700_000_000_000 + i*1000)
+		if _, err := w.Exec(`INSERT INTO moments(id, created_at) VALUES (?, ?)`, nah.NewMomentID(at), at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Close()
+	info, _ := os.Stat(p)
+	src, err := openUntrusted(ctx, p, nah.DefaultMaxMomentBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+
+	s := MustOpen(t, Config{})
+	ann := mustPerson(t, s, "ann")
+	const room = 4 << 20
+	err = s.useFile(ctx, ann.ID, true, func(f *personFile) error {
+		_, _, err := copyMoments(ctx, src, f.db, nah.DefaultMaxMomentBytes, time.Now().UnixMilli(), room, room)
+		return err
+	})
+	if nah.ErrorCode(err) != nah.QuotaExceeded {
+		t.Fatalf("a copy of 1,000 moments of 64 KiB from a file of %d bytes into a room of %d: %v, want QuotaExceeded", info.Size(), room, err)
+	}
+	if n, err := s.MomentCount(ctx, ann.ID); err != nil || n != 0 {
+		t.Errorf("%d moments committed, %v", n, err)
+	}
+	st, err := s.StorageOf(ctx, ann.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("source %d bytes; the copy stopped with %d bytes of database files (room %d)", info.Size(), st.Database, room)
+	if st.Database > room+roomCheckEvery*(64<<10)+(1<<20) {
+		t.Errorf("the person's files hold %d bytes after a refused copy into %d", st.Database, room)
+	}
+}
+
+// TestPendingImportRemovedAtOpen: a crash after an import moved its folder
+// into people/ and before its directory row committed leaves the folder
+// and its marker; the next Open removes that folder, and leaves the folder
+// of a marker whose person has a row (a crash after the commit).
+func TestPendingImportRemovedAtOpen(t *testing.T) {
+	dir := t.TempDir()
+	s := MustOpen(t, Config{Dir: dir})
+	ann := mustPerson(t, s, "ann")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	orphan := nah.NewPersonID()
+	if err := os.MkdirAll(filepath.Join(dir, "people", orphan), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "people", orphan, "person.db"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{orphan, ann.ID} {
+		if err := os.WriteFile(filepath.Join(dir, importPendingPrefix+id), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	MustOpen(t, Config{Dir: dir})
+	if _, err := os.Stat(filepath.Join(dir, "people", orphan)); !os.IsNotExist(err) {
+		t.Errorf("the folder of an import without a row is still there: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "people", ann.ID, "person.db")); err != nil {
+		t.Errorf("ann's folder is gone: %v", err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, importPendingPrefix+"*")); len(left) != 0 {
+		t.Errorf("markers left: %v", left)
 	}
 }

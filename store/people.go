@@ -150,18 +150,25 @@ func (s *Store) ListPeople(ctx context.Context, prefix string, offset, limit int
 	return ps, total, rows.Err()
 }
 
-// SetDisabled disables or enables a person. A disabled person's tokens stop
-// working at once: every token check joins on this flag.
+// SetDisabled disables or enables a person. Disabling revokes every one of
+// their sessions in the same transaction, so enabling them again brings
+// none back: they sign in anew.
 func (s *Store) SetDisabled(ctx context.Context, id string, disabled bool) error {
-	res, err := s.exec(ctx, `UPDATE people SET disabled = ? WHERE id = ?`, disabled, id)
-	if err != nil {
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE people SET disabled = ? WHERE id = ?`, disabled, id)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return nah.Errorf(nah.NotFound, "", "no such person")
+		}
+		if disabled {
+			_, err = tx.ExecContext(ctx, `DELETE FROM sessions WHERE person_id = ?`, id)
+		}
 		return err
-	}
+	})
 	s.sessions.removePerson(id)
-	if n, _ := res.RowsAffected(); n == 0 {
-		return nah.Errorf(nah.NotFound, "", "no such person")
-	}
-	return nil
+	return err
 }
 
 // ResetPassword uses a reset link: the person's password is replaced and

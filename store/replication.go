@@ -192,6 +192,10 @@ func (s *Store) ReplacePersonFile(ctx context.Context, id string, make func(path
 		os.Remove(tmp)
 		return err
 	}
+	if err := checkRestoredCopy(ctx, tmp); err != nil {
+		os.Remove(tmp)
+		return err
+	}
 	// The old file was closed with a checkpoint; its WAL must be empty now,
 	// or removing it would lose what it holds should the swap fail.
 	if st, err := os.Stat(p + "-wal"); err == nil && st.Size() > 0 {

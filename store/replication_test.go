@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nah-app/nah"
 )
 
 // TestWatchedSet: under concurrent posts to more people than the watched
@@ -452,5 +454,54 @@ func TestReplicationQueueSurvivesAKill(t *testing.T) {
 		if e.Name() != "not-a-person" {
 			t.Errorf("%s still listed after Close", e.Name())
 		}
+	}
+}
+
+// TestReplacePersonFileRefusesForeignSchema: a copy restored from a replica
+// that someone else could write is checked like an import: one that
+// carries a trigger (which would run on the server's own inserts), a view,
+// an extra table or a generated column is refused, and the old file stays.
+func TestReplacePersonFileRefusesForeignSchema(t *testing.T) {
+	s := MustOpen(t, Config{})
+	ctx := context.Background()
+	ann := mustPerson(t, s, "ann")
+	if _, err := s.CreateMoment(ctx, ann.ID, []byte("kept")); err != nil {
+		t.Fatal(err)
+	}
+	for name, change := range map[string]string{
+		"trigger":      `CREATE TABLE log(x BLOB); CREATE TRIGGER grow AFTER INSERT ON moments BEGIN INSERT INTO log VALUES (zeroblob(65536)); END`,
+		"view":         `CREATE VIEW v AS SELECT 1`,
+		"generated":    `DROP TABLE moments; CREATE TABLE moments (id TEXT PRIMARY KEY, created_at INTEGER NOT NULL, body BLOB AS (zeroblob(65536)) VIRTUAL) WITHOUT ROWID; CREATE INDEX moments_time ON moments(created_at, id)`,
+		"no migration": `PRAGMA user_version = 0`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			snap, err := s.Backup(ctx, PersonRel(ann.ID))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer snap.Close()
+			err = s.ReplacePersonFile(ctx, ann.ID, func(p string) error {
+				out, err := os.Create(p)
+				if err != nil {
+					return err
+				}
+				_, err = out.ReadFrom(snap)
+				if err = errors.Join(err, out.Close()); err != nil {
+					return err
+				}
+				db, err := openDB(p, false, 1, personCacheKiB, SyncFull, false)
+				if err != nil {
+					return err
+				}
+				_, err = db.Exec(change)
+				return errors.Join(err, db.Close())
+			})
+			if nah.ErrorCode(err) != nah.Unavailable || !strings.Contains(err.Error(), "not a person file of this server") {
+				t.Fatalf("a copy with a %s: %v, want it refused", name, err)
+			}
+			if ms, err := s.Moments(ctx, ann.ID, nil, 10, nil); err != nil || len(ms) != 1 {
+				t.Fatalf("after a refused copy: %d moments, %v", len(ms), err)
+			}
+		})
 	}
 }

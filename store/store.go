@@ -197,6 +197,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	s.run = run
 	s.files = newFileCache(cfg.Dir, cfg.MaxOpenFiles, cfg.Sync, cfg.Hooks, cfg.Logger)
 	s.loadRestoreFailed()
+	s.removePendingImports(ctx)
 	go s.flushLoop()
 	if cfg.Sweep {
 		go s.sweepLoop()

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nah-app/nah"
 )
@@ -34,6 +35,7 @@ func TestRestoreFailedMarker(t *testing.T) {
 			t.Fatal(err)
 		}
 		bobs = append([]string{m.ID}, bobs...)
+		time.Sleep(2 * time.Millisecond) // the feed orders by time: two in one millisecond sort by their random ids
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)

@@ -102,6 +102,7 @@ type Drill struct {
 
 	mu      sync.Mutex
 	running bool
+	asked   bool // Start asked for a drill that has not begun yet
 	st      drillState
 	loaded  bool
 	kick    chan struct{}
@@ -245,15 +246,19 @@ func (d *Drill) Failing() bool {
 // Start asks Run for a drill now; false when one is running or asked.
 func (d *Drill) Start() bool {
 	d.mu.Lock()
-	running := d.running
-	d.mu.Unlock()
-	if running {
+	if d.running || d.asked {
+		d.mu.Unlock()
 		return false
 	}
+	d.asked = true
+	d.mu.Unlock()
 	select {
 	case d.kicks() <- struct{}{}:
 		return true
-	default:
+	default: // a tick's drill took the place of an earlier ask
+		d.mu.Lock()
+		d.asked = false
+		d.mu.Unlock()
 		return false
 	}
 }
@@ -336,7 +341,7 @@ func (d *Drill) Once(ctx context.Context) (DrillReport, error) {
 		d.mu.Unlock()
 		return DrillReport{}, ErrDrillRunning
 	}
-	d.running = true
+	d.running, d.asked = true, false
 	d.load()
 	checked := make(map[string]time.Time, len(d.st.Checked))
 	for k, v := range d.st.Checked {
@@ -601,7 +606,7 @@ func (d *Drill) checkFile(ctx context.Context, rel, out string) (_ drillOutcome,
 		default:
 			why = after.Diff(restored)
 			if src != "history" {
-				why += " (nah restore fell back to the " + src + " copy: its history is missing or does not restore)"
+				why += "; nah restore fell back to the " + src + " copy, its history being missing or not restoring"
 			}
 		}
 		why = "differs from the live file: " + why
@@ -683,7 +688,7 @@ func (d *Drill) position(ctx context.Context, rel string) string {
 	if err != nil || len(plan) == 0 {
 		return ""
 	}
-	return fmt.Sprintf(" (its history ends at TXID %s, %d LTX files)", plan[len(plan)-1].MaxTXID, len(plan))
+	return fmt.Sprintf("; its history ends at TXID %s (%d LTX files)", plan[len(plan)-1].MaxTXID, len(plan))
 }
 
 // who names rel for people: the person's handle and file.

@@ -148,7 +148,7 @@ func drillFaults(t *testing.T, tg *backup.Target, root string) {
 		for i := 0; !stop.Load(); i++ {
 			n.post(t, ids[handles[i%len(handles)]], 1000+i)
 			posted.Add(1)
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(30 * time.Millisecond)
 		}
 	})
 	r, err = d.Once(ctx)
@@ -161,8 +161,8 @@ func drillFaults(t *testing.T, tg *backup.Target, root string) {
 	if len(r.Failures) > 0 || r.Err != "" {
 		t.Fatalf("false alarm during posts: %s: %+v", r.Summary(), r.Failures)
 	}
-	if posted.Load() == 0 {
-		t.Fatal("no post went on during the drill")
+	if posted.Load() == 0 || r.Equal == 0 {
+		t.Fatalf("no post went on during the drill, or nobody was compared: %s", r.Summary())
 	}
 
 	// A person whose writes never reached the replica: written by a
@@ -186,9 +186,15 @@ func drillFaults(t *testing.T, tg *backup.Target, root string) {
 	person := func(h string) string { return filepath.Join(root, "people", ids[h], "person.db") }
 	// An LTX file truncated: the newest of the highest level, which every
 	// restore reads.
-	snaps, err := filepath.Glob(filepath.Join(person("trunc"), "ltx", "*", "*.ltx"))
-	if err != nil || len(snaps) == 0 {
-		t.Fatalf("no LTX file of trunc under %s: %v", person("trunc"), err)
+	var snaps []string
+	filepath.Walk(person("trunc"), func(p string, _ os.FileInfo, _ error) error {
+		if strings.HasSuffix(p, ".ltx") { // ltx/<level>/ in a directory, <level as 4 hex digits>/ in S3
+			snaps = append(snaps, p)
+		}
+		return nil
+	})
+	if len(snaps) == 0 {
+		t.Fatalf("no LTX file of trunc under %s", person("trunc"))
 	}
 	sort.Strings(snaps)
 	st, err := os.Stat(snaps[len(snaps)-1])

@@ -54,6 +54,7 @@ type config struct {
 	ReplicaMaxFiles int
 	SweepEvery      time.Duration // 0: no sweep
 	SweepKeep       int
+	DrillEvery      time.Duration // NAH_DRILL_EVERY; 0: only when asked from the console
 
 	// MemoryLimit is NAH_MEMORY_LIMIT, and GoMemoryLimit the Go runtime's
 	// share of it (GOMEMLIMIT), from the memory plan (plan).
@@ -322,6 +323,17 @@ var variables = []variable{
 		if c.SweepKeep, err = strconv.Atoi(v); err != nil || c.SweepKeep < 1 || c.SweepKeep > 1000 {
 			return errors.New("want a whole number from 1 to 1000")
 		}
+		return nil
+	}},
+	{"NAH_DRILL_EVERY", "6h", "how often a sample of the databases (everyone weekly) is restored from NAH_REPLICA_URL into a scratch folder and compared with the live files; off = only when asked from the console", func(c *config, v string) error {
+		if v == "off" {
+			return nil
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Minute {
+			return errors.New("want a duration of a minute or more such as 6h, or off")
+		}
+		c.DrillEvery = d
 		return nil
 	}},
 	{"NAH_LOG_LEVEL", strings.ToLower(defaultLogLevel.String()), "debug, info, warn or error", func(c *config, v string) error {

@@ -74,7 +74,8 @@ type config struct {
 //     (6 MB for 10,000 people), token and rate-limit caches, metrics;
 //   - replication: each watched file costs ~404 KiB at peak
 //     (backup.PerFileBytes: Litestream's own connection, read transaction
-//     and LTX encoder), 25 MiB at the default NAH_REPLICA_MAX_FILES of 64;
+//     and LTX encoder), 25 MiB at the default NAH_REPLICA_MAX_FILES of 64,
+//     and the restore drill's 4 MiB (backup.DrillBytes);
 //   - the open connections, idle or not: 45 KB each under churn
 //     (app/listener.go), 22.5 MB at the default 512, and with HTTPS the
 //     redirect listener's 64 (2.9 MB). TLS changes nothing here: measured
@@ -85,7 +86,7 @@ type config struct {
 //   - what is left is the budget that requests take from before they
 //     allocate (app/budget.go), and past which they are answered 503.
 //
-// The default, 320 MiB, leaves 67 MiB for requests with the default caches
+// The default, 320 MiB, leaves 62 MiB for requests with the default caches
 // and keeps 65 MB of the 400 MB limit for the kernel's view of the process
 // (stacks, socket buffers, the allocator's slack).
 const (
@@ -105,7 +106,7 @@ func (c *config) plan() error {
 	}
 	var repl int64
 	if c.ReplicaTarget != nil {
-		repl = int64(c.ReplicaMaxFiles) * backup.PerFileBytes
+		repl = int64(c.ReplicaMaxFiles)*backup.PerFileBytes + backup.DrillBytes
 	}
 	c.GoMemoryLimit = c.MemoryLimit - sqlite
 	c.App.MemoryBudget = c.GoMemoryLimit - heads*3/2 - memoryBase - conns - repl

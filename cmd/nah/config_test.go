@@ -127,9 +127,9 @@ func TestMemoryPlan(t *testing.T) {
 	if c.MemoryLimit != 320<<20 || c.GoMemoryLimit != c.MemoryLimit-sqlite {
 		t.Fatalf("limit %d, Go's share %d, SQLite's %d", c.MemoryLimit, c.GoMemoryLimit, sqlite)
 	}
-	repl := int64(defaultReplicaMaxFiles) * backup.PerFileBytes
-	if want := c.GoMemoryLimit - store.DefaultHeadCacheBytes*3/2 - memoryBase - app.DefaultMaxConnections*connectionBytes - repl; c.App.MemoryBudget != want || want < 64<<20 {
-		t.Fatalf("request budget %d, want %d (and at least 64 MiB by default)", c.App.MemoryBudget, want)
+	repl := int64(defaultReplicaMaxFiles)*backup.PerFileBytes + backup.DrillBytes
+	if want := c.GoMemoryLimit - store.DefaultHeadCacheBytes*3/2 - memoryBase - app.DefaultMaxConnections*connectionBytes - repl; c.App.MemoryBudget != want || want < 60<<20 {
+		t.Fatalf("request budget %d, want %d (and at least 60 MiB by default)", c.App.MemoryBudget, want)
 	}
 	off, err := readConfig(env(map[string]string{"NAH_REPLICA_URL": "off"}))
 	if err != nil || off.App.MemoryBudget != c.App.MemoryBudget+repl {
@@ -142,7 +142,7 @@ func TestMemoryPlan(t *testing.T) {
 		}
 	}
 	_, err = readConfig(env(map[string]string{"NAH_MEMORY_LIMIT": "200MiB"}))
-	if err == nil || !strings.Contains(err.Error(), "want at least 270MiB") {
+	if err == nil || !strings.Contains(err.Error(), "want at least 274MiB") {
 		t.Fatalf("200MiB with the default caches: %v", err)
 	}
 	_, err = readConfig(env(map[string]string{"NAH_MAX_MOMENT_BYTES": "1048576"}))

@@ -144,11 +144,20 @@ func drillFaults(t *testing.T, tg *backup.Target, root string) {
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	var posted atomic.Int64
+	// One person posts every 10 ms throughout (written during every try:
+	// compared next time, never a failure), the others now and then.
 	wg.Go(func() {
 		for i := 0; !stop.Load(); i++ {
-			n.post(t, ids[handles[i%len(handles)]], 1000+i)
+			n.post(t, ids["fine1"], 1000+i)
 			posted.Add(1)
-			time.Sleep(30 * time.Millisecond)
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+	wg.Go(func() {
+		for i := 0; !stop.Load(); i++ {
+			n.post(t, ids[handles[i%len(handles)]], 5000+i)
+			posted.Add(1)
+			time.Sleep(100 * time.Millisecond)
 		}
 	})
 	r, err = d.Once(ctx)
@@ -165,10 +174,17 @@ func drillFaults(t *testing.T, tg *backup.Target, root string) {
 		t.Fatalf("no post went on during the drill, or nobody was compared: %s", r.Summary())
 	}
 
+	// A third sweep, after those posts: its copies equal the live files,
+	// so a person whose history is broken restores equal from it, which
+	// the drill must still report (their next writes would be lost).
+	settle(t, n)
+	if _, err := sw.Run(ctx, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+
 	// A person whose writes never reached the replica: written by a
 	// process without replication and left off the queue, as a kill after
 	// the queue's marker was lost leaves it.
-	settle(t, n)
 	n.close()
 	plain, err := store.Open(ctx, store.Config{Dir: dir})
 	if err != nil {
@@ -210,7 +226,7 @@ func drillFaults(t *testing.T, tg *backup.Target, root string) {
 	}
 	// The newest sweep's copy replaced with the older sweep's.
 	stamps, err := filepath.Glob(filepath.Join(root, "sweeps", "*"))
-	if err != nil || len(stamps) != 2 {
+	if err != nil || len(stamps) != 3 {
 		t.Fatalf("sweeps %v: %v", stamps, err)
 	}
 	sort.Strings(stamps)
@@ -219,7 +235,7 @@ func drillFaults(t *testing.T, tg *backup.Target, root string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(stamps[1], rel), old, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(stamps[2], rel), old, 0o600); err != nil {
 		t.Fatal(err)
 	}
 
@@ -249,6 +265,12 @@ func drillFaults(t *testing.T, tg *backup.Target, root string) {
 	}
 	if w := strings.Join(got["oldsweep"], ""); !strings.Contains(w, "is not the copy the sweep made") {
 		t.Errorf("oldsweep: %q", w)
+	}
+	if w := strings.Join(got["trunc"], ""); !strings.Contains(w, "history does not restore") {
+		t.Errorf("trunc: %q, want its history named", w)
+	}
+	if w := strings.Join(got["gone"], ""); !strings.Contains(w, "history is missing") {
+		t.Errorf("gone: %q, want its history named", w)
 	}
 	if !d.Failing() {
 		t.Error("Failing() is false after a failed drill")

@@ -565,26 +565,22 @@ func (d *Drill) checkFile(ctx context.Context, rel, out string) (_ drillOutcome,
 				continue
 			}
 		}
-		src, rerr := d.restore(ctx, rel, out)
+		res, rerr := d.restore(ctx, rel, out)
+		src := res.String()
 		if ctx.Err() != nil {
 			return drillDeferred, "stopped", ""
 		}
+		// RestoreFile checked the copy whole with SQLite's integrity check
+		// (3 s of the 11 s a drill spends on people-1k's 21 MB directory),
+		// and gives back no copy that fails it.
 		var restored Digest
-		var cerr, derr error
+		var derr error
 		if rerr == nil {
-			// RestoreFile checked a copy from the history whole already
-			// (Litestream's full integrity check: 3 s of the 11 s a drill
-			// spends on people-1k's 21 MB directory); a sweep's it did not.
-			if src != "history" {
-				cerr = d.Check(ctx, out)
-			}
-			if cerr == nil {
-				derr = d.Read(ctx, out, func(tx *sql.Tx) error {
-					var err error
-					restored, err = DigestTx(ctx, tx)
-					return err
-				})
-			}
+			derr = d.Read(ctx, out, func(tx *sql.Tx) error {
+				var err error
+				restored, err = DigestTx(ctx, tx)
+				return err
+			})
 		}
 		after, err := d.liveDigest(ctx, rel)
 		if err != nil {
@@ -595,16 +591,18 @@ func (d *Drill) checkFile(ctx context.Context, rel, out string) (_ drillOutcome,
 			why = "written during every try"
 			continue
 		}
-		if rerr == nil && cerr == nil && derr == nil && restored.Equal(after) {
-			if src == "history" {
+		if rerr == nil && derr == nil && restored.Equal(after) {
+			if res.From == FromHistory {
 				return drillEqual, "", ""
 			}
 			// Equal, but from a sweep: its history is missing or failed,
-			// and every write since that sweep would be lost.
-			if ok, err := d.hasHistory(ctx, rel); err == nil && !ok {
-				return drillFailed, fmt.Sprintf("its Litestream history is missing from the replica; only the %s copy holds it, so its next writes are not protected until it is taken up again", src), d.keep(rel, "", "no history")
+			// and its writes since that sweep are not protected.
+			if res.HistoryErr == nil {
+				what := fmt.Sprintf("its Litestream history is missing from the replica; only the %s copy holds it, so its next writes are not protected until it is taken up again", src)
+				return drillFailed, what, d.keep(rel, "", what)
 			}
-			return drillFailed, fmt.Sprintf("its Litestream history does not restore (the log says why); nah restore falls back to the %s copy", src), d.keep(rel, "", "history does not restore")
+			what := fmt.Sprintf("its Litestream history does not restore (%s); nah restore falls back to the %s copy", shortErr(res.HistoryErr), src)
+			return drillFailed, what, d.keep(rel, "", what)
 		}
 		if d.pending(rel) {
 			why = "still waiting for replication"
@@ -613,18 +611,19 @@ func (d *Drill) checkFile(ctx context.Context, rel, out string) (_ drillOutcome,
 		switch {
 		case rerr != nil:
 			why = "does not restore: " + rerr.Error()
-		case cerr != nil:
-			why = "restores to a corrupt database (" + shortErr(cerr) + ")"
 		case derr != nil:
 			why = "restores to a database that cannot be read (" + shortErr(derr) + ")"
 		default:
 			why = after.Diff(restored)
-			if src != "history" {
-				why += "; nah restore fell back to the " + src + " copy, its history being missing or not restoring"
+			switch {
+			case res.HistoryErr != nil:
+				why += "; nah restore fell back to the " + src + " copy, its history not restoring (" + shortErr(res.HistoryErr) + ")"
+			case res.From == FromSweep:
+				why += "; nah restore fell back to the " + src + " copy, its history being missing"
 			}
 		}
 		why = "differs from the live file: " + why
-		if rerr != nil || cerr != nil || derr != nil {
+		if rerr != nil || derr != nil {
 			why = strings.TrimPrefix(why, "differs from the live file: ")
 		}
 	}
@@ -636,9 +635,8 @@ func (d *Drill) checkFile(ctx context.Context, rel, out string) (_ drillOutcome,
 }
 
 // restore is the drill's one call to nah restore's own code.
-func (d *Drill) restore(ctx context.Context, rel, out string) (string, error) {
-	res, err := RestoreFile(ctx, d.Target, rel, out, time.Time{})
-	return res.String(), err
+func (d *Drill) restore(ctx context.Context, rel, out string) (Restored, error) {
+	return RestoreFile(ctx, d.Target, rel, out, time.Time{})
 }
 
 func (d *Drill) liveDigest(ctx context.Context, rel string) (Digest, error) {
@@ -669,27 +667,6 @@ func (d *Drill) pending(rel string) bool {
 		}
 	}
 	return false
-}
-
-// hasHistory says whether the target holds any LTX file of rel.
-func (d *Drill) hasHistory(ctx context.Context, rel string) (bool, error) {
-	c, err := d.Target.client(rel)
-	if err != nil {
-		return false, err
-	}
-	for level := 0; level <= litestream.SnapshotLevel; level++ {
-		it, err := c.LTXFiles(ctx, level, 0, false)
-		if err != nil {
-			return false, err
-		}
-		ok := it.Next()
-		err = it.Err()
-		it.Close()
-		if ok || err != nil {
-			return ok, err
-		}
-	}
-	return false, nil
 }
 
 // position is where rel's history ends on the target, for the evidence.

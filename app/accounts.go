@@ -279,12 +279,13 @@ func (a *App) handleHealth(w http.ResponseWriter, r *http.Request) {
 		DiskFull           bool               `json:"disk_full"`
 		FilesNeedAttention int                `json:"files_need_attention"`
 		Replication        *replicationHealth `json:"replication,omitempty"`
-	}{"ok", st.OpenFiles, st.DiskFull, st.UnreadableFiles, a.replicationHealth()}
+		RestoreDrill       string             `json:"restore_drill,omitempty"` // ok, or failed until a drill passes
+	}{"ok", st.OpenFiles, st.DiskFull, st.UnreadableFiles, a.replicationHealth(), a.drillHealth()}
 	// Replication behind is "degraded", never 503: posts go on locally and
 	// are shipped when the target answers again, and taking the server out
 	// of rotation for a replica that is down would stop everyone's posts
 	// and reads and mend nothing.
-	if h.DiskFull || h.FilesNeedAttention > 0 || (h.Replication != nil && h.Replication.Status != "ok") {
+	if h.DiskFull || h.FilesNeedAttention > 0 || (h.Replication != nil && h.Replication.Status != "ok") || h.RestoreDrill == "failed" {
 		h.Status = "degraded"
 	}
 	writeJSON(w, http.StatusOK, h)

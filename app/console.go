@@ -64,6 +64,7 @@ func (a *App) consoleRoutes(r chi.Router) {
 			// Backups (console_backups.go).
 			r.Get("/console/backups", a.handleBackups)
 			r.Post("/console/backups/sync", a.handleBackupSync)
+			r.Post("/console/backups/drill", a.handleDrillNow) // console_drill.go
 			r.Get("/console/backups/download", a.handleBackupDownload)
 			r.Get("/console/backups/restore", a.handleRestoreConfirm)
 			r.Post("/console/backups/restore", a.handleRestore)

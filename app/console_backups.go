@@ -105,6 +105,7 @@ func (a *App) backupsView(r *http.Request) (ui.Backups, error) {
 	t := b.Repl.Target()
 	v.Target = t.Redacted()
 	v.Health = healthLine(b.Health())
+	v.Drill = a.drillView()
 	from := t.Redacted()
 	if t.IsS3() {
 		from = t.URL // never holds a key: ParseTarget refuses one

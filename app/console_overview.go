@@ -30,6 +30,7 @@ func (a *App) handleOverview(w http.ResponseWriter, r *http.Request) {
 	}
 	bh := backupHealth(a.cfg.Backups)
 	o.Backups = &bh
+	o.Drill = a.drillView()
 	problems := a.store.FileProblems()
 	o.AttentionTotal = len(problems)
 	for _, fp := range problems[:min(len(problems), attentionListed)] {

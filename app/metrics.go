@@ -346,6 +346,7 @@ func (a *App) writePrometheus(w io.Writer) {
 		{"nah_person_files_unreadable", "Person files that cannot be read now: skipped in others' feeds, their owners get 503.", float64(st.UnreadableFiles)},
 	}
 	gauges = append(gauges, a.replicationGauges()...)
+	gauges = append(gauges, a.drillGauges()...)
 	for _, g := range gauges {
 		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s gauge\n%s %g\n", g.name, g.help, g.name, g.name, g.v)
 	}

@@ -27,6 +27,8 @@ type Backups struct {
 	// CatchUpEvery is how often files left behind are caught up
 	// (catchUpEvery when zero).
 	CatchUpEvery time.Duration
+	// Drill is the restore drill (drill.go), nil when there is none.
+	Drill *Drill
 
 	mu        sync.Mutex
 	nextSweep time.Time

@@ -2,6 +2,8 @@ package backup
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,6 +36,15 @@ type SweepManifest struct {
 	Files    []string  `json:"files"` // paths under the data directory
 	Bytes    int64     `json:"bytes"`
 	Failed   []string  `json:"failed,omitempty"` // "path: error"
+	// Sums are each copy's size and SHA-256 as the sweep wrote it, so that
+	// the restore drill can tell a copy that changed on the target since.
+	Sums map[string]FileSum `json:"sums,omitempty"`
+}
+
+// FileSum is one sweep copy's size and SHA-256 (hex).
+type FileSum struct {
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
 }
 
 // SweepResult is the last sweep as the Backups page shows it.
@@ -108,17 +119,18 @@ func (s *Sweeper) run(ctx context.Context, now time.Time) (SweepResult, error) {
 	if err != nil {
 		return res, err
 	}
-	m := SweepManifest{Started: now.UTC()}
+	m := SweepManifest{Started: now.UTC(), Sums: map[string]FileSum{}}
 	for _, rel := range rels {
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		n, err := s.copyOne(ctx, blobs, stamp, rel)
+		sum, err := s.copyOne(ctx, blobs, stamp, rel)
 		if err != nil {
 			m.Failed = append(m.Failed, rel+": "+err.Error())
 		} else {
 			m.Files = append(m.Files, rel)
-			m.Bytes += n
+			m.Bytes += sum.Size
+			m.Sums[rel] = sum
 		}
 		if s.Pace > 0 {
 			select {
@@ -144,12 +156,31 @@ func (s *Sweeper) run(ctx context.Context, now time.Time) (SweepResult, error) {
 	return res, s.prune(ctx, blobs)
 }
 
-func (s *Sweeper) copyOne(ctx context.Context, blobs blobStore, stamp, rel string) (int64, error) {
+func (s *Sweeper) copyOne(ctx context.Context, blobs blobStore, stamp, rel string) (FileSum, error) {
 	f, err := s.Copy(ctx, rel)
 	if err != nil {
-		return 0, err
+		return FileSum{}, err
 	}
-	return putFile(ctx, blobs, path.Join(sweepPrefix, stamp, rel), f)
+	sum, err := sumFile(f)
+	if err != nil {
+		f.Close()
+		return sum, err
+	}
+	_, err = putFile(ctx, blobs, path.Join(sweepPrefix, stamp, rel), f)
+	return sum, err
+}
+
+// sumFile reads f whole for its size and SHA-256, then rewinds it.
+func sumFile(f *os.File) (FileSum, error) {
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return FileSum{}, err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return FileSum{}, err
+	}
+	return FileSum{Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
 }
 
 // putFile stores f under key and closes it, returning its size.

@@ -33,6 +33,8 @@ type Backups struct {
 	RestoreCommand string
 	// SyncError is a failed "Sync now", shown by its button.
 	SyncError string
+
+	Drill *DrillView // the restore drill (nil: none)
 }
 
 // BackupFile is one database's replication.

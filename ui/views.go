@@ -47,6 +47,7 @@ type Overview struct {
 
 	// Backups is replication at a glance (nil: NAH_REPLICA_URL is off).
 	Backups *BackupHealth
+	Drill   *DrillView // the last restore drill (nil: none)
 }
 
 // CertProblem is a name of NAH_DOMAIN without a good HTTPS certificate:

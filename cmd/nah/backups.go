@@ -80,9 +80,14 @@ func startBackups(ctx context.Context, cfg config, s *store.Store, r *backup.Rep
 		b.Sweep = &backup.Sweeper{Target: cfg.ReplicaTarget, Keep: cfg.SweepKeep, Pace: sweepPace, Copy: s.Backup, List: s.Databases,
 			Media: s.MediaFiles, OpenMedia: s.OpenMediaFile}
 	}
+	b.Drill = newDrill(cfg, s, r, log)
 	stopped = make(chan struct{})
 	go func() {
 		defer close(stopped)
+		// The drill reads the store's files: it ends before the store closes.
+		drilled := make(chan struct{})
+		go func() { defer close(drilled); b.Drill.Run(ctx) }()
+		defer func() { <-drilled }()
 		// In the background: the directory's first snapshot takes a while
 		// on a large server, and the first feed need not wait for it.
 		// Nothing is lost meanwhile: the snapshot holds what was written

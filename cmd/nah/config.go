@@ -54,6 +54,7 @@ type config struct {
 	ReplicaMaxFiles int
 	SweepEvery      time.Duration // 0: no sweep
 	SweepKeep       int
+	DrillEvery      time.Duration // NAH_DRILL_EVERY; 0: only when asked from the console
 
 	// MemoryLimit is NAH_MEMORY_LIMIT, and GoMemoryLimit the Go runtime's
 	// share of it (GOMEMLIMIT), from the memory plan (plan).
@@ -73,7 +74,8 @@ type config struct {
 //     (6 MB for 10,000 people), token and rate-limit caches, metrics;
 //   - replication: each watched file costs ~404 KiB at peak
 //     (backup.PerFileBytes: Litestream's own connection, read transaction
-//     and LTX encoder), 25 MiB at the default NAH_REPLICA_MAX_FILES of 64;
+//     and LTX encoder), 25 MiB at the default NAH_REPLICA_MAX_FILES of 64,
+//     and the restore drill's 4 MiB (backup.DrillBytes);
 //   - the open connections, idle or not: 45 KB each under churn
 //     (app/listener.go), 22.5 MB at the default 512, and with HTTPS the
 //     redirect listener's 64 (2.9 MB). TLS changes nothing here: measured
@@ -84,7 +86,7 @@ type config struct {
 //   - what is left is the budget that requests take from before they
 //     allocate (app/budget.go), and past which they are answered 503.
 //
-// The default, 320 MiB, leaves 67 MiB for requests with the default caches
+// The default, 320 MiB, leaves 62 MiB for requests with the default caches
 // and keeps 65 MB of the 400 MB limit for the kernel's view of the process
 // (stacks, socket buffers, the allocator's slack).
 const (
@@ -104,7 +106,7 @@ func (c *config) plan() error {
 	}
 	var repl int64
 	if c.ReplicaTarget != nil {
-		repl = int64(c.ReplicaMaxFiles) * backup.PerFileBytes
+		repl = int64(c.ReplicaMaxFiles)*backup.PerFileBytes + backup.DrillBytes
 	}
 	c.GoMemoryLimit = c.MemoryLimit - sqlite
 	c.App.MemoryBudget = c.GoMemoryLimit - heads*3/2 - memoryBase - conns - repl
@@ -322,6 +324,17 @@ var variables = []variable{
 		if c.SweepKeep, err = strconv.Atoi(v); err != nil || c.SweepKeep < 1 || c.SweepKeep > 1000 {
 			return errors.New("want a whole number from 1 to 1000")
 		}
+		return nil
+	}},
+	{"NAH_DRILL_EVERY", "6h", "how often a sample of the databases (everyone weekly) is restored from NAH_REPLICA_URL into a scratch folder and compared with the live files; off = only when asked from the console", func(c *config, v string) error {
+		if v == "off" {
+			return nil
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Minute {
+			return errors.New("want a duration of a minute or more such as 6h, or off")
+		}
+		c.DrillEvery = d
 		return nil
 	}},
 	{"NAH_LOG_LEVEL", strings.ToLower(defaultLogLevel.String()), "debug, info, warn or error", func(c *config, v string) error {

@@ -25,6 +25,9 @@ func TestConfigDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if c.DrillEvery != 6*time.Hour {
+		t.Errorf("NAH_DRILL_EVERY: %v, want 6h", c.DrillEvery)
+	}
 	if c.Addr != defaultAddr || c.MetricsAddr != "" || c.ShutdownTimeout != defaultShutdownTimeout || c.LogLevel != slog.LevelInfo {
 		t.Errorf("process: %+v", c)
 	}
@@ -61,9 +64,13 @@ func TestConfigFromEnvironment(t *testing.T) {
 		"NAH_DELETE_GRACE":     "0",
 		"NAH_LOG_LEVEL":        "debug",
 		"NAH_METRICS_ADDR":     "127.0.0.1:9090",
+		"NAH_DRILL_EVERY":      "off",
 	}))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if c.DrillEvery != 0 {
+		t.Errorf("NAH_DRILL_EVERY=off: %v", c.DrillEvery)
 	}
 	if c.Addr != "0.0.0.0:80" || c.MetricsAddr != "127.0.0.1:9090" || c.ShutdownTimeout != time.Minute || c.LogLevel != slog.LevelDebug {
 		t.Errorf("process: %+v", c)
@@ -99,6 +106,7 @@ func TestConfigErrors(t *testing.T) {
 		"NAH_MEMORY_LIMIT":     {"lots", `NAH_MEMORY_LIMIT="lots": want a size such as 320MiB or 1GiB`},
 		"NAH_MAX_CONNECTIONS":  {"lots", `NAH_MAX_CONNECTIONS="lots": want a whole number from 16 to 100000`},
 		"NAH_PUBLIC_URL":       {"nah.example.com", `NAH_PUBLIC_URL="nah.example.com": want an http or https URL such as https://nah.example.com, without query or fragment`},
+		"NAH_DRILL_EVERY":      {"30s", `NAH_DRILL_EVERY="30s": want a duration of a minute or more such as 6h, or off`},
 	} {
 		_, err := readConfig(env(map[string]string{name: c.value}))
 		if err == nil || err.Error() != c.want {
@@ -119,9 +127,9 @@ func TestMemoryPlan(t *testing.T) {
 	if c.MemoryLimit != 320<<20 || c.GoMemoryLimit != c.MemoryLimit-sqlite {
 		t.Fatalf("limit %d, Go's share %d, SQLite's %d", c.MemoryLimit, c.GoMemoryLimit, sqlite)
 	}
-	repl := int64(defaultReplicaMaxFiles) * backup.PerFileBytes
-	if want := c.GoMemoryLimit - store.DefaultHeadCacheBytes*3/2 - memoryBase - app.DefaultMaxConnections*connectionBytes - repl; c.App.MemoryBudget != want || want < 64<<20 {
-		t.Fatalf("request budget %d, want %d (and at least 64 MiB by default)", c.App.MemoryBudget, want)
+	repl := int64(defaultReplicaMaxFiles)*backup.PerFileBytes + backup.DrillBytes
+	if want := c.GoMemoryLimit - store.DefaultHeadCacheBytes*3/2 - memoryBase - app.DefaultMaxConnections*connectionBytes - repl; c.App.MemoryBudget != want || want < 60<<20 {
+		t.Fatalf("request budget %d, want %d (and at least 60 MiB by default)", c.App.MemoryBudget, want)
 	}
 	off, err := readConfig(env(map[string]string{"NAH_REPLICA_URL": "off"}))
 	if err != nil || off.App.MemoryBudget != c.App.MemoryBudget+repl {
@@ -134,7 +142,7 @@ func TestMemoryPlan(t *testing.T) {
 		}
 	}
 	_, err = readConfig(env(map[string]string{"NAH_MEMORY_LIMIT": "200MiB"}))
-	if err == nil || !strings.Contains(err.Error(), "want at least 270MiB") {
+	if err == nil || !strings.Contains(err.Error(), "want at least 274MiB") {
 		t.Fatalf("200MiB with the default caches: %v", err)
 	}
 	_, err = readConfig(env(map[string]string{"NAH_MAX_MOMENT_BYTES": "1048576"}))

@@ -74,6 +74,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "service":
 		return service(args, getenv, stdout, stderr)
 	case "restore":
+		if isCheck(args) {
+			return restoreCheckCmd(ctx, args, getenv, stdout, stderr)
+		}
 		return restoreCmd(ctx, args, getenv, stdout, stderr)
 	default:
 		return usageError{fmt.Sprintf("unknown command %q; try 'nah help'", cmd)}
@@ -102,6 +105,10 @@ Commands:
                                  sweep; -time restores the server as it was at that moment. Exit 3:
                                  some files came from a sweep older than their corrupt history;
                                  exit 1: some people have no sound copy (marked, listed by serve)
+  nah restore -check -from URL -data DIR
+                                 restore every database of the replica into a scratch folder and
+                                 compare it with data directory DIR (the restore drill's check);
+                                 exit 1 on any difference
   nah version                    print the version
   nah help                       this text
 

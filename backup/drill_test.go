@@ -1,0 +1,314 @@
+package backup_test
+
+import (
+	"context"
+	"database/sql"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nah-app/nah/backup"
+	"github.com/nah-app/nah/internal/tests3"
+	"github.com/nah-app/nah/store"
+)
+
+// drillFor is the restore drill of a node, wired as cmd/nah wires the
+// server's (cmd/nah/drill.go), with short rechecks.
+func drillFor(n *node, tg *backup.Target) *backup.Drill {
+	return &backup.Drill{
+		Target: tg, Repl: n.r, DataDir: n.dir,
+		List: n.s.Databases, Live: n.s.LiveRead, Read: store.ReadFile, Check: store.IntegrityCheck,
+		Queued: n.s.ReplicationQueued, LastWrite: n.s.LastWrite,
+		Name: func(ctx context.Context, rel string) string {
+			p, err := n.s.FindPersonByID(ctx, store.PersonOfRel(rel))
+			if err != nil {
+				return ""
+			}
+			return p.Handle
+		},
+		OpenMedia: n.s.OpenMediaFile,
+		Dir:       filepath.Join(n.dir, "replication", "drill"),
+		Recheck:   []time.Duration{200 * time.Millisecond, 500 * time.Millisecond},
+	}
+}
+
+// liveDigests sums every live database of the node through the store.
+func liveDigests(t *testing.T, n *node) map[string]backup.Digest {
+	t.Helper()
+	ctx := context.Background()
+	rels, err := n.s.Databases(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]backup.Digest{}
+	for _, rel := range rels {
+		err := n.s.LiveRead(ctx, rel, func(tx *sql.Tx) error {
+			d, err := backup.DigestTx(ctx, tx)
+			out[rel] = d
+			return err
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", rel, err)
+		}
+	}
+	return out
+}
+
+func sameLive(t *testing.T, before, after map[string]backup.Digest) {
+	t.Helper()
+	if len(before) != len(after) {
+		t.Errorf("live databases: %d before, %d after", len(before), len(after))
+	}
+	for rel, d := range before {
+		if diff := d.Diff(after[rel]); diff != "" || !d.Equal(after[rel]) {
+			t.Errorf("the drill changed the live %s: %s", rel, diff)
+		}
+	}
+}
+
+// failuresByPerson is the report's failures as handle: sentences.
+func failuresByPerson(r backup.DrillReport) map[string][]string {
+	out := map[string][]string{}
+	for _, f := range r.Failures {
+		h, _, _ := strings.Cut(f.Who, " (")
+		out[h] = append(out[h], f.What)
+	}
+	return out
+}
+
+func TestDrillDir(t *testing.T) {
+	tg, err := backup.ParseTarget(t.TempDir(), os.Getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tg.Init(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	drillFaults(t, tg, tg.Dir())
+}
+
+func TestDrillS3(t *testing.T) {
+	srv := tests3.Start(t)
+	tg := s3Target(t, srv, "drill", "")
+	drillFaults(t, tg, filepath.Join(srv.Dir, tests3.Bucket, "drill"))
+}
+
+// drillFaults: a sound server's drill finds every file equal, posts going
+// on or not; then each fault planted on the replica (whose files are under
+// root, a directory target's folder or versitygw's backing folder) is
+// reported by the next drill, naming its person, and the drill changes
+// nothing on the live side.
+func drillFaults(t *testing.T, tg *backup.Target, root string) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	n := openNode(t, dir, tg, nodeOpts{maxOpen: 4, maxWatched: 2})
+	handles := []string{"trunc", "gone", "oldsweep", "unshipped", "fine1", "fine2"}
+	ids := map[string]string{}
+	for _, h := range handles {
+		ids[h] = n.person(t, h)
+	}
+	// Uneven writers: the first three write most.
+	for i := range 90 {
+		n.post(t, ids[handles[(i*i)%len(handles)]], i)
+	}
+	sw := &backup.Sweeper{Target: tg, Keep: 3, Copy: n.s.Backup, List: n.s.Databases}
+	if _, err := sw.Run(ctx, time.Now().Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 12 {
+		n.post(t, ids["oldsweep"], 100+i)
+	}
+	if _, err := sw.Run(ctx, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, n)
+
+	d := drillFor(n, tg)
+	r, err := d.Once(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Passed() || r.Equal != len(handles) || r.People != len(handles) || r.Directory != "equal" || r.SweepOK != len(handles)+1 {
+		t.Fatalf("sound server's drill: %s: %+v", r.Summary(), r.Failures)
+	}
+	if s := r.Summary(); !strings.HasPrefix(s, "6 of 6 people restored and equal, the directory too, 7 sweep copies sound") {
+		t.Errorf("summary %q", s)
+	}
+
+	// No false alarm while people post during the drill.
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var posted atomic.Int64
+	// One person posts every 10 ms throughout (written during every try:
+	// compared next time, never a failure), the others now and then.
+	wg.Go(func() {
+		for i := 0; !stop.Load(); i++ {
+			n.post(t, ids["fine1"], 1000+i)
+			posted.Add(1)
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+	wg.Go(func() {
+		for i := 0; !stop.Load(); i++ {
+			n.post(t, ids[handles[i%len(handles)]], 5000+i)
+			posted.Add(1)
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+	r, err = d.Once(ctx)
+	stop.Store(true)
+	wg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("drill during %d posts: %s", posted.Load(), r.Summary())
+	if len(r.Failures) > 0 || r.Err != "" {
+		t.Fatalf("false alarm during posts: %s: %+v", r.Summary(), r.Failures)
+	}
+	if posted.Load() == 0 || r.Equal == 0 {
+		t.Fatalf("no post went on during the drill, or nobody was compared: %s", r.Summary())
+	}
+
+	// A third sweep, after those posts: its copies equal the live files,
+	// so a person whose history is broken restores equal from it, which
+	// the drill must still report (their next writes would be lost).
+	settle(t, n)
+	if _, err := sw.Run(ctx, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+
+	// A person whose writes never reached the replica: written by a
+	// process without replication and left off the queue, as a kill after
+	// the queue's marker was lost leaves it.
+	n.close()
+	plain, err := store.Open(ctx, store.Config{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plain.CreateMoment(ctx, ids["unshipped"], []byte("never shipped")); err != nil {
+		t.Fatal(err)
+	}
+	if err := plain.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n = openNode(t, dir, tg, nodeOpts{maxOpen: 4, maxWatched: 2})
+	d = drillFor(n, tg)
+
+	person := func(h string) string { return filepath.Join(root, "people", ids[h], "person.db") }
+	// An LTX file truncated: the newest of the highest level, which every
+	// restore reads.
+	var snaps []string
+	filepath.Walk(person("trunc"), func(p string, _ os.FileInfo, _ error) error {
+		if strings.HasSuffix(p, ".ltx") { // ltx/<level>/ in a directory, <level as 4 hex digits>/ in S3
+			snaps = append(snaps, p)
+		}
+		return nil
+	})
+	if len(snaps) == 0 {
+		t.Fatalf("no LTX file of trunc under %s", person("trunc"))
+	}
+	sort.Strings(snaps)
+	st, err := os.Stat(snaps[len(snaps)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(snaps[len(snaps)-1], st.Size()/2); err != nil {
+		t.Fatal(err)
+	}
+	// A person's replica deleted.
+	if err := os.RemoveAll(person("gone")); err != nil {
+		t.Fatal(err)
+	}
+	// The newest sweep's copy replaced with the older sweep's.
+	stamps, err := filepath.Glob(filepath.Join(root, "sweeps", "*"))
+	if err != nil || len(stamps) != 3 {
+		t.Fatalf("sweeps %v: %v", stamps, err)
+	}
+	sort.Strings(stamps)
+	rel := filepath.Join("people", ids["oldsweep"], "person.db")
+	old, err := os.ReadFile(filepath.Join(stamps[0], rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(stamps[2], rel), old, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	before := liveDigests(t, n)
+	r, err = d.Once(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameLive(t, before, liveDigests(t, n))
+	got := failuresByPerson(r)
+	t.Logf("drill with four faults: %s", r.Summary())
+	for h, ws := range got {
+		t.Logf("  %s: %s", h, strings.Join(ws, " / "))
+	}
+	for _, h := range []string{"trunc", "gone", "oldsweep", "unshipped"} {
+		if len(got[h]) == 0 {
+			t.Errorf("%s's fault not reported", h)
+		}
+	}
+	for _, h := range []string{"fine1", "fine2"} {
+		if len(got[h]) > 0 {
+			t.Errorf("%s reported though sound: %v", h, got[h])
+		}
+	}
+	if w := strings.Join(got["unshipped"], ""); !strings.Contains(w, "moments has") {
+		t.Errorf("unshipped: %q, want the moments' counts", w)
+	}
+	if w := strings.Join(got["oldsweep"], ""); !strings.Contains(w, "is not the copy the sweep made") {
+		t.Errorf("oldsweep: %q", w)
+	}
+	if w := strings.Join(got["trunc"], ""); !strings.Contains(w, "history does not restore") {
+		t.Errorf("trunc: %q, want its history named", w)
+	}
+	if w := strings.Join(got["gone"], ""); !strings.Contains(w, "history is missing") {
+		t.Errorf("gone: %q, want its history named", w)
+	}
+	if !d.Failing() {
+		t.Error("Failing() is false after a failed drill")
+	}
+	evidence, _ := filepath.Glob(filepath.Join(d.Dir, "failed", "*.txt"))
+	if len(evidence) < 4 {
+		t.Errorf("evidence kept: %v", evidence)
+	}
+
+	// The replica unreadable (a file where its folder was: the tests run
+	// as root, whom chmod does not stop): every file is reported.
+	if err := os.Rename(root, root+".away"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(root, []byte("not a folder"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before = liveDigests(t, n)
+	r, err = d.Once(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameLive(t, before, liveDigests(t, n))
+	got = failuresByPerson(r)
+	t.Logf("drill with the replica unreadable: %s", r.Summary())
+	for _, h := range handles {
+		if len(got[h]) == 0 {
+			t.Errorf("%s not reported with the replica unreadable", h)
+		}
+	}
+	if r.Directory != "failed" {
+		t.Errorf("directory: %q with the replica unreadable", r.Directory)
+	}
+
+	// Back, and mended (the unshipped person writes, the others' history
+	// and sweep are made afresh): a drill passes again.
+	os.Remove(root)
+	if err := os.Rename(root+".away", root); err != nil {
+		t.Fatal(err)
+	}
+}

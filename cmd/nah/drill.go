@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/nah-app/nah"
+	"github.com/nah-app/nah/backup"
+	"github.com/nah-app/nah/store"
+)
+
+// newDrill is the serving process's restore drill (backup/drill.go): every
+// NAH_DRILL_EVERY, and whenever the console asks, a sample of the live
+// files restored from the replica and compared with them. Its scratch
+// copies, state and kept evidence are under the data directory's
+// replication folder.
+func newDrill(cfg config, s *store.Store, r *backup.Replicator, log *slog.Logger) *backup.Drill {
+	return &backup.Drill{
+		Target: cfg.ReplicaTarget, Repl: r, DataDir: cfg.Store.Dir,
+		List: s.Databases, Live: s.LiveRead, Read: store.ReadFile, Check: store.IntegrityCheck,
+		Queued: s.ReplicationQueued, LastWrite: s.LastWrite,
+		Name: func(ctx context.Context, rel string) string {
+			p, err := s.FindPersonByID(ctx, store.PersonOfRel(rel))
+			if err != nil {
+				return ""
+			}
+			return p.Handle
+		},
+		OpenMedia: s.OpenMediaFile,
+		Dir:       filepath.Join(cfg.Store.Dir, "replication", "drill"),
+		Every:     cfg.DrillEvery,
+		Log:       log,
+	}
+}
+
+const restoreCheckUsage = "usage: nah restore -check -from URL -data DIR"
+
+// restoreCheckCmd is `nah restore -check -from URL -data DIR`: the drill's
+// comparison of every database of data directory DIR (a stopped server's,
+// or a running one's: its files are only read) with what the replica
+// restores, and of the newest sweep's copies and the mirrored media. It
+// prints every difference and exits 1 on any.
+func restoreCheckCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("restore", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Bool("check", false, "compare the replica with a data directory")
+	from := fs.String("from", "", "the replica: a path, file:///path or s3://bucket/prefix")
+	data := fs.String("data", "", "the data directory to compare with")
+	if err := fs.Parse(args); err != nil || fs.NArg() != 0 || *from == "" || *data == "" {
+		return usageError{restoreCheckUsage}
+	}
+	t, err := backup.ParseTarget(*from, getenv)
+	if err != nil {
+		return usageError{fmt.Sprintf("-from %q: %v", *from, err)}
+	}
+	if t.IsS3() {
+		ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := t.Init(ictx)
+		cancel()
+		if err != nil {
+			return usageError{fmt.Sprintf("-from %q: %v", *from, err)}
+		}
+	}
+	dir, err := filepath.Abs(*data)
+	if err != nil {
+		return usageError{fmt.Sprintf("-data %q: %v", *data, err)}
+	}
+	if _, err := os.Stat(filepath.Join(dir, store.DirectoryRel)); err != nil {
+		return usageError{fmt.Sprintf("-data %q: not a data directory: %v", *data, err)}
+	}
+	if err := store.ConfigureSQLite(); err != nil {
+		return err
+	}
+	slog.SetDefault(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	scratch, err := os.MkdirTemp("", "nah-check-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(scratch)
+	path := func(rel string) string { return filepath.Join(dir, filepath.FromSlash(rel)) }
+	d := &backup.Drill{
+		Target: t, DataDir: dir, All: true, Dir: scratch,
+		List: func(ctx context.Context) ([]string, error) { return dataDatabases(dir) },
+		Live: func(ctx context.Context, rel string, fn func(*sql.Tx) error) error {
+			return store.ReadFile(ctx, path(rel), fn)
+		},
+		Read: store.ReadFile, Check: store.IntegrityCheck,
+		Name: func(ctx context.Context, rel string) (handle string) {
+			store.ReadFile(ctx, path(store.DirectoryRel), func(tx *sql.Tx) error {
+				return tx.QueryRowContext(ctx, `SELECT handle FROM people WHERE id = ?`, store.PersonOfRel(rel)).Scan(&handle)
+			})
+			return handle
+		},
+		OpenMedia: func(rel string) (*os.File, error) {
+			return os.Open(path(rel))
+		},
+	}
+	r, err := d.Once(ctx)
+	if err != nil {
+		return err
+	}
+	for _, f := range r.Failures {
+		fmt.Fprintf(stdout, "DIFFERS %s: %s\n", f.Who, f.What)
+	}
+	for _, w := range r.Deferred {
+		fmt.Fprintf(stdout, "NOT COMPARED %s\n", w)
+	}
+	fmt.Fprintf(stdout, "Checked %s against %s: %s.\n", t.Redacted(), dir, r.Summary())
+	if !r.Passed() || len(r.Deferred) > 0 {
+		n := len(r.Failures) + len(r.Deferred)
+		return fmt.Errorf("the replica does not restore to %s: %d %s", dir, n, plural(n, "difference", "differences"))
+	}
+	return nil
+}
+
+// dataDatabases lists the databases of data directory dir as the store's
+// Databases does.
+func dataDatabases(dir string) ([]string, error) {
+	es, err := os.ReadDir(filepath.Join(dir, "people"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	out := []string{store.DirectoryRel}
+	for _, e := range es {
+		if e.IsDir() && nah.ValidPersonID(e.Name()) {
+			if _, err := os.Stat(filepath.Join(dir, "people", e.Name(), "person.db")); err == nil {
+				out = append(out, store.PersonRel(e.Name()))
+			}
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// isCheck says whether `nah restore` was asked for -check.
+func isCheck(args []string) bool {
+	return slices.ContainsFunc(args, func(a string) bool { return a == "-check" || a == "--check" || a == "-check=true" })
+}

@@ -1,0 +1,94 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/nah-app/nah"
+)
+
+// What the restore drill (backup/drill.go) needs from the store: the live
+// file read in a read transaction while the server runs, a plain file read
+// the same way, and whether a file still waits for replication.
+
+// drillCacheKiB caps the page cache of the drill's own connections: one
+// file at a time, so the drill holds at most two of them.
+const drillCacheKiB = 256
+
+// LiveRead runs fn in a read transaction on a connection of its own to
+// database rel. A person's file is held in the open-file cache meanwhile,
+// so neither the cache nor replication closes it (and drops the process's
+// locks) under the read; the connection is closed before the file is let
+// go of. WAL mode: writers to the file go on while fn reads.
+func (s *Store) LiveRead(ctx context.Context, rel string, fn func(tx *sql.Tx) error) error {
+	if rel == DirectoryRel {
+		return readTx(ctx, s.Path(rel), fn)
+	}
+	id := PersonOfRel(rel)
+	if id == "" {
+		return fmt.Errorf("store: not a database: %q", rel)
+	}
+	if _, hidden := s.files.state(id); hidden {
+		return nah.Errorf(nah.NotFound, "", "no such person")
+	}
+	f, err := s.files.acquire(ctx, id, false)
+	if err != nil {
+		return err
+	}
+	defer s.files.release(f)
+	return readTx(ctx, f.path, fn)
+}
+
+// ReadFile runs fn in a read transaction on a connection of its own to
+// the SQLite file at p (a restored copy, or a data directory's file).
+func ReadFile(ctx context.Context, p string, fn func(tx *sql.Tx) error) error {
+	return readTx(ctx, p, fn)
+}
+
+// readTx is LiveRead's and ReadFile's read. The connection never writes,
+// so it never checkpoints either (the rule of openDB's replicated).
+func readTx(ctx context.Context, p string, fn func(tx *sql.Tx) error) error {
+	if _, err := os.Stat(p); err != nil {
+		return err
+	}
+	db, err := openDB(p, true, 1, drillCacheKiB, SyncFull, false)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	return fn(tx)
+}
+
+// ReplicationQueued says whether person file rel was written while not
+// watched and waits in the replication queue: its replica is behind until
+// a replicator takes it up.
+func (s *Store) ReplicationQueued(rel string) bool {
+	id := PersonOfRel(rel)
+	if id == "" {
+		return false
+	}
+	s.files.mu.Lock()
+	defer s.files.mu.Unlock()
+	_, ok := s.files.queued[id]
+	return ok
+}
+
+// LastWrite is when database rel last changed on disk: the newer of the
+// file's and its WAL's modification times (zero if it is gone).
+func (s *Store) LastWrite(rel string) (t time.Time) {
+	p := s.Path(rel)
+	for _, q := range []string{p, p + "-wal"} {
+		if st, err := os.Stat(q); err == nil && st.ModTime().After(t) {
+			t = st.ModTime()
+		}
+	}
+	return t
+}

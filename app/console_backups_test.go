@@ -60,7 +60,7 @@ func newReplicatedServer(t *testing.T, edit ...func(*serverConfig)) *replicatedS
 	t.Cleanup(func() { r.Close(context.Background()) })
 	ts := newTestServer(t, append([]func(*serverConfig){func(c *serverConfig) {
 		c.Dir = dir
-		c.Hooks = store.Hooks{Watch: r.Watch, MaxWatched: 64, Unwatch: r.Unwatch}
+		c.Replicator, c.MaxWatched = r, 64
 	}}, edit...)...)
 	if err := r.Watch(ctx, ts.store.Path(store.DirectoryRel)); err != nil {
 		t.Fatal(err)

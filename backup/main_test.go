@@ -81,9 +81,7 @@ func openNode(t testing.TB, dir string, tg *backup.Target, o nodeOpts) *node {
 		t.Fatal(err)
 	}
 	cfg := store.Config{Dir: dir, MaxOpenFiles: o.maxOpen, Logger: log}
-	cfg.Hooks.Watch = r.Watch
-	cfg.Hooks.Unwatch = r.Unwatch
-	cfg.Hooks.MaxWatched = o.maxWatched
+	cfg.Replicator, cfg.MaxWatched = r, o.maxWatched
 	s, err := store.Open(ctx, cfg)
 	if err != nil {
 		r.Close(ctx)

@@ -32,7 +32,7 @@ func replicated(t *testing.T) (s *store.Store, r *backup.Replicator, target *bac
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err = store.Open(ctx, store.Config{Dir: data, Hooks: store.Hooks{Watch: r.Watch, Unwatch: r.Unwatch}})
+	s, err = store.Open(ctx, store.Config{Dir: data, Replicator: r})
 	if err != nil {
 		t.Fatal(err)
 	}

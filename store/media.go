@@ -64,7 +64,7 @@ func (s Storage) Used() int64 { return s.Database + s.Media }
 func errNoMedia() error { return nah.Errorf(nah.NotFound, "", "no such media") }
 
 func (s *Store) mediaDir(id string) (string, error) {
-	d, err := s.files.personDir(id)
+	d, err := s.personDir(id)
 	if err != nil {
 		return "", err
 	}
@@ -189,7 +189,7 @@ func (s *Store) StorageOf(ctx context.Context, id string) (Storage, error) {
 
 // databaseBytes sums the files at the top of person id's folder.
 func (s *Store) databaseBytes(id string) (int64, error) {
-	d, err := s.files.personDir(id)
+	d, err := s.personDir(id)
 	if err != nil {
 		return 0, err
 	}

@@ -31,8 +31,8 @@ func newGatedHooks() *gatedHooks {
 	return &gatedHooks{gate: make(chan struct{}), entered: make(chan string, 16), last: map[string]int{}, held: map[string]bool{}}
 }
 
-func (g *gatedHooks) hooks() Hooks {
-	return Hooks{
+func (g *gatedHooks) hooks() testHooks {
+	return testHooks{
 		Watch: func(ctx context.Context, p string) error {
 			if g.gated.Load() {
 				g.entered <- p
@@ -84,22 +84,22 @@ func (g *gatedHooks) busyReplicators(t *testing.T, s *Store, ids ...string) {
 func TestShutdownLeavesAFileInUseToItsUser(t *testing.T) {
 	g := newGatedHooks()
 	dir := t.TempDir()
-	s := MustOpen(t, Config{Dir: dir, Hooks: g.hooks()})
+	s := MustOpen(t, g.hooks().config(Config{Dir: dir}))
 	ctx := context.Background()
 	a, b, x := mustPerson(t, s, "ann").ID, mustPerson(t, s, "bob").ID, mustPerson(t, s, "xena").ID
 	for _, id := range []string{a, b, x} {
-		s.files.forget(id) // closed and let go of: the next post queues it
+		s.files.Forget(id) // closed and let go of: the next post queues it
 	}
 	g.busyReplicators(t, s, a, b)
 	if _, err := s.CreateMoment(ctx, x, []byte("queued")); err != nil {
 		t.Fatal(err)
 	}
-	fx, err := s.files.acquire(ctx, x, false) // the cut-off request
+	fx, err := s.files.Acquire(ctx, x, false) // the cut-off request
 	if err != nil {
 		t.Fatal(err)
 	}
 	g.mu.Lock()
-	g.held[fx.path] = true
+	g.held[fx.Path] = true
 	g.mu.Unlock()
 	go func() {
 		for !closedNow(s) {
@@ -111,9 +111,9 @@ func TestShutdownLeavesAFileInUseToItsUser(t *testing.T) {
 	s.Close()
 	g.mu.Lock()
 	bad := g.bad
-	g.held[fx.path] = false
+	g.held[fx.Path] = false
 	g.mu.Unlock()
-	s.files.release(fx)
+	s.files.Release(fx)
 	for _, m := range bad {
 		t.Error(m)
 	}
@@ -129,11 +129,11 @@ func TestQueuedWriteSurvivesDeleteAndRestore(t *testing.T) {
 	qdir := filepath.Join(dir, "replication", "queue")
 	h := g.hooks()
 	h.QueueDir = qdir
-	s := MustOpen(t, Config{Dir: dir, Hooks: h})
+	s := MustOpen(t, h.config(Config{Dir: dir}))
 	ctx := context.Background()
 	a, b, x := mustPerson(t, s, "ann").ID, mustPerson(t, s, "bob").ID, mustPerson(t, s, "xena").ID
 	for _, id := range []string{a, b, x} {
-		s.files.forget(id)
+		s.files.Forget(id)
 	}
 	g.busyReplicators(t, s, a, b)
 	if _, err := s.CreateMoment(ctx, x, []byte("acknowledged")); err != nil {
@@ -146,7 +146,7 @@ func TestQueuedWriteSurvivesDeleteAndRestore(t *testing.T) {
 	g.gated.Store(false)
 	close(g.gate)
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if n, _ := s.files.queueState(); n == 0 && !exists(filepath.Join(qdir, x)) {
+		if n, _ := s.files.Queue(); n == 0 && !exists(filepath.Join(qdir, x)) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -169,7 +169,5 @@ func TestQueuedWriteSurvivesDeleteAndRestore(t *testing.T) {
 func exists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 func closedNow(s *Store) bool {
-	s.files.mu.Lock()
-	defer s.files.mu.Unlock()
-	return s.files.closed
+	return s.files.Closed()
 }

@@ -30,7 +30,7 @@ func TestWatchedSet(t *testing.T) {
 		most, watches, drops int
 		problems             []string
 	)
-	hooks := Hooks{
+	hooks := testHooks{
 		MaxWatched: maxWatched,
 		BeforeOpen: func(p string) error {
 			mu.Lock()
@@ -67,7 +67,7 @@ func TestWatchedSet(t *testing.T) {
 			return nil
 		},
 	}
-	s := MustOpen(t, Config{Dir: t.TempDir(), MaxOpenFiles: 16, Hooks: hooks})
+	s := MustOpen(t, hooks.config(Config{Dir: t.TempDir(), MaxOpenFiles: 16}))
 	ctx := context.Background()
 	var ids []string
 	for i := range 10 {
@@ -194,27 +194,25 @@ func TestReplacePersonFile(t *testing.T) {
 // watched set it is no longer in: counted, the set would fill with ghosts
 // and close every idle watched file at each write.
 func TestWatchedCountDoesNotDrift(t *testing.T) {
-	hooks := Hooks{
+	hooks := testHooks{
 		MaxWatched: 2,
 		Watch:      func(ctx context.Context, p string) error { return nil },
 		Unwatch:    func(p string) error { return nil },
 	}
-	s := MustOpen(t, Config{Dir: t.TempDir(), MaxOpenFiles: 16, Hooks: hooks})
+	s := MustOpen(t, hooks.config(Config{Dir: t.TempDir(), MaxOpenFiles: 16}))
 	ctx := context.Background()
 	a := mustPerson(t, s, "alice").ID
-	s.files.forget(a)
+	s.files.Forget(a)
 	for range 3 {
-		f, err := s.files.acquire(ctx, a, false)
+		f, err := s.files.Acquire(ctx, a, false)
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.files.drop(f) // as useFile does after an unreadable error
-		s.files.watch(ctx, f)
-		s.files.release(f)
+		s.files.Drop(f) // as useFile does after an unreadable error
+		s.files.Watch(ctx, f)
+		s.files.Release(f)
 	}
-	s.files.mu.Lock()
-	w, n := s.files.watched, s.files.lru.Len()
-	s.files.mu.Unlock()
+	w, n := s.files.Watched(), s.files.Len()
 	if w != 0 {
 		t.Errorf("watched = %d with %d files in the cache", w, n)
 	}
@@ -232,8 +230,8 @@ func TestBackupOfAClosedFileLeavesTheCache(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s.files.forget(ann.ID)
-	if n := s.files.len(); n != 0 {
+	s.files.Forget(ann.ID)
+	if n := s.files.Len(); n != 0 {
 		t.Fatalf("%d files open before the copy", n)
 	}
 	f, err := s.Backup(ctx, PersonRel(ann.ID))
@@ -241,7 +239,7 @@ func TestBackupOfAClosedFileLeavesTheCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if n := s.files.len(); n != 0 {
+	if n := s.files.Len(); n != 0 {
 		t.Fatalf("the copy opened %d files in the cache", n)
 	}
 	p := filepath.Join(t.TempDir(), "person.db")
@@ -276,7 +274,7 @@ func TestReplicationQueue(t *testing.T) {
 		watches   int
 	)
 	tick := func() int { seq++; return seq }
-	hooks := Hooks{
+	hooks := testHooks{
 		MaxWatched: 2,
 		BeforeOpen: func(p string) error {
 			mu.Lock()
@@ -307,7 +305,7 @@ func TestReplicationQueue(t *testing.T) {
 		},
 	}
 	dir := t.TempDir()
-	s := MustOpen(t, Config{Dir: dir, MaxOpenFiles: 4, Hooks: hooks})
+	s := MustOpen(t, hooks.config(Config{Dir: dir, MaxOpenFiles: 4}))
 	ctx := context.Background()
 	var ids []string
 	for i := range 20 {
@@ -364,7 +362,7 @@ func TestReplicationQueueSurvivesAKill(t *testing.T) {
 	var gated atomic.Bool
 	var mu sync.Mutex
 	watched := map[string]int{}
-	hooks := Hooks{
+	hooks := testHooks{
 		QueueDir: qdir,
 		Watch: func(ctx context.Context, p string) error {
 			if gated.Load() {
@@ -377,11 +375,11 @@ func TestReplicationQueueSurvivesAKill(t *testing.T) {
 		},
 		Unwatch: func(p string) error { return nil },
 	}
-	s := MustOpen(t, Config{Dir: dir, Hooks: hooks})
+	s := MustOpen(t, hooks.config(Config{Dir: dir}))
 	ctx := context.Background()
 	ann := mustPerson(t, s, "ann")
 	bob := mustPerson(t, s, "bob")
-	s.files.forget(bob.ID) // closed: bob's next post queues him
+	s.files.Forget(bob.ID) // closed: bob's next post queues him
 	gated.Store(true)      // and replication is slow to take him up
 	mu.Lock()
 	clear(watched) // his watch as a new person ended with the close
@@ -411,7 +409,7 @@ func TestReplicationQueueSurvivesAKill(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(qdir, bob.ID)); err != nil {
 		t.Fatalf("bob's marker went when he was taken up, before his last sync: %v", err)
 	}
-	s.files.forget(bob.ID) // let go of, after a last sync, once the replicator releases him
+	s.files.Forget(bob.ID) // let go of, after a last sync, once the replicator releases him
 	for {
 		_, err := os.Stat(filepath.Join(qdir, bob.ID))
 		if os.IsNotExist(err) {
@@ -434,7 +432,7 @@ func TestReplicationQueueSurvivesAKill(t *testing.T) {
 	mu.Lock()
 	clear(watched)
 	mu.Unlock()
-	s2 := MustOpen(t, Config{Dir: dir, Hooks: hooks})
+	s2 := MustOpen(t, hooks.config(Config{Dir: dir}))
 	deadline = time.Now().Add(10 * time.Second)
 	for {
 		mu.Lock()

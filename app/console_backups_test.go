@@ -67,8 +67,8 @@ func newReplicatedServer(t *testing.T, edit ...func(*serverConfig)) *replicatedS
 	}
 	b := &backup.Backups{
 		Repl: r, Every: 24 * time.Hour, At: 3 * time.Hour, Behind: time.Minute,
-		Rewatch: ts.store.Rewatch, Log: log,
-		Sweep: &backup.Sweeper{Target: target, Keep: 7, Copy: ts.store.Backup, List: ts.store.Databases},
+		Source: ts.store, Log: log,
+		Sweep: &backup.Sweeper{Target: target, Keep: 7, Source: ts.store},
 	}
 	ts.app.cfg.Backups = b // no request has been served yet
 	return &replicatedServer{testServer: ts, replicaDir: rdir, backups: b}

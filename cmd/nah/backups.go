@@ -61,16 +61,15 @@ func startReplication(ctx context.Context, cfg *config, log *slog.Logger) (*back
 // closed once it has.
 func startBackups(ctx context.Context, cfg config, s *store.Store, r *backup.Replicator, log *slog.Logger) (_ *backup.Backups, stopped chan struct{}, _ error) {
 	b := &backup.Backups{
-		Repl:    r,
-		Every:   cfg.SweepEvery,
-		At:      sweepAt,
-		Behind:  behindAfter,
-		Rewatch: s.Rewatch,
-		Log:     log,
+		Repl:   r,
+		Every:  cfg.SweepEvery,
+		At:     sweepAt,
+		Behind: behindAfter,
+		Source: s,
+		Log:    log,
 	}
 	if cfg.SweepEvery > 0 {
-		b.Sweep = &backup.Sweeper{Target: cfg.ReplicaTarget, Keep: cfg.SweepKeep, Pace: sweepPace, Copy: s.Backup, List: s.Databases,
-			Media: s.MediaFiles, OpenMedia: s.OpenMediaFile}
+		b.Sweep = &backup.Sweeper{Target: cfg.ReplicaTarget, Keep: cfg.SweepKeep, Pace: sweepPace, Source: s}
 	}
 	stopped = make(chan struct{})
 	go func() {

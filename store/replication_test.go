@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -501,5 +502,139 @@ func TestReplacePersonFileRefusesForeignSchema(t *testing.T) {
 				t.Fatalf("after a refused copy: %d moments, %v", len(ms), err)
 			}
 		})
+	}
+}
+
+// TestWatchedSetHoldsExactlyItsBound: with a bound of 3, posts to three
+// closed people are three watches and no unwatch; a post to a fourth is
+// one more watch and exactly one unwatch, of the least recently used.
+func TestWatchedSetHoldsExactlyItsBound(t *testing.T) {
+	var (
+		mu        sync.Mutex
+		watched   []string
+		unwatched []string
+	)
+	hooks := testHooks{
+		MaxWatched: 3,
+		Watch: func(ctx context.Context, p string) error {
+			mu.Lock()
+			defer mu.Unlock()
+			watched = append(watched, p)
+			return nil
+		},
+		Unwatch: func(p string) error {
+			mu.Lock()
+			defer mu.Unlock()
+			unwatched = append(unwatched, p)
+			return nil
+		},
+	}
+	s := MustOpen(t, hooks.config(Config{Dir: t.TempDir(), MaxOpenFiles: 16}))
+	ctx := context.Background()
+	var ids, paths []string
+	for i := range 4 {
+		id := mustPerson(t, s, fmt.Sprintf("person%d", i)).ID
+		s.files.Forget(id)
+		p, _ := s.personPath(id)
+		ids, paths = append(ids, id), append(paths, p)
+	}
+	mu.Lock()
+	watched, unwatched = nil, nil // a new person's file is watched at once; Forget let go of it
+	mu.Unlock()
+	counts := func() (int, []string) {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(watched), slices.Clone(unwatched)
+	}
+	post := func(i int) {
+		t.Helper()
+		if _, err := s.CreateMoment(ctx, ids[i], []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+			if n, _ := counts(); n == i+1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("post %d was not taken up", i)
+			}
+		}
+		time.Sleep(50 * time.Millisecond) // an unwatch it causes has run by now
+	}
+	for i := range 3 {
+		post(i)
+	}
+	if n, un := counts(); n != 3 || len(un) != 0 {
+		t.Fatalf("three posts: %d watches, unwatched %v; want 3 and none", n, un)
+	}
+	post(3)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		if _, un := counts(); len(un) > 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // a second unwatch would have run by now
+	if n, un := counts(); n != 4 || !slices.Equal(un, paths[:1]) {
+		t.Fatalf("a fourth post: %d watches, unwatched %v; want 4 and only %s", n, un, paths[0])
+	}
+}
+
+// TestUnwatchWaitsForAWatchInProgress: a file closed while replication is
+// still taking it up (a new person's file is watched off the request path)
+// is let go of only once the Watch has returned: a file let go of before
+// Litestream set it up gets no last sync.
+func TestUnwatchWaitsForAWatchInProgress(t *testing.T) {
+	var (
+		mu       sync.Mutex
+		watching = map[string]bool{}
+		problems []string
+	)
+	gate, entered := make(chan struct{}), make(chan struct{}, 1)
+	open := sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(open) // every gate opens, even after a Fatal
+	hooks := testHooks{
+		Watch: func(ctx context.Context, p string) error {
+			mu.Lock()
+			watching[p] = true
+			mu.Unlock()
+			entered <- struct{}{}
+			<-gate
+			mu.Lock()
+			delete(watching, p)
+			mu.Unlock()
+			return nil
+		},
+		Unwatch: func(p string) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if watching[p] {
+				problems = append(problems, "let go of while its Watch runs: "+p)
+			}
+			return nil
+		},
+	}
+	s := MustOpen(t, hooks.config(Config{Dir: t.TempDir()}))
+	ann := mustPerson(t, s, "ann")
+	select {
+	case <-entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the new person's file was not watched")
+	}
+	forgot := make(chan struct{})
+	go func() {
+		s.files.Forget(ann.ID)
+		close(forgot)
+	}()
+	select {
+	case <-forgot:
+		t.Error("the close returned while the Watch was still running")
+	case <-time.After(50 * time.Millisecond):
+	}
+	open()
+	<-forgot
+	mu.Lock()
+	defer mu.Unlock()
+	for _, p := range problems {
+		t.Error(p)
 	}
 }

@@ -25,6 +25,7 @@ type gatedHooks struct {
 	last    map[string]int // path -> seq of its last Watch or Unwatch
 	held    map[string]bool
 	bad     []string
+	once    sync.Once
 }
 
 func newGatedHooks() *gatedHooks {
@@ -57,6 +58,15 @@ func (g *gatedHooks) hooks() testHooks {
 	}
 }
 
+// open opens the gate, once; registered with t.Cleanup after the store's
+// MustOpen, it runs before the store's Close even after a Fatal.
+func (g *gatedHooks) open() {
+	g.once.Do(func() {
+		g.gated.Store(false)
+		close(g.gate)
+	})
+}
+
 func (g *gatedHooks) tick() int { g.mu.Lock(); defer g.mu.Unlock(); g.seq++; return g.seq }
 
 // busyReplicators posts to a and b (closed, so queued) and waits until each
@@ -78,13 +88,14 @@ func (g *gatedHooks) busyReplicators(t *testing.T, s *Store, ids ...string) {
 
 // TestShutdownLeavesAFileInUseToItsUser: a request cut off by the
 // shutdown timeout still holds person x's file, and x is in the queue.
-// closeAll's drain must leave it (its marker waits for the next start),
+// Close's drain must leave it (its marker waits for the next start),
 // not have Litestream register and let go of a file the app has open
 // (its close drops the process's locks on the file).
 func TestShutdownLeavesAFileInUseToItsUser(t *testing.T) {
 	g := newGatedHooks()
 	dir := t.TempDir()
 	s := MustOpen(t, g.hooks().config(Config{Dir: dir}))
+	t.Cleanup(g.open)
 	ctx := context.Background()
 	a, b, x := mustPerson(t, s, "ann").ID, mustPerson(t, s, "bob").ID, mustPerson(t, s, "xena").ID
 	for _, id := range []string{a, b, x} {
@@ -105,8 +116,7 @@ func TestShutdownLeavesAFileInUseToItsUser(t *testing.T) {
 		for !closedNow(s) {
 			time.Sleep(time.Millisecond)
 		}
-		g.gated.Store(false)
-		close(g.gate)
+		g.open()
 	}()
 	s.Close()
 	g.mu.Lock()
@@ -130,6 +140,7 @@ func TestQueuedWriteSurvivesDeleteAndRestore(t *testing.T) {
 	h := g.hooks()
 	h.QueueDir = qdir
 	s := MustOpen(t, h.config(Config{Dir: dir}))
+	t.Cleanup(g.open)
 	ctx := context.Background()
 	a, b, x := mustPerson(t, s, "ann").ID, mustPerson(t, s, "bob").ID, mustPerson(t, s, "xena").ID
 	for _, id := range []string{a, b, x} {
@@ -143,8 +154,7 @@ func TestQueuedWriteSurvivesDeleteAndRestore(t *testing.T) {
 	if err := s.DeletePerson(ctx, x); err != nil {
 		t.Fatal(err)
 	}
-	g.gated.Store(false)
-	close(g.gate)
+	g.open()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		if n, _ := s.files.Queue(); n == 0 && !exists(filepath.Join(qdir, x)) {
 			break

@@ -377,6 +377,8 @@ func TestReplicationQueueSurvivesAKill(t *testing.T) {
 		Unwatch: func(p string) error { return nil },
 	}
 	s := MustOpen(t, hooks.config(Config{Dir: dir}))
+	openGate := sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(openGate) // before the store's Close, even after a Fatal
 	ctx := context.Background()
 	ann := mustPerson(t, s, "ann")
 	bob := mustPerson(t, s, "bob")
@@ -391,7 +393,7 @@ func TestReplicationQueueSurvivesAKill(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(qdir, bob.ID)); err != nil {
 		t.Fatalf("bob's written file is not listed while it waits: %v", err)
 	}
-	close(gate)
+	openGate()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		mu.Lock()

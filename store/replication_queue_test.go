@@ -5,6 +5,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"sync"
@@ -180,4 +181,50 @@ func exists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 func closedNow(s *Store) bool {
 	return s.files.Closed()
+}
+
+// TestQueuedWriteSurvivesAFailedReplace: person x posts while both
+// replicators are busy, and a restore of x's file fails while x waits its
+// turn: the old file stays, and its acknowledged write must still reach
+// the replica (the replicator that finds x hidden puts x back in the queue).
+func TestQueuedWriteSurvivesAFailedReplace(t *testing.T) {
+	g := newGatedHooks()
+	dir := t.TempDir()
+	h := g.hooks()
+	h.QueueDir = filepath.Join(dir, "replication", "queue")
+	s := MustOpen(t, h.config(Config{Dir: dir}))
+	t.Cleanup(g.open)
+	ctx := context.Background()
+	a, b, x := mustPerson(t, s, "ann").ID, mustPerson(t, s, "bob").ID, mustPerson(t, s, "xena").ID
+	for _, id := range []string{a, b, x} {
+		s.files.Forget(id)
+	}
+	g.busyReplicators(t, s, a, b)
+	if _, err := s.CreateMoment(ctx, x, []byte("acknowledged")); err != nil {
+		t.Fatal(err)
+	}
+	wrote := g.tick()
+	err := s.ReplacePersonFile(ctx, x, func(string) error {
+		g.open()                           // the replicators finish a and b, and find x hidden
+		time.Sleep(300 * time.Millisecond) // a few of their looks at x
+		return errors.New("the restore failed")
+	})
+	if err == nil {
+		t.Fatal("the failed restore said it worked")
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if n, _ := s.files.Queue(); n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the queue did not drain")
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // the replicator's take-up of x ends
+	p := filepath.Join(dir, "people", x, "person.db")
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.last[p] < wrote {
+		t.Fatalf("x's acknowledged write (seq %d) was never replicated: last Watch/Unwatch of the file at seq %d", wrote, g.last[p])
+	}
 }

@@ -378,8 +378,15 @@ func (up *Upload) Abort() {
 	up.u.mu.Unlock()
 }
 
+// dirSynced, when set (by tests only), runs after each syncDir.
+var dirSynced func(dir string)
+
 // syncDir fsyncs a folder, so that a rename in it survives a power cut.
+// Every folder sync of the store goes through it.
 func syncDir(dir string) error {
+	if dirSynced != nil {
+		defer dirSynced(dir)
+	}
 	d, err := os.Open(dir)
 	if err != nil {
 		return err

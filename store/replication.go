@@ -225,9 +225,8 @@ func (s *Store) ReplacePersonFile(ctx context.Context, id string, make func(path
 		os.Remove(tmp)
 		return err
 	}
-	if d, err := os.Open(filepath.Dir(p)); err == nil {
-		d.Sync() // the rename is durable before the restore is reported
-		d.Close()
+	if err := syncDir(filepath.Dir(p)); err != nil { // the rename is durable before the restore is reported
+		s.log.Warn("restore: sync the folder after the swap", "path", p, "err", err)
 	}
 	s.files.Unhide(id)
 	n := s.graph.node(id)

@@ -640,3 +640,50 @@ func TestUnwatchWaitsForAWatchInProgress(t *testing.T) {
 		t.Error(p)
 	}
 }
+
+// TestReplaceSyncsTheFolder: the rename that swaps a restored file into
+// place is made durable (the folder is synced after it) before the
+// restore is reported; without that, a power cut may bring the old file
+// back after a restore said it was done.
+func TestReplaceSyncsTheFolder(t *testing.T) {
+	dir := t.TempDir()
+	s := MustOpen(t, Config{Dir: dir})
+	ctx := context.Background()
+	ann := mustPerson(t, s, "ann")
+	snap, err := s.Backup(ctx, PersonRel(ann.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snap.Close()
+	p, _ := s.personPath(ann.ID)
+	var mu sync.Mutex
+	var renamed, synced bool
+	dirSynced = func(d string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if d == filepath.Dir(p) && renamed {
+			synced = true
+		}
+	}
+	t.Cleanup(func() { dirSynced = nil })
+	err = s.ReplacePersonFile(ctx, ann.ID, func(tmp string) error {
+		out, err := os.Create(tmp)
+		if err != nil {
+			return err
+		}
+		defer out.Close()
+		_, err = out.ReadFrom(snap)
+		mu.Lock()
+		renamed = true // the swap's rename comes after make
+		mu.Unlock()
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !synced {
+		t.Fatal("the person's folder was not synced after the restored file was renamed into place")
+	}
+}

@@ -60,15 +60,15 @@ func newReplicatedServer(t *testing.T, edit ...func(*serverConfig)) *replicatedS
 	t.Cleanup(func() { r.Close(context.Background()) })
 	ts := newTestServer(t, append([]func(*serverConfig){func(c *serverConfig) {
 		c.Dir = dir
-		c.Hooks = store.Hooks{Watch: r.Watch, MaxWatched: 64, Unwatch: r.Unwatch}
+		c.Replicator, c.MaxWatched = r, 64
 	}}, edit...)...)
 	if err := r.Watch(ctx, ts.store.Path(store.DirectoryRel)); err != nil {
 		t.Fatal(err)
 	}
 	b := &backup.Backups{
 		Repl: r, Every: 24 * time.Hour, At: 3 * time.Hour, Behind: time.Minute,
-		Rewatch: ts.store.Rewatch, Log: log,
-		Sweep: &backup.Sweeper{Target: target, Keep: 7, Copy: ts.store.Backup, List: ts.store.Databases},
+		Source: ts.store, Log: log,
+		Sweep: &backup.Sweeper{Target: target, Keep: 7, Source: ts.store},
 	}
 	ts.app.cfg.Backups = b // no request has been served yet
 	return &replicatedServer{testServer: ts, replicaDir: rdir, backups: b}

@@ -62,8 +62,9 @@ type serverConfig struct {
 	// Dir is the data directory; default a fresh t.TempDir(). A test of a
 	// full disk puts it on a small tmpfs.
 	Dir string
-	// Hooks go to store.Config: replication's (newReplicatedServer).
-	Hooks store.Hooks
+	// Replicator and MaxWatched go to store.Config (newReplicatedServer).
+	Replicator store.Replicator
+	MaxWatched int
 }
 
 // newTestServer runs the real router, configured as in production, on real
@@ -92,7 +93,7 @@ func newTestServer(t *testing.T, edit ...func(*serverConfig)) *testServer {
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(testWriter{t}, nil))
 	}
-	s, err := store.Open(context.Background(), store.Config{Dir: dir, MaxOpenFiles: cfg.MaxOpenFiles, HeadCacheBytes: cfg.HeadCacheBytes, DeleteGrace: cfg.DeleteGrace, Now: clock.Now, Logger: log, Hooks: cfg.Hooks})
+	s, err := store.Open(context.Background(), store.Config{Dir: dir, MaxOpenFiles: cfg.MaxOpenFiles, HeadCacheBytes: cfg.HeadCacheBytes, DeleteGrace: cfg.DeleteGrace, Now: clock.Now, Logger: log, Replicator: cfg.Replicator, MaxWatched: cfg.MaxWatched})
 	if err != nil {
 		t.Fatal(err)
 	}

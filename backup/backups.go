@@ -20,10 +20,10 @@ type Backups struct {
 	At     time.Duration // the sweep's time of day (UTC) when Every is a day
 	Behind time.Duration // a file further behind than this is "behind" for health
 
-	// Rewatch brings a file whose last sync failed back into the watched
-	// set, so that it catches up; the store's Rewatch.
-	Rewatch func(ctx context.Context, rel string) error
-	Log     *slog.Logger
+	// Source brings files whose last sync failed back into the watched
+	// set (Rewatch), so that they catch up: the store.
+	Source Source
+	Log    *slog.Logger
 	// CatchUpEvery is how often files left behind are caught up
 	// (catchUpEvery when zero).
 	CatchUpEvery time.Duration
@@ -122,14 +122,14 @@ func (b *Backups) catchUp(ctx context.Context) {
 			}
 			continue
 		}
-		if b.Rewatch == nil || n >= 8 || tried >= 32 {
+		if b.Source == nil || n >= 8 || tried >= 32 {
 			continue
 		}
 		// Eight brought back a round; a file that cannot be (its person was
 		// deleted meanwhile, or it cannot be read) does not take their
 		// place, so a few of those never starve the rest.
 		tried++
-		err := b.Rewatch(ctx, f.Path)
+		err := b.Source.Rewatch(ctx, f.Path)
 		switch {
 		case err == nil:
 			n++

@@ -116,7 +116,7 @@ func drillFaults(t *testing.T, tg *backup.Target, root string) {
 	for i := range 90 {
 		n.post(t, ids[handles[(i*i)%len(handles)]], i)
 	}
-	sw := &backup.Sweeper{Target: tg, Keep: 3, Copy: n.s.Backup, List: n.s.Databases}
+	sw := &backup.Sweeper{Target: tg, Keep: 3, Source: n.s}
 	if _, err := sw.Run(ctx, time.Now().Add(-time.Hour)); err != nil {
 		t.Fatal(err)
 	}

@@ -81,9 +81,7 @@ func openNode(t testing.TB, dir string, tg *backup.Target, o nodeOpts) *node {
 		t.Fatal(err)
 	}
 	cfg := store.Config{Dir: dir, MaxOpenFiles: o.maxOpen, Logger: log}
-	cfg.Hooks.Watch = r.Watch
-	cfg.Hooks.Unwatch = r.Unwatch
-	cfg.Hooks.MaxWatched = o.maxWatched
+	cfg.Replicator, cfg.MaxWatched = r, o.maxWatched
 	s, err := store.Open(ctx, cfg)
 	if err != nil {
 		r.Close(ctx)
@@ -93,7 +91,7 @@ func openNode(t testing.TB, dir string, tg *backup.Target, o nodeOpts) *node {
 		t.Fatal(err)
 	}
 	n := &node{dir: dir, s: s, r: r}
-	n.b = &backup.Backups{Repl: r, Behind: time.Minute, Rewatch: s.Rewatch, Log: log, CatchUpEvery: time.Second}
+	n.b = &backup.Backups{Repl: r, Behind: time.Minute, Source: s, Log: log, CatchUpEvery: time.Second}
 	rctx, cancel := context.WithCancel(ctx)
 	n.cancel = cancel
 	if o.run {

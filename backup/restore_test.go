@@ -32,7 +32,7 @@ func replicated(t *testing.T) (s *store.Store, r *backup.Replicator, target *bac
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err = store.Open(ctx, store.Config{Dir: data, Hooks: store.Hooks{Watch: r.Watch, Unwatch: r.Unwatch}})
+	s, err = store.Open(ctx, store.Config{Dir: data, Replicator: r})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func TestRestoreFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sw := &backup.Sweeper{Target: target, Keep: 7, Copy: s.Backup, List: s.Databases}
+	sw := &backup.Sweeper{Target: target, Keep: 7, Source: s}
 	res, err := sw.Run(ctx, time.Now())
 	s.Close()
 	if err != nil || res.Files != 2 {
@@ -192,14 +192,21 @@ func corruptTarget(t *testing.T) (*backup.Target, string, string) {
 // the file at src.
 func sweepOf(t *testing.T, target *backup.Target, rel, src string, made time.Time) {
 	t.Helper()
-	sw := &backup.Sweeper{Target: target, Keep: 7,
-		List: func(context.Context) ([]string, error) { return []string{rel}, nil },
-		Copy: func(context.Context, string) (*os.File, error) { return os.Open(src) },
-	}
+	sw := &backup.Sweeper{Target: target, Keep: 7, Source: oneFile{rel, src}}
 	if res, err := sw.Run(context.Background(), made); err != nil || len(res.Failed) > 0 {
 		t.Fatalf("sweep: %+v %v", res, err)
 	}
 }
+
+// oneFile is a data directory of one database, rel, whose copy is the
+// file at src, and no media.
+type oneFile struct{ rel, src string }
+
+func (o oneFile) Databases(context.Context) ([]string, error)      { return []string{o.rel}, nil }
+func (o oneFile) Backup(context.Context, string) (*os.File, error) { return os.Open(o.src) }
+func (oneFile) MediaFiles(context.Context) ([]string, error)       { return nil, nil }
+func (oneFile) OpenMediaFile(string) (*os.File, error)             { return nil, os.ErrNotExist }
+func (oneFile) Rewatch(context.Context, string) error              { return nil }
 
 // TestRestoreFileCorruptHistory: a history that restores to a corrupt
 // database is never given back. Without a sweep nothing is left at the

@@ -90,7 +90,7 @@ func TestS3RoundTrip(t *testing.T) {
 	}
 
 	// The sweep copies every file, the quiet ones too, to the bucket.
-	sw := &backup.Sweeper{Target: tg, Keep: 2, Copy: n.s.Backup, List: n.s.Databases}
+	sw := &backup.Sweeper{Target: tg, Keep: 2, Source: n.s}
 	res, err := sw.Run(ctx, time.Now())
 	if err != nil {
 		t.Fatalf("sweep: %v", err)

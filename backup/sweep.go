@@ -61,24 +61,32 @@ type SweepResult struct {
 	MediaBytes  int64 // their bytes
 }
 
-// Copier makes a consistent copy of one database (path under the data
-// directory) and returns it open for reading; closing it releases the copy.
-type Copier func(ctx context.Context, rel string) (*os.File, error)
+// Source is what backups read of the data directory: *store.Store. Paths
+// are under the data directory, slash-separated.
+type Source interface {
+	// Databases lists every database now.
+	Databases(ctx context.Context) ([]string, error)
+	// Backup makes a consistent copy of database rel and returns it open
+	// for reading; closing it releases the copy.
+	Backup(ctx context.Context, rel string) (*os.File, error)
+	// MediaFiles lists every media file; OpenMediaFile opens one.
+	MediaFiles(ctx context.Context) ([]string, error)
+	OpenMediaFile(rel string) (*os.File, error)
+	// Rewatch brings person file rel back into replication's watched set,
+	// so that a file whose last sync failed catches up.
+	Rewatch(ctx context.Context, rel string) error
+}
 
-// Sweeper runs sweeps.
+// Sweeper runs sweeps of Source's databases and media. Media files never
+// change once written: they are mirrored once to <target>/media/<path
+// under the data directory> rather than copied into every sweep, and a
+// mirrored file whose original is gone (media deleted, person purged)
+// goes from the target too.
 type Sweeper struct {
 	Target *Target
 	Keep   int           // sweeps kept on the target (7)
 	Pace   time.Duration // pause between files, so the sweep never crowds requests
-	Copy   Copier
-	List   func(ctx context.Context) ([]string, error) // every database now
-
-	// Media files never change once written: they are mirrored once to
-	// <target>/media/<path under the data directory> rather than copied
-	// into every sweep, and a mirrored file whose original is gone (media
-	// deleted, person purged) goes from the target too. Nil: no media.
-	Media     func(ctx context.Context) ([]string, error)
-	OpenMedia func(rel string) (*os.File, error)
+	Source Source
 
 	mu      sync.Mutex
 	last    SweepResult
@@ -115,7 +123,7 @@ func (s *Sweeper) run(ctx context.Context, now time.Time) (SweepResult, error) {
 	stamp := now.UTC().Format(stampFormat)
 	res := SweepResult{Stamp: stamp, Started: now}
 	blobs := s.Target.store()
-	rels, err := s.List(ctx)
+	rels, err := s.Source.Databases(ctx)
 	if err != nil {
 		return res, err
 	}
@@ -139,14 +147,12 @@ func (s *Sweeper) run(ctx context.Context, now time.Time) (SweepResult, error) {
 			}
 		}
 	}
-	if s.Media != nil {
-		n, bytes, failed, err := s.mirrorMedia(ctx, blobs)
-		if err != nil {
-			m.Failed = append(m.Failed, "media: "+err.Error())
-		}
-		res.MediaCopied, res.MediaBytes = n, bytes
-		m.Failed = append(m.Failed, failed...)
+	n, bytes, failed, err := s.mirrorMedia(ctx, blobs)
+	if err != nil {
+		m.Failed = append(m.Failed, "media: "+err.Error())
 	}
+	res.MediaCopied, res.MediaBytes = n, bytes
+	m.Failed = append(m.Failed, failed...)
 	m.Finished = time.Now().UTC()
 	res.Duration, res.Files, res.Bytes, res.Failed = m.Finished.Sub(m.Started), len(m.Files), m.Bytes, m.Failed
 	body, _ := json.MarshalIndent(m, "", "  ")
@@ -157,7 +163,7 @@ func (s *Sweeper) run(ctx context.Context, now time.Time) (SweepResult, error) {
 }
 
 func (s *Sweeper) copyOne(ctx context.Context, blobs blobStore, stamp, rel string) (FileSum, error) {
-	f, err := s.Copy(ctx, rel)
+	f, err := s.Source.Backup(ctx, rel)
 	if err != nil {
 		return FileSum{}, err
 	}
@@ -303,7 +309,7 @@ const mediaPrefix = "media"
 // mirrorMedia copies the media files the target lacks and removes those
 // whose original is gone.
 func (s *Sweeper) mirrorMedia(ctx context.Context, blobs blobStore) (copied int, bytes int64, failed []string, err error) {
-	local, err := s.Media(ctx)
+	local, err := s.Source.MediaFiles(ctx)
 	if err != nil {
 		return 0, 0, nil, err
 	}
@@ -337,7 +343,7 @@ func (s *Sweeper) mirrorMedia(ctx context.Context, blobs blobStore) (copied int,
 }
 
 func (s *Sweeper) copyMedia(ctx context.Context, blobs blobStore, rel string) (int64, error) {
-	f, err := s.OpenMedia(rel)
+	f, err := s.Source.OpenMediaFile(rel)
 	if err != nil {
 		return 0, err
 	}

@@ -45,7 +45,7 @@ func TestDiskFullRefusesWritesAndReads(t *testing.T) {
 		}
 		return len(es)
 	}
-	s.files.forget(ann.ID) // closed: opening it again needs space
+	s.files.Forget(ann.ID) // closed: opening it again needs space
 
 	testdisk.Fill(t, dir)
 	_, err := s.CreateMoment(ctx, bob.ID, []byte("to an open file"))
@@ -66,8 +66,8 @@ func TestDiskFullRefusesWritesAndReads(t *testing.T) {
 	_, err = s.CreateInvite(ctx, ann.ID)
 	wantInsufficientStorage(t, "an invite", err)
 
-	s.files.forget(ann.ID) // closing removes the WAL: fill what that frees
-	s.files.forget(bob.ID)
+	s.files.Forget(ann.ID) // closing removes the WAL: fill what that frees
+	s.files.Forget(bob.ID)
 	testdisk.Fill(t, dir)
 	for _, p := range []nah.Person{ann, bob} {
 		if got, err := feedIDs(t, s, p.ID, true, 2); err != nil || len(got) != 6 {

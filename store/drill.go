@@ -31,15 +31,15 @@ func (s *Store) LiveRead(ctx context.Context, rel string, fn func(tx *sql.Tx) er
 	if id == "" {
 		return fmt.Errorf("store: not a database: %q", rel)
 	}
-	if _, hidden := s.files.state(id); hidden {
+	if _, hidden := s.files.State(id); hidden {
 		return nah.Errorf(nah.NotFound, "", "no such person")
 	}
-	f, err := s.files.acquire(ctx, id, false)
+	f, err := s.files.Acquire(ctx, id, false)
 	if err != nil {
 		return err
 	}
-	defer s.files.release(f)
-	return readTx(ctx, f.path, fn)
+	defer s.files.Release(f)
+	return readTx(ctx, f.Path, fn)
 }
 
 // ReadFile runs fn in a read transaction on a connection of its own to
@@ -75,10 +75,7 @@ func (s *Store) ReplicationQueued(rel string) bool {
 	if id == "" {
 		return false
 	}
-	s.files.mu.Lock()
-	defer s.files.mu.Unlock()
-	_, ok := s.files.queued[id]
-	return ok
+	return s.files.Queued(id)
 }
 
 // LastWrite is when database rel last changed on disk: the newer of the

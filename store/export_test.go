@@ -151,7 +151,7 @@ func TestExportWhileWriting(t *testing.T) {
 	t.Logf("%d moments acknowledged before the export, %d in it, %d in all", len(before), len(have), len(acked))
 
 	// Nothing of the copy is left in the person's folder.
-	d, _ := s.files.personDir(a.ID)
+	d, _ := s.personDir(a.ID)
 	left, _ := filepath.Glob(filepath.Join(d, "export-*"))
 	if len(left) != 0 {
 		t.Errorf("left behind: %v", left)
@@ -165,7 +165,7 @@ func TestStaleExportCopiesRemoved(t *testing.T) {
 	s := MustOpen(t, Config{})
 	ctx := context.Background()
 	a := mustPerson(t, s, "ann")
-	dir, err := s.files.personDir(a.ID)
+	dir, err := s.personDir(a.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

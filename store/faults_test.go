@@ -125,8 +125,8 @@ func testUnreadableFileIsSkipped(t *testing.T, heads int64) {
 		}
 	}
 
-	s.files.forget(ann.ID)
-	path, _ := s.files.personPath(ann.ID)
+	s.files.Forget(ann.ID)
+	path, _ := s.personPath(ann.ID)
 	good, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -204,17 +204,17 @@ func TestBrokenHandleIsReopened(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s.files.forget(ann.ID) // checkpointed: the whole file is in person.db
-	path, _ := s.files.personPath(ann.ID)
+	s.files.Forget(ann.ID) // checkpointed: the whole file is in person.db
+	path, _ := s.personPath(ann.ID)
 	good, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := s.files.acquire(ctx, ann.ID, false) // opened: the schema is read
+	f, err := s.files.Acquire(ctx, ann.ID, false) // opened: the schema is read
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.files.release(f)
+	s.files.Release(f)
 	// Cut the file under the open handle: the moments' pages are gone.
 	if err := os.Truncate(path, 2*4096); err != nil {
 		t.Fatal(err)

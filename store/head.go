@@ -152,7 +152,7 @@ func (s *Store) unchanged(n *node) bool {
 	if !n.stamped || n.head.Load() == nil {
 		return false
 	}
-	p, err := s.files.personPath(n.id)
+	p, err := s.personPath(n.id)
 	if err != nil {
 		return false
 	}

@@ -218,7 +218,7 @@ func (s *Store) buildImported(ctx context.Context, src *untrustedDB, tmp string,
 	p := filepath.Join(dir, "person.db")
 	// Not replicated while it is built: it is closed, its WAL checkpointed
 	// away, before anything watches it.
-	dst, err := openDB(p, false, 1, personCacheKiB, s.files.sync, false)
+	dst, err := openDB(p, false, 1, personCacheKiB, s.sync, false)
 	if err != nil {
 		return 0, err
 	}
@@ -255,7 +255,7 @@ const importPendingPrefix = "import-pending-"
 // commits the person's directory row. A marker file names the folder
 // while the two are apart; on a failed insert the folder goes again.
 func (s *Store) moveImported(ctx context.Context, tmp, id string, insert func() error) error {
-	dir, err := s.files.personDir(id)
+	dir, err := s.personDir(id)
 	if err != nil {
 		return err
 	}
@@ -295,7 +295,7 @@ func (s *Store) removePendingImports(ctx context.Context) {
 		if err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM people WHERE id = ?`, id).Scan(&n); err != nil {
 			continue // the next start tries again
 		}
-		if d, err := s.files.personDir(id); err == nil && n == 0 {
+		if d, err := s.personDir(id); err == nil && n == 0 {
 			if err := os.RemoveAll(d); err != nil {
 				s.log.Warn("cannot remove what an interrupted import left", "path", d, "err", err)
 				continue

@@ -92,14 +92,14 @@ func (s *Store) DeletePerson(ctx context.Context, id string) error {
 	s.connMu.Unlock()
 	s.noteReadable(id) // no longer a problem to list
 
-	s.files.hide(id)
+	s.files.Hide(id)
 	if n != nil {
 		// After hide: a feed that still holds the node can no longer load
 		// a head onto it, so the head budget gets back all it gave.
 		s.dropHead(n)
 	}
 	err = s.moveFolder(s.mustPersonDir(id), s.deletedDir(id))
-	s.files.unhide(id)
+	s.files.Unhide(id)
 	if err != nil {
 		// The deletion stands (the row says so); the purge removes the
 		// folder from people/ or deleted/, wherever it is.
@@ -144,8 +144,8 @@ func (s *Store) RestorePerson(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	s.files.hide(id)
-	defer s.files.unhide(id)
+	s.files.Hide(id)
+	defer s.files.Unhide(id)
 	if err := s.moveFolder(s.deletedDir(id), s.mustPersonDir(id)); err != nil {
 		return err
 	}
@@ -164,7 +164,7 @@ func (s *Store) RestorePerson(ctx context.Context, id string) error {
 		}
 		return err
 	}
-	s.files.unhide(id)
+	s.files.Unhide(id)
 	// Replication let go of the file when it was hidden, and a write still
 	// queued for it then was dropped with the folder gone: it watches the
 	// file again, as a write would.
@@ -265,8 +265,8 @@ func (s *Store) purge(ctx context.Context, id string) error {
 	if deleted == 0 {
 		return nil // restored, or purged already
 	}
-	s.files.hide(id)
-	defer s.files.unhide(id)
+	s.files.Hide(id)
+	defer s.files.Unhide(id)
 	if err := os.RemoveAll(s.deletedDir(id)); err != nil {
 		return err
 	}
@@ -297,8 +297,12 @@ func (s *Store) purge(ctx context.Context, id string) error {
 	s.dirtyMu.Lock()
 	delete(s.dirty, id)
 	s.dirtyMu.Unlock()
-	if s.hooks.Purged != nil {
-		s.hooks.Purged(PersonRel(id)) // replication's copies of their file go too
+	if s.repl != nil { // replication's copies of their file go too
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		if err := s.repl.Forget(fctx, PersonRel(id)); err != nil {
+			s.log.Warn("replication: forget a purged person", "path", PersonRel(id), "err", err)
+		}
+		cancel()
 	}
 	// The WAL still holds the deleted rows' old pages until a checkpoint;
 	// a reader in progress may keep it from completing, and then the next

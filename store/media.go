@@ -64,7 +64,7 @@ func (s Storage) Used() int64 { return s.Database + s.Media }
 func errNoMedia() error { return nah.Errorf(nah.NotFound, "", "no such media") }
 
 func (s *Store) mediaDir(id string) (string, error) {
-	d, err := s.files.personDir(id)
+	d, err := s.personDir(id)
 	if err != nil {
 		return "", err
 	}
@@ -189,7 +189,7 @@ func (s *Store) StorageOf(ctx context.Context, id string) (Storage, error) {
 
 // databaseBytes sums the files at the top of person id's folder.
 func (s *Store) databaseBytes(id string) (int64, error) {
-	d, err := s.files.personDir(id)
+	d, err := s.personDir(id)
 	if err != nil {
 		return 0, err
 	}
@@ -378,8 +378,15 @@ func (up *Upload) Abort() {
 	up.u.mu.Unlock()
 }
 
+// dirSynced, when set (by tests only), runs after each syncDir.
+var dirSynced func(dir string)
+
 // syncDir fsyncs a folder, so that a rename in it survives a power cut.
+// Every folder sync of the store goes through it.
 func syncDir(dir string) error {
+	if dirSynced != nil {
+		defer dirSynced(dir)
+	}
 	d, err := os.Open(dir)
 	if err != nil {
 		return err

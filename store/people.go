@@ -41,12 +41,12 @@ func (s *Store) CreatePerson(ctx context.Context, np NewPerson) (nah.Person, err
 	if p.CreatedAt == 0 {
 		p.CreatedAt = s.now().UnixMilli()
 	}
-	f, err := s.files.acquire(ctx, p.ID, true)
+	f, err := s.files.Acquire(ctx, p.ID, true)
 	if err != nil {
 		s.removePersonFiles(p.ID) // the folder is made before the file
 		return nah.Person{}, s.spaceErr(err)
 	}
-	s.files.release(f)
+	s.files.Release(f)
 	err = s.writeTx(ctx, func(tx *sql.Tx) error {
 		if np.JoinCode != "" {
 			if err := useJoinCode(ctx, tx, np.JoinCode, p.ID, p.CreatedAt); err != nil {
@@ -78,11 +78,11 @@ func (s *Store) CreatePerson(ctx context.Context, np NewPerson) (nah.Person, err
 
 // removePersonFiles closes and deletes the folder of a person.
 func (s *Store) removePersonFiles(id string) error {
-	d, err := s.files.personDir(id)
+	d, err := s.personDir(id)
 	if err != nil {
 		return err
 	}
-	s.files.forget(id)
+	s.files.Forget(id)
 	return os.RemoveAll(d)
 }
 

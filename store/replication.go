@@ -13,6 +13,17 @@ import (
 	"github.com/nah-app/nah"
 )
 
+// Replicator is what the store calls of replication (package backup's
+// Replicator): Watch has it follow a file written (register it and sync
+// once), Unwatch let go of it after a last sync, whose failure it returns,
+// and Forget remove what the replica holds of a purged person's file (rel,
+// under the data directory). Each runs off the request path.
+type Replicator interface {
+	Watch(ctx context.Context, path string) error
+	Unwatch(path string) error
+	Forget(ctx context.Context, rel string) error
+}
+
 // What replication (package backup) needs from the store: the files to
 // copy, consistent copies of them, a way to bring a file back into the
 // watched set, and a person's file swapped for a restored one while the
@@ -82,12 +93,12 @@ func (s *Store) Backup(ctx context.Context, rel string) (*os.File, error) {
 	// The file is claimed while it is copied, so that replication does not
 	// take it up (and let go of it, dropping this process's locks) under
 	// the copy's own connection.
-	if _, hidden := s.files.state(id); hidden {
+	if _, hidden := s.files.State(id); hidden {
 		return nil, nah.Errorf(nah.NotFound, "", "no such person")
 	}
 	var out *os.File
 	var err error
-	if s.files.withClosed(id, func(p string) {
+	if s.files.WithClosed(id, func(p string) {
 		if _, err = os.Stat(p); err != nil {
 			err = nah.Errorf(nah.NotFound, "", "no such person")
 			return
@@ -117,12 +128,12 @@ func (s *Store) Rewatch(ctx context.Context, rel string) error {
 
 // watchPerson has replication watch person id's file as a write would.
 func (s *Store) watchPerson(ctx context.Context, id string) error {
-	f, err := s.files.acquire(ctx, id, false)
+	f, err := s.files.Acquire(ctx, id, false)
 	if err != nil {
 		return err
 	}
-	s.files.watch(ctx, f)
-	s.files.release(f)
+	s.files.Watch(ctx, f)
+	s.files.Release(f)
 	return nil
 }
 
@@ -162,7 +173,7 @@ func IntegrityCheck(ctx context.Context, p string) error {
 
 // ReplacePersonFile swaps person id's file for another while the server
 // runs, for a restore to a point in time. Their file is closed first (its
-// users finish; replication lets go of it through the hooks), and opens of
+// users finish; replication lets go of it), and opens of
 // it wait meanwhile; make is then called with the path the new file must
 // be made at (beside the old one, same disk) and makes it. The new file
 // takes the old one's place, the old -wal and -shm go, and the person's
@@ -174,12 +185,12 @@ func (s *Store) ReplacePersonFile(ctx context.Context, id string, make func(path
 	}
 	s.lifeMu.Lock()
 	defer s.lifeMu.Unlock()
-	p, err := s.files.personPath(id)
+	p, err := s.personPath(id)
 	if err != nil {
 		return err
 	}
-	s.files.hide(id)
-	defer s.files.unhide(id)
+	s.files.Hide(id)
+	defer s.files.Unhide(id)
 	tmp := p + ".restoring"
 	for _, q := range []string{tmp, tmp + "-wal", tmp + "-shm"} {
 		os.Remove(q)
@@ -214,11 +225,10 @@ func (s *Store) ReplacePersonFile(ctx context.Context, id string, make func(path
 		os.Remove(tmp)
 		return err
 	}
-	if d, err := os.Open(filepath.Dir(p)); err == nil {
-		d.Sync() // the rename is durable before the restore is reported
-		d.Close()
+	if err := syncDir(filepath.Dir(p)); err != nil { // the rename is durable before the restore is reported
+		s.log.Warn("restore: sync the folder after the swap", "path", p, "err", err)
 	}
-	s.files.unhide(id)
+	s.files.Unhide(id)
 	n := s.graph.node(id)
 	if n == nil {
 		return nil

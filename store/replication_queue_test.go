@@ -5,6 +5,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"sync"
@@ -25,14 +26,15 @@ type gatedHooks struct {
 	last    map[string]int // path -> seq of its last Watch or Unwatch
 	held    map[string]bool
 	bad     []string
+	once    sync.Once
 }
 
 func newGatedHooks() *gatedHooks {
 	return &gatedHooks{gate: make(chan struct{}), entered: make(chan string, 16), last: map[string]int{}, held: map[string]bool{}}
 }
 
-func (g *gatedHooks) hooks() Hooks {
-	return Hooks{
+func (g *gatedHooks) hooks() testHooks {
+	return testHooks{
 		Watch: func(ctx context.Context, p string) error {
 			if g.gated.Load() {
 				g.entered <- p
@@ -57,6 +59,15 @@ func (g *gatedHooks) hooks() Hooks {
 	}
 }
 
+// open opens the gate, once; registered with t.Cleanup after the store's
+// MustOpen, it runs before the store's Close even after a Fatal.
+func (g *gatedHooks) open() {
+	g.once.Do(func() {
+		g.gated.Store(false)
+		close(g.gate)
+	})
+}
+
 func (g *gatedHooks) tick() int { g.mu.Lock(); defer g.mu.Unlock(); g.seq++; return g.seq }
 
 // busyReplicators posts to a and b (closed, so queued) and waits until each
@@ -78,42 +89,42 @@ func (g *gatedHooks) busyReplicators(t *testing.T, s *Store, ids ...string) {
 
 // TestShutdownLeavesAFileInUseToItsUser: a request cut off by the
 // shutdown timeout still holds person x's file, and x is in the queue.
-// closeAll's drain must leave it (its marker waits for the next start),
+// Close's drain must leave it (its marker waits for the next start),
 // not have Litestream register and let go of a file the app has open
 // (its close drops the process's locks on the file).
 func TestShutdownLeavesAFileInUseToItsUser(t *testing.T) {
 	g := newGatedHooks()
 	dir := t.TempDir()
-	s := MustOpen(t, Config{Dir: dir, Hooks: g.hooks()})
+	s := MustOpen(t, g.hooks().config(Config{Dir: dir}))
+	t.Cleanup(g.open)
 	ctx := context.Background()
 	a, b, x := mustPerson(t, s, "ann").ID, mustPerson(t, s, "bob").ID, mustPerson(t, s, "xena").ID
 	for _, id := range []string{a, b, x} {
-		s.files.forget(id) // closed and let go of: the next post queues it
+		s.files.Forget(id) // closed and let go of: the next post queues it
 	}
 	g.busyReplicators(t, s, a, b)
 	if _, err := s.CreateMoment(ctx, x, []byte("queued")); err != nil {
 		t.Fatal(err)
 	}
-	fx, err := s.files.acquire(ctx, x, false) // the cut-off request
+	fx, err := s.files.Acquire(ctx, x, false) // the cut-off request
 	if err != nil {
 		t.Fatal(err)
 	}
 	g.mu.Lock()
-	g.held[fx.path] = true
+	g.held[fx.Path] = true
 	g.mu.Unlock()
 	go func() {
 		for !closedNow(s) {
 			time.Sleep(time.Millisecond)
 		}
-		g.gated.Store(false)
-		close(g.gate)
+		g.open()
 	}()
 	s.Close()
 	g.mu.Lock()
 	bad := g.bad
-	g.held[fx.path] = false
+	g.held[fx.Path] = false
 	g.mu.Unlock()
-	s.files.release(fx)
+	s.files.Release(fx)
 	for _, m := range bad {
 		t.Error(m)
 	}
@@ -129,11 +140,12 @@ func TestQueuedWriteSurvivesDeleteAndRestore(t *testing.T) {
 	qdir := filepath.Join(dir, "replication", "queue")
 	h := g.hooks()
 	h.QueueDir = qdir
-	s := MustOpen(t, Config{Dir: dir, Hooks: h})
+	s := MustOpen(t, h.config(Config{Dir: dir}))
+	t.Cleanup(g.open)
 	ctx := context.Background()
 	a, b, x := mustPerson(t, s, "ann").ID, mustPerson(t, s, "bob").ID, mustPerson(t, s, "xena").ID
 	for _, id := range []string{a, b, x} {
-		s.files.forget(id)
+		s.files.Forget(id)
 	}
 	g.busyReplicators(t, s, a, b)
 	if _, err := s.CreateMoment(ctx, x, []byte("acknowledged")); err != nil {
@@ -143,10 +155,9 @@ func TestQueuedWriteSurvivesDeleteAndRestore(t *testing.T) {
 	if err := s.DeletePerson(ctx, x); err != nil {
 		t.Fatal(err)
 	}
-	g.gated.Store(false)
-	close(g.gate)
+	g.open()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if n, _ := s.files.queueState(); n == 0 && !exists(filepath.Join(qdir, x)) {
+		if n, _ := s.files.Queue(); n == 0 && !exists(filepath.Join(qdir, x)) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -169,7 +180,51 @@ func TestQueuedWriteSurvivesDeleteAndRestore(t *testing.T) {
 func exists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 func closedNow(s *Store) bool {
-	s.files.mu.Lock()
-	defer s.files.mu.Unlock()
-	return s.files.closed
+	return s.files.Closed()
+}
+
+// TestQueuedWriteSurvivesAFailedReplace: person x posts while both
+// replicators are busy, and a restore of x's file fails while x waits its
+// turn: the old file stays, and its acknowledged write must still reach
+// the replica (the replicator that finds x hidden puts x back in the queue).
+func TestQueuedWriteSurvivesAFailedReplace(t *testing.T) {
+	g := newGatedHooks()
+	dir := t.TempDir()
+	h := g.hooks()
+	h.QueueDir = filepath.Join(dir, "replication", "queue")
+	s := MustOpen(t, h.config(Config{Dir: dir}))
+	t.Cleanup(g.open)
+	ctx := context.Background()
+	a, b, x := mustPerson(t, s, "ann").ID, mustPerson(t, s, "bob").ID, mustPerson(t, s, "xena").ID
+	for _, id := range []string{a, b, x} {
+		s.files.Forget(id)
+	}
+	g.busyReplicators(t, s, a, b)
+	if _, err := s.CreateMoment(ctx, x, []byte("acknowledged")); err != nil {
+		t.Fatal(err)
+	}
+	wrote := g.tick()
+	err := s.ReplacePersonFile(ctx, x, func(string) error {
+		g.open()                           // the replicators finish a and b, and find x hidden
+		time.Sleep(300 * time.Millisecond) // a few of their looks at x
+		return errors.New("the restore failed")
+	})
+	if err == nil {
+		t.Fatal("the failed restore said it worked")
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if n, _ := s.files.Queue(); n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the queue did not drain")
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // the replicator's take-up of x ends
+	p := filepath.Join(dir, "people", x, "person.db")
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.last[p] < wrote {
+		t.Fatalf("x's acknowledged write (seq %d) was never replicated: last Watch/Unwatch of the file at seq %d", wrote, g.last[p])
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,7 +31,7 @@ func TestWatchedSet(t *testing.T) {
 		most, watches, drops int
 		problems             []string
 	)
-	hooks := Hooks{
+	hooks := testHooks{
 		MaxWatched: maxWatched,
 		BeforeOpen: func(p string) error {
 			mu.Lock()
@@ -67,7 +68,7 @@ func TestWatchedSet(t *testing.T) {
 			return nil
 		},
 	}
-	s := MustOpen(t, Config{Dir: t.TempDir(), MaxOpenFiles: 16, Hooks: hooks})
+	s := MustOpen(t, hooks.config(Config{Dir: t.TempDir(), MaxOpenFiles: 16}))
 	ctx := context.Background()
 	var ids []string
 	for i := range 10 {
@@ -194,27 +195,25 @@ func TestReplacePersonFile(t *testing.T) {
 // watched set it is no longer in: counted, the set would fill with ghosts
 // and close every idle watched file at each write.
 func TestWatchedCountDoesNotDrift(t *testing.T) {
-	hooks := Hooks{
+	hooks := testHooks{
 		MaxWatched: 2,
 		Watch:      func(ctx context.Context, p string) error { return nil },
 		Unwatch:    func(p string) error { return nil },
 	}
-	s := MustOpen(t, Config{Dir: t.TempDir(), MaxOpenFiles: 16, Hooks: hooks})
+	s := MustOpen(t, hooks.config(Config{Dir: t.TempDir(), MaxOpenFiles: 16}))
 	ctx := context.Background()
 	a := mustPerson(t, s, "alice").ID
-	s.files.forget(a)
+	s.files.Forget(a)
 	for range 3 {
-		f, err := s.files.acquire(ctx, a, false)
+		f, err := s.files.Acquire(ctx, a, false)
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.files.drop(f) // as useFile does after an unreadable error
-		s.files.watch(ctx, f)
-		s.files.release(f)
+		s.files.Drop(f) // as useFile does after an unreadable error
+		s.files.Watch(ctx, f)
+		s.files.Release(f)
 	}
-	s.files.mu.Lock()
-	w, n := s.files.watched, s.files.lru.Len()
-	s.files.mu.Unlock()
+	w, n := s.files.Watched(), s.files.Len()
 	if w != 0 {
 		t.Errorf("watched = %d with %d files in the cache", w, n)
 	}
@@ -232,8 +231,8 @@ func TestBackupOfAClosedFileLeavesTheCache(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s.files.forget(ann.ID)
-	if n := s.files.len(); n != 0 {
+	s.files.Forget(ann.ID)
+	if n := s.files.Len(); n != 0 {
 		t.Fatalf("%d files open before the copy", n)
 	}
 	f, err := s.Backup(ctx, PersonRel(ann.ID))
@@ -241,7 +240,7 @@ func TestBackupOfAClosedFileLeavesTheCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if n := s.files.len(); n != 0 {
+	if n := s.files.Len(); n != 0 {
 		t.Fatalf("the copy opened %d files in the cache", n)
 	}
 	p := filepath.Join(t.TempDir(), "person.db")
@@ -276,7 +275,7 @@ func TestReplicationQueue(t *testing.T) {
 		watches   int
 	)
 	tick := func() int { seq++; return seq }
-	hooks := Hooks{
+	hooks := testHooks{
 		MaxWatched: 2,
 		BeforeOpen: func(p string) error {
 			mu.Lock()
@@ -307,7 +306,7 @@ func TestReplicationQueue(t *testing.T) {
 		},
 	}
 	dir := t.TempDir()
-	s := MustOpen(t, Config{Dir: dir, MaxOpenFiles: 4, Hooks: hooks})
+	s := MustOpen(t, hooks.config(Config{Dir: dir, MaxOpenFiles: 4}))
 	ctx := context.Background()
 	var ids []string
 	for i := range 20 {
@@ -364,7 +363,7 @@ func TestReplicationQueueSurvivesAKill(t *testing.T) {
 	var gated atomic.Bool
 	var mu sync.Mutex
 	watched := map[string]int{}
-	hooks := Hooks{
+	hooks := testHooks{
 		QueueDir: qdir,
 		Watch: func(ctx context.Context, p string) error {
 			if gated.Load() {
@@ -377,11 +376,13 @@ func TestReplicationQueueSurvivesAKill(t *testing.T) {
 		},
 		Unwatch: func(p string) error { return nil },
 	}
-	s := MustOpen(t, Config{Dir: dir, Hooks: hooks})
+	s := MustOpen(t, hooks.config(Config{Dir: dir}))
+	openGate := sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(openGate) // before the store's Close, even after a Fatal
 	ctx := context.Background()
 	ann := mustPerson(t, s, "ann")
 	bob := mustPerson(t, s, "bob")
-	s.files.forget(bob.ID) // closed: bob's next post queues him
+	s.files.Forget(bob.ID) // closed: bob's next post queues him
 	gated.Store(true)      // and replication is slow to take him up
 	mu.Lock()
 	clear(watched) // his watch as a new person ended with the close
@@ -392,7 +393,7 @@ func TestReplicationQueueSurvivesAKill(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(qdir, bob.ID)); err != nil {
 		t.Fatalf("bob's written file is not listed while it waits: %v", err)
 	}
-	close(gate)
+	openGate()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		mu.Lock()
@@ -411,7 +412,7 @@ func TestReplicationQueueSurvivesAKill(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(qdir, bob.ID)); err != nil {
 		t.Fatalf("bob's marker went when he was taken up, before his last sync: %v", err)
 	}
-	s.files.forget(bob.ID) // let go of, after a last sync, once the replicator releases him
+	s.files.Forget(bob.ID) // let go of, after a last sync, once the replicator releases him
 	for {
 		_, err := os.Stat(filepath.Join(qdir, bob.ID))
 		if os.IsNotExist(err) {
@@ -434,7 +435,7 @@ func TestReplicationQueueSurvivesAKill(t *testing.T) {
 	mu.Lock()
 	clear(watched)
 	mu.Unlock()
-	s2 := MustOpen(t, Config{Dir: dir, Hooks: hooks})
+	s2 := MustOpen(t, hooks.config(Config{Dir: dir}))
 	deadline = time.Now().Add(10 * time.Second)
 	for {
 		mu.Lock()
@@ -503,5 +504,186 @@ func TestReplacePersonFileRefusesForeignSchema(t *testing.T) {
 				t.Fatalf("after a refused copy: %d moments, %v", len(ms), err)
 			}
 		})
+	}
+}
+
+// TestWatchedSetHoldsExactlyItsBound: with a bound of 3, posts to three
+// closed people are three watches and no unwatch; a post to a fourth is
+// one more watch and exactly one unwatch, of the least recently used.
+func TestWatchedSetHoldsExactlyItsBound(t *testing.T) {
+	var (
+		mu        sync.Mutex
+		watched   []string
+		unwatched []string
+	)
+	hooks := testHooks{
+		MaxWatched: 3,
+		Watch: func(ctx context.Context, p string) error {
+			mu.Lock()
+			defer mu.Unlock()
+			watched = append(watched, p)
+			return nil
+		},
+		Unwatch: func(p string) error {
+			mu.Lock()
+			defer mu.Unlock()
+			unwatched = append(unwatched, p)
+			return nil
+		},
+	}
+	s := MustOpen(t, hooks.config(Config{Dir: t.TempDir(), MaxOpenFiles: 16}))
+	ctx := context.Background()
+	var ids, paths []string
+	for i := range 4 {
+		id := mustPerson(t, s, fmt.Sprintf("person%d", i)).ID
+		s.files.Forget(id)
+		p, _ := s.personPath(id)
+		ids, paths = append(ids, id), append(paths, p)
+	}
+	mu.Lock()
+	watched, unwatched = nil, nil // a new person's file is watched at once; Forget let go of it
+	mu.Unlock()
+	counts := func() (int, []string) {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(watched), slices.Clone(unwatched)
+	}
+	post := func(i int) {
+		t.Helper()
+		if _, err := s.CreateMoment(ctx, ids[i], []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+			if n, _ := counts(); n == i+1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("post %d was not taken up", i)
+			}
+		}
+		time.Sleep(50 * time.Millisecond) // an unwatch it causes has run by now
+	}
+	for i := range 3 {
+		post(i)
+	}
+	if n, un := counts(); n != 3 || len(un) != 0 {
+		t.Fatalf("three posts: %d watches, unwatched %v; want 3 and none", n, un)
+	}
+	post(3)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		if _, un := counts(); len(un) > 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // a second unwatch would have run by now
+	if n, un := counts(); n != 4 || !slices.Equal(un, paths[:1]) {
+		t.Fatalf("a fourth post: %d watches, unwatched %v; want 4 and only %s", n, un, paths[0])
+	}
+}
+
+// TestUnwatchWaitsForAWatchInProgress: a file closed while replication is
+// still taking it up (a new person's file is watched off the request path)
+// is let go of only once the Watch has returned: a file let go of before
+// Litestream set it up gets no last sync.
+func TestUnwatchWaitsForAWatchInProgress(t *testing.T) {
+	var (
+		mu       sync.Mutex
+		watching = map[string]bool{}
+		problems []string
+	)
+	gate, entered := make(chan struct{}), make(chan struct{}, 1)
+	open := sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(open) // every gate opens, even after a Fatal
+	hooks := testHooks{
+		Watch: func(ctx context.Context, p string) error {
+			mu.Lock()
+			watching[p] = true
+			mu.Unlock()
+			entered <- struct{}{}
+			<-gate
+			mu.Lock()
+			delete(watching, p)
+			mu.Unlock()
+			return nil
+		},
+		Unwatch: func(p string) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if watching[p] {
+				problems = append(problems, "let go of while its Watch runs: "+p)
+			}
+			return nil
+		},
+	}
+	s := MustOpen(t, hooks.config(Config{Dir: t.TempDir()}))
+	ann := mustPerson(t, s, "ann")
+	select {
+	case <-entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the new person's file was not watched")
+	}
+	forgot := make(chan struct{})
+	go func() {
+		s.files.Forget(ann.ID)
+		close(forgot)
+	}()
+	select {
+	case <-forgot:
+		t.Error("the close returned while the Watch was still running")
+	case <-time.After(50 * time.Millisecond):
+	}
+	open()
+	<-forgot
+	mu.Lock()
+	defer mu.Unlock()
+	for _, p := range problems {
+		t.Error(p)
+	}
+}
+
+// TestReplaceSyncsTheFolder: the rename that swaps a restored file into
+// place is made durable (the folder is synced after it) before the
+// restore is reported; without that, a power cut may bring the old file
+// back after a restore said it was done.
+func TestReplaceSyncsTheFolder(t *testing.T) {
+	dir := t.TempDir()
+	s := MustOpen(t, Config{Dir: dir})
+	ctx := context.Background()
+	ann := mustPerson(t, s, "ann")
+	snap, err := s.Backup(ctx, PersonRel(ann.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snap.Close()
+	p, _ := s.personPath(ann.ID)
+	var mu sync.Mutex
+	var renamed, synced bool
+	dirSynced = func(d string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if d == filepath.Dir(p) && renamed {
+			synced = true
+		}
+	}
+	t.Cleanup(func() { dirSynced = nil })
+	err = s.ReplacePersonFile(ctx, ann.ID, func(tmp string) error {
+		out, err := os.Create(tmp)
+		if err != nil {
+			return err
+		}
+		defer out.Close()
+		_, err = out.ReadFrom(snap)
+		mu.Lock()
+		renamed = true // the swap's rename comes after make
+		mu.Unlock()
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !synced {
+		t.Fatal("the person's folder was not synced after the restored file was renamed into place")
 	}
 }

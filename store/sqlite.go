@@ -54,7 +54,7 @@ import (
 // settled and ~404 KiB at peak (backup.PerFileBytes), 4 goroutines and 4
 // descriptors. Watching every open file would cost 512 x 404 KiB ~ 200 MB,
 // so only files written recently are watched, a subset of the open ones
-// (files.go's watched set, Hooks.MaxWatched = NAH_REPLICA_MAX_FILES):
+// (personfile's watched set, Config.MaxWatched = NAH_REPLICA_MAX_FILES):
 //
 //	watched x ~404 KiB
 //

@@ -27,12 +27,12 @@ func TestPragmasThatCarryAPromise(t *testing.T) {
 
 			for _, handle := range []string{"ann", "bob"} {
 				p := mustPerson(t, s, handle)
-				f, err := s.files.acquire(ctx, p.ID, false)
+				f, err := s.files.Acquire(ctx, p.ID, false)
 				if err != nil {
 					t.Fatal(err)
 				}
-				checkPragmas(t, "person file of "+handle, f.db, 1, c.want)
-				s.files.release(f)
+				checkPragmas(t, "person file of "+handle, f.DB, 1, c.want)
+				s.files.Release(f)
 			}
 		})
 	}
@@ -93,21 +93,21 @@ func checkPragmas(t *testing.T, what string, db *sql.DB, conns, wantSync int) {
 func TestReplicatedFilesAreNotAutoCheckpointed(t *testing.T) {
 	for _, c := range []struct {
 		name  string
-		hooks Hooks
+		hooks testHooks
 		want  int
 	}{
-		{"replicated", Hooks{Watch: func(context.Context, string) error { return nil }, Unwatch: func(string) error { return nil }}, 0},
-		{"not replicated", Hooks{}, 1000},
+		{"replicated", testHooks{Watch: func(context.Context, string) error { return nil }, Unwatch: func(string) error { return nil }}, 0},
+		{"not replicated", testHooks{}, 1000},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s := MustOpen(t, Config{Hooks: c.hooks})
+			s := MustOpen(t, c.hooks.config(Config{}))
 			p := mustPerson(t, s, "ann")
-			f, err := s.files.acquire(context.Background(), p.ID, false)
+			f, err := s.files.Acquire(context.Background(), p.ID, false)
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer s.files.release(f)
-			for what, db := range map[string]*sql.DB{"directory writer": s.w, "person file": f.db} {
+			defer s.files.Release(f)
+			for what, db := range map[string]*sql.DB{"directory writer": s.w, "person file": f.DB} {
 				var n int
 				if err := db.QueryRow("PRAGMA wal_autocheckpoint").Scan(&n); err != nil {
 					t.Fatal(err)

@@ -21,7 +21,7 @@ func TestStats(t *testing.T) {
 		t.Fatalf("feed: %v, %d moments", err, len(p.Moments))
 	}
 	st := s.Stats()
-	if st.OpenFiles != s.files.len() || st.OpenFiles != 2 || st.MaxOpenFiles != 20 {
+	if st.OpenFiles != s.files.Len() || st.OpenFiles != 2 || st.MaxOpenFiles != 20 {
 		t.Fatalf("open files %d of %d, want 2 of 20", st.OpenFiles, st.MaxOpenFiles)
 	}
 	if st.SQLiteConnections != st.OpenFiles+1+directoryReaders {

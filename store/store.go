@@ -25,6 +25,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/nah-app/nah/store/internal/personfile"
 )
 
 // Config configures a Store. Zero values take the defaults below.
@@ -53,9 +55,22 @@ type Config struct {
 	// minute). Only the serving process sets it: a command-line tool opening
 	// the same data directory must not purge by its own reading of the
 	// grace, nor race the server's undo.
-	Sweep  bool
-	Hooks  Hooks
+	Sweep bool
+
+	// Replicator, if set, follows every file written (replication.go).
+	// At most MaxWatched person files are watched at once (0: no bound);
+	// QueueDir, if set, keeps the files waiting for it on disk, so that
+	// a kill forgets none.
+	Replicator Replicator
+	MaxWatched int
+	QueueDir   string
+
 	Logger *slog.Logger // default: discard
+
+	// beforeOpen runs before a person file is opened and may refuse it,
+	// afterClose after its handle is closed: for tests.
+	beforeOpen func(path string) error
+	afterClose func(path string)
 }
 
 // DefaultStaleAfter is Config.StaleAfter when zero: a post by another
@@ -73,8 +88,9 @@ type Store struct {
 	w *sql.DB // the directory's one writer connection
 	r *sql.DB // the directory's readers
 
-	files     *fileCache
-	hooks     Hooks
+	files     *personfile.Cache
+	sync      Sync // of every connection the store opens (Config.Sync)
+	repl      Replicator
 	graph     *graph
 	cursorKey []byte
 	fileReads atomic.Int64 // looks into a person file on the feed path
@@ -154,7 +170,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		staleAfter: cfg.StaleAfter,
 		headBudget: cfg.HeadCacheBytes,
 		log:        cfg.Logger,
-		hooks:      cfg.Hooks,
+		repl:       cfg.Replicator,
+		sync:       cfg.Sync,
 		swept:      make(chan struct{}),
 
 		deleteGrace: max(cfg.DeleteGrace, 0),
@@ -166,7 +183,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	var err error
 	// The directory is small and hot: a 2 MB cache per connection.
-	if s.w, err = openDB(path, false, 1, 2048, cfg.Sync, cfg.Hooks.Watch != nil); err != nil {
+	if s.w, err = openDB(path, false, 1, 2048, cfg.Sync, cfg.Replicator != nil); err != nil {
 		return nil, err
 	}
 	if err = migrate(ctx, s.w, path, directoryMigrations); err != nil {
@@ -195,7 +212,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s.run = run
-	s.files = newFileCache(cfg.Dir, cfg.MaxOpenFiles, cfg.Sync, cfg.Hooks, cfg.Logger)
+	s.files = s.newFileCache(cfg)
 	s.loadRestoreFailed()
 	s.removePendingImports(ctx)
 	go s.flushLoop()
@@ -326,7 +343,7 @@ type Stats struct {
 	UnreadableFiles int
 	DiskFull        bool // writes are refused for lack of space (DiskFull)
 	// ReplicationQueue is how many written person files wait for
-	// replication to take them up (files.go, wrote), and
+	// replication to take them up (personfile, Wrote), and
 	// ReplicationQueueWait how long the oldest of them has waited.
 	ReplicationQueue     int
 	ReplicationQueueWait time.Duration
@@ -334,12 +351,12 @@ type Stats struct {
 
 // Stats returns the store's gauges now.
 func (s *Store) Stats() Stats {
-	open := s.files.len()
+	open := s.files.Len()
 	sqlNow, sqlPeak := SQLiteMemory()
-	queue, wait := s.files.queueState()
+	queue, wait := s.files.Queue()
 	return Stats{
 		OpenFiles:            open,
-		MaxOpenFiles:         s.files.max,
+		MaxOpenFiles:         s.files.Max(),
 		SQLiteConnections:    open + 1 + directoryReaders,
 		SQLiteBytes:          sqlNow,
 		SQLitePeakBytes:      sqlPeak,
@@ -450,7 +467,7 @@ func (s *Store) Close() error {
 		<-s.stopped
 		<-s.swept
 		errs := []error{s.flushDirty(context.Background())}
-		s.files.closeAll()
+		s.files.Close()
 		errs = append(errs, s.r.Close(), s.w.Close())
 		s.closeErr = errors.Join(errs...)
 		if errs[0] == nil {

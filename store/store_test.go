@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nah-app/nah"
+	"github.com/nah-app/nah/store/internal/personfile"
 )
 
 // MustOpen opens a store on a fresh directory and closes it with the test.
@@ -119,16 +120,16 @@ func TestStoreRefusesNewerPersonFile(t *testing.T) {
 func TestKeysUseCoveringIndex(t *testing.T) {
 	s := MustOpen(t, Config{})
 	p := mustPerson(t, s, "ann")
-	f, err := s.files.acquire(context.Background(), p.ID, false)
+	f, err := s.files.Acquire(context.Background(), p.ID, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.files.release(f)
+	defer s.files.Release(f)
 	for _, q := range []string{
 		`SELECT id, created_at FROM moments ORDER BY created_at DESC, id DESC LIMIT 30`,
 		`SELECT id, created_at FROM moments WHERE (created_at, id) < (1, 'x') ORDER BY created_at DESC, id DESC LIMIT 30`,
 	} {
-		rows, err := f.db.Query("EXPLAIN QUERY PLAN " + q)
+		rows, err := f.DB.Query("EXPLAIN QUERY PLAN " + q)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -169,9 +170,9 @@ func TestFileCacheBound(t *testing.T) {
 		}
 	}
 	// Holding more than the bound works and shrinks back on release.
-	var held []*personFile
+	var held []*personfile.File
 	for _, id := range ids {
-		f, err := s.files.acquire(ctx, id, false)
+		f, err := s.files.Acquire(ctx, id, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -181,7 +182,7 @@ func TestFileCacheBound(t *testing.T) {
 		t.Fatalf("%d files open while 5 held", n)
 	}
 	for _, f := range held {
-		s.files.release(f)
+		s.files.Release(f)
 	}
 	mustPerson(t, s, "fay")
 	if n := s.Stats().OpenFiles; n > 3 {
@@ -306,7 +307,7 @@ func TestHooksAlternate(t *testing.T) {
 	var mu sync.Mutex
 	open := map[string]bool{}
 	var problems []string
-	hooks := Hooks{
+	hooks := testHooks{
 		BeforeOpen: func(p string) error {
 			mu.Lock()
 			defer mu.Unlock()
@@ -326,7 +327,7 @@ func TestHooksAlternate(t *testing.T) {
 		},
 	}
 	dir := t.TempDir()
-	s := MustOpen(t, Config{Dir: dir, MaxOpenFiles: 4, Hooks: hooks})
+	s := MustOpen(t, hooks.config(Config{Dir: dir, MaxOpenFiles: 4}))
 	ctx := context.Background()
 	var ids []string
 	for i := range 12 {
@@ -363,7 +364,7 @@ func TestHooksAlternate(t *testing.T) {
 func TestRefusedPersonFileLeavesNoFolder(t *testing.T) {
 	dir := t.TempDir()
 	refuse := errors.New("refused")
-	s := MustOpen(t, Config{Dir: dir, Hooks: Hooks{BeforeOpen: func(string) error { return refuse }}})
+	s := MustOpen(t, testHooks{BeforeOpen: func(string) error { return refuse }}.config(Config{Dir: dir}))
 	if _, err := s.CreatePerson(context.Background(), NewPerson{Handle: "ann", PasswordHash: "x"}); !errors.Is(err, refuse) {
 		t.Fatalf("create with its file refused: %v", err)
 	}

@@ -27,7 +27,7 @@ const behindAfter = time.Minute
 
 // startReplication checks the replica target (a wrong key, a missing bucket
 // or a directory that cannot be made stops the start, naming the variable)
-// and starts the replicator, which the store's hooks then feed. nil when
+// and starts the replicator, which the store then feeds. nil when
 // NAH_REPLICA_URL is off.
 func startReplication(ctx context.Context, cfg *config, log *slog.Logger) (*backup.Replicator, error) {
 	t := cfg.ReplicaTarget
@@ -48,19 +48,11 @@ func startReplication(ctx context.Context, cfg *config, log *slog.Logger) (*back
 	if err != nil {
 		return nil, err
 	}
-	cfg.Store.Hooks.Watch = r.Watch
-	cfg.Store.Hooks.Unwatch = r.Unwatch
-	cfg.Store.Hooks.MaxWatched = cfg.ReplicaMaxFiles
+	cfg.Store.Replicator = r
+	cfg.Store.MaxWatched = cfg.ReplicaMaxFiles
 	// Files written and waiting for replication are listed here, so that a
 	// kill does not leave them behind until their next write.
-	cfg.Store.Hooks.QueueDir = filepath.Join(meta, "queue")
-	cfg.Store.Hooks.Purged = func(rel string) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := r.Forget(ctx, rel); err != nil {
-			log.Warn("replication: forget a purged person", "path", rel, "err", err)
-		}
-	}
+	cfg.Store.QueueDir = filepath.Join(meta, "queue")
 	return r, nil
 }
 
@@ -69,16 +61,15 @@ func startReplication(ctx context.Context, cfg *config, log *slog.Logger) (*back
 // closed once it has.
 func startBackups(ctx context.Context, cfg config, s *store.Store, r *backup.Replicator, log *slog.Logger) (_ *backup.Backups, stopped chan struct{}, _ error) {
 	b := &backup.Backups{
-		Repl:    r,
-		Every:   cfg.SweepEvery,
-		At:      sweepAt,
-		Behind:  behindAfter,
-		Rewatch: s.Rewatch,
-		Log:     log,
+		Repl:   r,
+		Every:  cfg.SweepEvery,
+		At:     sweepAt,
+		Behind: behindAfter,
+		Source: s,
+		Log:    log,
 	}
 	if cfg.SweepEvery > 0 {
-		b.Sweep = &backup.Sweeper{Target: cfg.ReplicaTarget, Keep: cfg.SweepKeep, Pace: sweepPace, Copy: s.Backup, List: s.Databases,
-			Media: s.MediaFiles, OpenMedia: s.OpenMediaFile}
+		b.Sweep = &backup.Sweeper{Target: cfg.ReplicaTarget, Keep: cfg.SweepKeep, Pace: sweepPace, Source: s}
 	}
 	b.Drill = newDrill(cfg, s, r, log)
 	stopped = make(chan struct{})

@@ -591,7 +591,7 @@ func TestRestoreFromSweep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sw := &backup.Sweeper{Target: target, Keep: 7, Copy: s.Backup, List: s.Databases, Media: s.MediaFiles, OpenMedia: s.OpenMediaFile}
+	sw := &backup.Sweeper{Target: target, Keep: 7, Source: s}
 	res, err := sw.Run(ctx, time.Now())
 	if err != nil || res.Files != 3 || len(res.Failed) > 0 || res.MediaCopied != 1 {
 		t.Fatalf("sweep: %+v %v", res, err)
@@ -682,7 +682,7 @@ func sweepStamped(t *testing.T, data, repl string, made time.Time) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sw := &backup.Sweeper{Target: target, Keep: 7, Copy: s.Backup, List: s.Databases}
+	sw := &backup.Sweeper{Target: target, Keep: 7, Source: s}
 	if res, err := sw.Run(ctx, made); err != nil || len(res.Failed) > 0 {
 		t.Fatalf("sweep: %+v %v", res, err)
 	}

@@ -1,0 +1,135 @@
+package personfile
+
+import (
+	"context"
+	"os"
+	"sync"
+)
+
+// claimClosedLocked returns a placeholder standing in the closing set for
+// person id's file if nobody has it open (nor is opening, closing or
+// hiding it), nil otherwise. Until the placeholder is released (syncClosed,
+// releaseClaim), a reopen waits, as for any file being closed, so that
+// Litestream never lets go of a file the app has open, and nothing else
+// claims the file.
+func (c *Cache) claimClosedLocked(id string) *File {
+	if c.byID[id] != nil || c.closing[id] != nil || c.hidden[id] {
+		return nil
+	}
+	ph := &File{ID: id, closed: make(chan struct{})}
+	c.closing[id] = ph
+	return ph
+}
+
+// releaseClaim ends a claim of claimClosedLocked.
+func (c *Cache) releaseClaim(ph *File) {
+	close(ph.closed)
+	c.mu.Lock()
+	if c.closing[ph.ID] == ph {
+		delete(c.closing, ph.ID)
+	}
+	c.mu.Unlock()
+}
+
+// WithClosed runs fn on the path of person id's file while nobody has it
+// open and the file is claimed (claimClosedLocked), and says whether it
+// did: when the file is open, or about to be, it does nothing.
+func (c *Cache) WithClosed(id string, fn func(path string)) bool {
+	p, err := c.cfg.Path(id)
+	if err != nil {
+		return false
+	}
+	c.mu.Lock()
+	ph := c.claimClosedLocked(id)
+	c.mu.Unlock()
+	if ph == nil {
+		return false
+	}
+	defer c.releaseClaim(ph)
+	fn(p)
+	return true
+}
+
+// syncClosed has replication take up and let go of the file of ph, a
+// claim of claimClosedLocked, which it releases, and empties the WAL
+// Litestream leaves: the shutdown's drain of the queue. It says whether
+// the replica has the whole file (or the file is gone).
+func (c *Cache) syncClosed(ph *File) bool {
+	defer c.releaseClaim(ph)
+	p, err := c.cfg.Path(ph.ID)
+	if err != nil {
+		return true
+	}
+	if _, err := os.Stat(p); err != nil {
+		return true // gone: deleted (a restore watches it again) or purged
+	}
+	ok := true
+	if err := c.repl.Watch(context.Background(), p); err != nil {
+		c.log.Warn("replication: watch", "path", p, "err", err)
+	}
+	if err := c.repl.Unwatch(p); err != nil {
+		c.log.Warn("replication: last sync", "path", p, "err", err)
+		ok = false
+	}
+	c.leftWAL(p, true)
+	return ok
+}
+
+// walSet is the watched files closed with their WAL left for later, by
+// path: emptied at shutdown.
+type walSet struct {
+	mu sync.Mutex
+	m  map[string]bool
+}
+
+func (w *walSet) set(p string, left bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if left {
+		w.m[p] = true
+	} else {
+		delete(w.m, p)
+	}
+}
+
+func (w *walSet) remove(p string) { w.set(p, false) }
+
+func (w *walSet) take() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for p := range w.m {
+		out = append(out, p)
+	}
+	w.m = make(map[string]bool)
+	return out
+}
+
+// bigWAL is the size past which a watched file's WAL is checkpointed as
+// soon as replication lets go of it. A checkpoint makes Litestream take a
+// whole new snapshot when it next watches the file (a 16 KB LTX for a
+// 200-moment file instead of 3 KB), so a small WAL is left for the next
+// open; a large one would make that open slow (31-51 ms for a few MB,
+// ../shared/notes/litestream-nah.md). At shutdown every WAL is emptied.
+const bigWAL = 4 << 20
+
+// leftWAL deals with the WAL of watched file p once replication let go of
+// it: a large one, or any at shutdown (final), is emptied now, a small one
+// is left for the next open (and emptied at shutdown).
+func (c *Cache) leftWAL(p string, final bool) {
+	left := !final && walSize(p) <= bigWAL
+	if !left {
+		if err := c.cfg.Checkpoint(p); err != nil {
+			c.log.Warn("checkpoint after replication", "path", p, "err", err)
+		}
+	}
+	c.wal.set(p, left)
+}
+
+func walSize(p string) int64 {
+	st, err := os.Stat(p + "-wal")
+	if err != nil {
+		return 0
+	}
+	return st.Size()
+}

@@ -190,7 +190,7 @@ func (s *Store) ImportPerson(ctx context.Context, r io.Reader, opts ImportOption
 	s.graph.add(id, newest, s.now().UnixMilli())
 	// Replication learns of the file now that it is complete, as it does
 	// of a restored person's.
-	if err := s.watchPerson(ctx, id); err != nil {
+	if err := s.watchPerson(ctx, id, false); err != nil {
 		s.log.Warn("replication: watch an imported person", "person", id, "err", err)
 	}
 

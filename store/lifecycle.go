@@ -168,7 +168,7 @@ func (s *Store) RestorePerson(ctx context.Context, id string) error {
 	// Replication let go of the file when it was hidden, and a write still
 	// queued for it then was dropped with the folder gone: it watches the
 	// file again, as a write would.
-	if err := s.watchPerson(ctx, id); err != nil {
+	if err := s.watchPerson(ctx, id, false); err != nil {
 		s.log.Warn("replication: watch a restored person", "person", id, "err", err)
 	}
 	// The directory's newest time is a hint: read the file's.

@@ -70,7 +70,7 @@ func (s *Store) CreatePerson(ctx context.Context, np NewPerson) (nah.Person, err
 	// nightly sweep, and a restore would bring back their account without
 	// its file. Only once the account exists: a refused sign-up (a handle
 	// taken) leaves nothing on the replica.
-	if err := s.watchPerson(ctx, p.ID); err != nil {
+	if err := s.watchPerson(ctx, p.ID, false); err != nil {
 		s.log.Warn("replication: watch a new person's file", "person", p.ID, "err", err)
 	}
 	return p, nil

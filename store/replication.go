@@ -123,16 +123,21 @@ func (s *Store) Rewatch(ctx context.Context, rel string) error {
 	if id == "" {
 		return fmt.Errorf("store: not a person's file: %q", rel)
 	}
-	return s.watchPerson(ctx, id)
+	return s.watchPerson(ctx, id, false)
 }
 
-// watchPerson has replication watch person id's file as a write would.
-func (s *Store) watchPerson(ctx context.Context, id string) error {
+// watchPerson has replication watch person id's file as a write would;
+// with wait, it returns once replication has the file.
+func (s *Store) watchPerson(ctx context.Context, id string, wait bool) error {
 	f, err := s.files.Acquire(ctx, id, false)
 	if err != nil {
 		return err
 	}
-	s.files.Watch(ctx, f)
+	if wait {
+		s.files.WatchWait(ctx, f)
+	} else {
+		s.files.Watch(ctx, f)
+	}
 	s.files.Release(f)
 	return nil
 }
@@ -258,10 +263,10 @@ func (s *Store) ReplacePersonFile(ctx context.Context, id string, make func(path
 	if err != nil {
 		return err
 	}
-	// Replication takes the new file at once, as a write would: until then
+	// The restore is done once replication has the new file: until then
 	// the replica's newest copy is the old file, and a whole restore would
 	// bring back what this one replaced.
-	return s.watchPerson(ctx, id)
+	return s.watchPerson(ctx, id, true)
 }
 
 // MediaFiles lists every media file of the data directory as paths under

@@ -220,11 +220,16 @@ func TestQueuedWriteSurvivesAFailedReplace(t *testing.T) {
 			t.Fatal("the queue did not drain")
 		}
 	}
-	time.Sleep(50 * time.Millisecond) // the replicator's take-up of x ends
 	p := filepath.Join(dir, "people", x, "person.db")
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.last[p] < wrote {
-		t.Fatalf("x's acknowledged write (seq %d) was never replicated: last Watch/Unwatch of the file at seq %d", wrote, g.last[p])
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		g.mu.Lock()
+		last := g.last[p]
+		g.mu.Unlock()
+		if last >= wrote { // the replicator's take-up of x ended after the write
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("x's acknowledged write (seq %d) was never replicated: last Watch/Unwatch of the file at seq %d", wrote, last)
+		}
 	}
 }

@@ -16,6 +16,10 @@ import (
 // (closeFile): a file let go before Litestream set it up gets no last sync.
 func (c *Cache) Watch(ctx context.Context, f *File) { c.watchFile(ctx, f, false) }
 
+// WatchWait is Watch, returning once replication has the file (its first
+// sync done): for a swapped file, whose restore is done only then.
+func (c *Cache) WatchWait(ctx context.Context, f *File) { c.watchFile(ctx, f, true) }
+
 // watchFile is Watch; with wait set the Watch runs in the caller's
 // goroutine (a replicator's), which is then paced by it.
 func (c *Cache) watchFile(ctx context.Context, f *File, wait bool) {

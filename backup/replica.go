@@ -156,7 +156,7 @@ func (r *Replicator) Watch(ctx context.Context, path string) error {
 	rep := litestream.NewReplicaWithClient(db, client)
 	rep.SyncInterval = syncInterval
 	db.Replica = rep
-	if _, err := resumeCheck(ctx, db); err != nil {
+	if err := resumeCheck(ctx, db); err != nil {
 		return r.failed(rel, err)
 	}
 	if err := r.ls.RegisterDB(db); err != nil {

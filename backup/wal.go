@@ -26,24 +26,23 @@ import (
 const walEmptyTimeout = 5 * time.Second
 
 // resumeCheck makes sure Litestream can carry db's history on from its WAL
-// as the WAL is now, emptying the WAL when it cannot (above). It says
-// whether it emptied it.
-func resumeCheck(ctx context.Context, db *litestream.DB) (emptied bool, err error) {
+// as the WAL is now, emptying the WAL when it cannot (above).
+func resumeCheck(ctx context.Context, db *litestream.DB) error {
 	salts, ok, err := walSalts(db.WALPath())
 	if err != nil || !ok {
-		return false, err // no WAL, or one without frames: nothing to mistake
+		return err // no WAL, or one without frames: nothing to mistake
 	}
 	last, err := lastSalts(db)
 	if err != nil {
-		return false, err
+		return err
 	}
 	if last != nil && *last == salts {
-		return false, nil // the same WAL the history stopped in
+		return nil // the same WAL the history stopped in
 	}
 	if err := emptyWAL(ctx, db.Path()); err != nil {
-		return false, fmt.Errorf("empty the WAL before replication takes the file up: %w", err)
+		return fmt.Errorf("empty the WAL before replication takes the file up: %w", err)
 	}
-	return true, nil
+	return nil
 }
 
 // walSalts reads the salts of the WAL at p; ok is false when there is no

@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"time"
 
 	"github.com/nah-app/nah"
 	"github.com/nah-app/nah/backup"
@@ -58,17 +57,9 @@ func restoreCheckCmd(ctx context.Context, args []string, getenv func(string) str
 	if err := fs.Parse(args); err != nil || fs.NArg() != 0 || *from == "" || *data == "" {
 		return usageError{restoreCheckUsage}
 	}
-	t, err := backup.ParseTarget(*from, getenv)
+	t, err := replicaFrom(ctx, *from, getenv)
 	if err != nil {
-		return usageError{fmt.Sprintf("-from %q: %v", *from, err)}
-	}
-	if t.IsS3() {
-		ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err := t.Init(ictx)
-		cancel()
-		if err != nil {
-			return usageError{fmt.Sprintf("-from %q: %v", *from, err)}
-		}
+		return err
 	}
 	dir, err := filepath.Abs(*data)
 	if err != nil {

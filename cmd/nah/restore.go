@@ -84,17 +84,9 @@ func restoreCmd(ctx context.Context, args []string, getenv func(string) string, 
 			return usageError{fmt.Sprintf("-time %q: not an RFC 3339 time such as 2026-11-30T07:00:00Z", *at)}
 		}
 	}
-	t, err := backup.ParseTarget(*from, getenv)
+	t, err := replicaFrom(ctx, *from, getenv)
 	if err != nil {
-		return usageError{fmt.Sprintf("-from %q: %v", *from, err)}
-	}
-	if t.IsS3() {
-		ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err := t.Init(ictx)
-		cancel()
-		if err != nil {
-			return usageError{fmt.Sprintf("-from %q: %v", *from, err)}
-		}
+		return err
 	}
 	if err := emptyDataDir(*to); err != nil {
 		return err
@@ -176,6 +168,23 @@ func behind(r backup.Restored) string {
 		return fmt.Sprintf("%s behind %s", ui.Round(d), pos)
 	}
 	return "no older than " + pos + ": nothing known lost"
+}
+
+// replicaFrom parses -from as NAH_REPLICA_URL's forms and, for S3, checks
+// that the bucket answers: a usage error names the flag either way.
+func replicaFrom(ctx context.Context, from string, getenv func(string) string) (*backup.Target, error) {
+	t, err := backup.ParseTarget(from, getenv)
+	if err != nil {
+		return nil, usageError{fmt.Sprintf("-from %q: %v", from, err)}
+	}
+	if t.IsS3() {
+		ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := t.Init(ictx); err != nil {
+			return nil, usageError{fmt.Sprintf("-from %q: %v", from, err)}
+		}
+	}
+	return t, nil
 }
 
 // emptyDataDir checks that dir is missing or empty; restoreAll makes it.

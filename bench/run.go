@@ -31,20 +31,21 @@ type Result struct {
 	GoVersion string    `json:"go_version"`
 	Env       []string  `json:"env,omitempty"` // settings other than the defaults
 
-	ColdStartMs     float64 `json:"cold_start_ms"`
-	IdleRSSMB       float64 `json:"idle_rss_mb"`
-	Feed1           Latency `json:"feed_1_reader"`
-	Feed50          Latency `json:"feed_50_readers"`
-	Post16          Latency `json:"post_16_writers"`
-	PostWarmup      Latency `json:"post_warmup_16_writers"` // everyone posts once, first (load.go's warmLoad)
-	Ceiling50       Latency `json:"ceiling_50_readers"`
-	CeilingRatio    float64 `json:"feeds_per_s_ratio_to_ceiling"`
-	PeakRSSMB       float64 `json:"peak_rss_mb"`
-	OpenFDs         int     `json:"open_fds_after_load"`
-	OpenPersonFiles int     `json:"open_person_files_after_load"`
-	DataDirMB       float64 `json:"data_dir_mb_after_stop"`
-	BinaryMB        float64 `json:"binary_mb"`
-	WALLeft         int     `json:"non_empty_wal_after_stop"`
+	ColdStartMs     float64    `json:"cold_start_ms"`
+	IdleRSSMB       float64    `json:"idle_rss_mb"`
+	Feed1           Latency    `json:"feed_1_reader"`
+	Feed50          Latency    `json:"feed_50_readers"`
+	Post16          Latency    `json:"post_16_writers"`
+	PostWarmup      Latency    `json:"post_warmup_16_writers"` // everyone posts once, first (load.go's warmLoad)
+	Ceiling50       Latency    `json:"ceiling_50_readers"`
+	CeilingRatio    float64    `json:"feeds_per_s_ratio_to_ceiling"`
+	PeakRSSMB       float64    `json:"peak_rss_mb"`
+	OpenFDs         int        `json:"open_fds_after_load"`
+	OpenPersonFiles int        `json:"open_person_files_after_load"`
+	DataDirMB       float64    `json:"data_dir_mb_after_stop"`
+	BinaryMB        float64    `json:"binary_mb"`
+	WALLeft         int        `json:"non_empty_wal_after_stop"`
+	Drill           *DrillLoad `json:"drill,omitempty"` // run -drill: drills kept running through the phases
 }
 
 // commonFlags adds the flags every measuring subcommand takes: the
@@ -74,6 +75,7 @@ func runCmd(ctx context.Context, args []string) error {
 	name, bin, cache, out := commonFlags(fset)
 	d := fset.Duration("duration", 20*time.Second, "length of each load phase")
 	thresholds := fset.String("thresholds", "bench/THRESHOLDS.md", "file whose generated table is rewritten; empty for none")
+	drill := fset.Bool("drill", false, "keep a restore drill running through the measured phases (asked for from the console as each ends): their cost, against a run without")
 	var env envList
 	fset.Var(&env, "env", "KEY=VALUE for the server's environment, repeatable (experiments: a result so made is not a baseline)")
 	fset.Parse(args)
@@ -86,7 +88,13 @@ func runCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	defer cleanup()
-	res, err := measure(ctx, *bin, data, f, people, *d, env...)
+	var cookie string
+	if *drill {
+		if cookie, err = adminSession(ctx, data); err != nil {
+			return err
+		}
+	}
+	res, err := measure(ctx, *bin, data, f, people, *d, cookie, env...)
 	if err != nil {
 		return err
 	}
@@ -134,7 +142,7 @@ func startProcess(cmd *exec.Cmd) (string, error) {
 	}
 }
 
-func measure(ctx context.Context, bin, data string, f fixture.Fixture, people []fixture.Person, d time.Duration, env ...string) (Result, error) {
+func measure(ctx context.Context, bin, data string, f fixture.Fixture, people []fixture.Person, d time.Duration, drillCookie string, env ...string) (Result, error) {
 	res := Result{Fixture: f.Name, Time: time.Now().UTC(), Cores: runtime.NumCPU(), GoVersion: runtime.Version(), Env: env}
 	st, err := os.Stat(bin)
 	if err != nil {
@@ -178,6 +186,10 @@ func measure(ctx context.Context, bin, data string, f fixture.Fixture, people []
 	res.IdleRSSMB = procStatusMB(pid, "VmRSS")
 	fmt.Fprintf(os.Stderr, "cold start %.0f ms, idle %.1f MB\n", res.ColdStartMs, res.IdleRSSMB)
 
+	var stopDrills func() DrillLoad
+	if drillCookie != "" {
+		stopDrills = drillLoop(base, drillCookie)
+	}
 	fmt.Fprintf(os.Stderr, "feed, 1 reader, %v\n", d)
 	res.Feed1 = feedLoad(ctx, base, people, 1, d)
 	fmt.Fprintf(os.Stderr, "feed, 50 readers, %v\n", d)
@@ -186,6 +198,11 @@ func measure(ctx context.Context, bin, data string, f fixture.Fixture, people []
 	res.PostWarmup = warmLoad(ctx, base, people, 16)
 	fmt.Fprintf(os.Stderr, "post, 16 writers, %v\n", d)
 	res.Post16 = postLoad(ctx, base, people, 16, d)
+	if stopDrills != nil {
+		dl := stopDrills()
+		res.Drill = &dl
+		fmt.Fprintf(os.Stderr, "drills started: %d; %s\n", dl.Started, dl.Last)
+	}
 
 	res.PeakRSSMB = procStatusMB(pid, "VmHWM")
 	if fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid)); err == nil {

@@ -8,15 +8,14 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nah-app/nah/store"
 )
 
 // DrillLoad is what `run -drill` records: restore drills kept running
-// through the measured phases (each asked for from the console the moment
-// the one before ends), so the phases' figures include the drill's cost.
+// through the measured phases (the next asked for from the console within
+// 100 ms of the one before ending), so the phases include the drill's cost.
 type DrillLoad struct {
 	Started int    `json:"started"`
 	Last    string `json:"last"` // the Backups page's line about the last drill
@@ -43,9 +42,9 @@ func adminSession(ctx context.Context, data string) (string, error) {
 
 var drillLineRE = regexp.MustCompile(`(Last drill|The first restore drill|No restore drill)[^<]*`)
 
-// drillLoop asks for a drill every 100 ms until stop is closed (the console
-// answers "already running" while one runs) and then reports how many it
-// started and the last one's result.
+// drillLoop asks for a drill every 100 ms until stop is called (the console
+// answers "already running" while one runs); stop reports how many it
+// started and the Backups page's line about the last one.
 func drillLoop(base, cookie string) (stop func() DrillLoad) {
 	c := newClient(1)
 	do := func(method, path string) (string, error) {
@@ -62,18 +61,13 @@ func drillLoop(base, cookie string) (stop func() DrillLoad) {
 		}
 		return string(b), err
 	}
-	var (
-		mu  sync.Mutex
-		out DrillLoad
-	)
+	var out DrillLoad // written by the loop alone, read once finished is closed
 	done, finished := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(finished)
 		for {
 			if body, err := do("POST", "/console/backups/drill"); err == nil && strings.Contains(body, "A restore drill started") {
-				mu.Lock()
 				out.Started++
-				mu.Unlock()
 			}
 			select {
 			case <-done:

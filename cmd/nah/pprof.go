@@ -3,6 +3,7 @@
 package main
 
 import (
+	"fmt"
 	"net/http"
 	_ "net/http/pprof"
 	"os"
@@ -13,6 +14,6 @@ import (
 // the release binary has none of it.
 func init() {
 	if addr := os.Getenv("NAH_PPROF_ADDR"); addr != "" {
-		go http.ListenAndServe(addr, nil)
+		go func() { fmt.Fprintln(os.Stderr, "nah: pprof:", http.ListenAndServe(addr, nil)) }()
 	}
 }

@@ -254,16 +254,9 @@ func (a *App) handleMe(w http.ResponseWriter, r *http.Request) {
 	}{toPersonJSON(p), conns, st.Used(), storage{st.Database, st.Media, a.cfg.QuotaBytes}, digest})
 }
 
-// handleHealth answers 200 while the directory database can be read, since
-// then the server serves: status is "ok", or "degraded" when the disk is
-// full (writes get 507, reads go on), person files cannot be read (their
-// owners get 503, everyone else is served) or replication is behind (with
-// its error; posts go on locally). Restarting the server or taking
-// it out of rotation would mend neither and would stop everyone's reads, so
-// a load balancer must not be told to; the fields tell monitoring what is
-// wrong. Which people are affected is for the console, not this
-// unauthenticated page. 503 only when the directory cannot be read: then no
-// token can be checked and nothing can be served.
+// handleHealth answers 503 only when the directory cannot be read (no token
+// can be checked). A full disk, unreadable person files or replication behind
+// are 200 "degraded": a restart would mend none of them and stop every read.
 func (a *App) handleHealth(w http.ResponseWriter, r *http.Request) {
 	if err := a.store.Ping(r.Context()); err != nil {
 		a.log.Error("health check", "err", err)

@@ -94,13 +94,9 @@ func (a *App) handleAccountCreate(w http.ResponseWriter, r *http.Request) {
 	a.startSession(w, r, p, hash)
 }
 
-// takeSignup counts a sign-up from addr against both of its limits
-// before the work, or refuses with 429 when either is used up: successful
-// sign-ups (Config.SignupPerHour, SPEC's "sign-ups per client address per
-// hour") and failed ones (signupFailuresPerAddr). Counting both first is
-// what keeps the limits under concurrency (limiter.take); done gives back
-// the one that turned out not to apply, and both for a failure that is the
-// server's (overloaded, a full disk), not the client's.
+// takeSignup counts a sign-up from addr against Config.SignupPerHour and
+// signupFailuresPerAddr before the work (429 if either is used up); done
+// gives back the one that did not apply, and both for the server's failures.
 func (a *App) takeSignup(addr string) (done func(ok bool, err error), err error) {
 	failure, err := a.signupFailuresByAddr.take(addr)
 	if err != nil {

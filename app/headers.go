@@ -64,13 +64,9 @@ func headerSize(r *http.Request) int {
 	return n
 }
 
-// limitHeaders answers 431 to a request whose header is over
-// maxRequestHeader, before anything else looks at it. net/http's own
-// bound (maxHeaderBytes, app.go) is the same, but net/http lets through up
-// to 4 KiB more of buffering slack, so that it is this check that answers: with the SPEC's error, the console's page for the
-// console, and the same bound on every request of a keep-alive connection
-// (net/http's lets a reused connection through with up to 4 KiB more: it
-// buffers that much of the next request before it starts counting).
+// limitHeaders answers 431 with the SPEC's error (the console's page for the
+// console) to a header over maxRequestHeader, on every request of a
+// connection; net/http's bound lets 4-8 KiB more through (app.go).
 func (a *App) limitHeaders(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if n := headerSize(r); n > maxRequestHeader {

@@ -108,14 +108,9 @@ func (g *graph) disconnect(a, b string) {
 	}
 }
 
-// remove takes id out of the graph and off every side of its connections,
-// and returns its node (nil if unknown). Indexes are dense, so the slot
-// keeps the node (without connections; its head is dropped by the caller)
-// until the next start: a deletion costs a few hundred bytes, and
-// deletions are rare. Every loaded list is searched for id (a binary
-// search each, well under a millisecond for 10,000 people), not only the
-// lists of id's own connections: those may have been loaded after the
-// deletion committed, and be empty.
+// remove takes id off every loaded list (a binary search each, under 1 ms
+// for 10,000 people; id's own list may be empty if loaded after the delete)
+// and returns its node, nil if unknown. Its slot stays until the next start.
 func (g *graph) remove(id string) *node {
 	g.mu.Lock()
 	defer g.mu.Unlock()

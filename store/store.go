@@ -219,13 +219,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// Nothing under the data directory is for other users of the machine:
-// directory.db holds password hashes, the cursor key and token hashes, a
-// person file holds someone's moments. Folders are created privateDir and
-// every SQLite file privateFile before SQLite first opens it (openDB), so
-// that its -wal and -shm, which SQLite creates with the mode of their
-// database file, are private too. An older data directory made with looser
-// modes is tightened at Open (tightenDataDir).
+// Nothing under the data directory is for other users. Every SQLite file is
+// created privateFile before SQLite opens it (openDB), so its -wal and -shm,
+// which take the database's mode, are private too.
 const (
 	privateDir  fs.FileMode = 0o700
 	privateFile fs.FileMode = 0o600

@@ -94,13 +94,9 @@ func (a *App) handleAccountCreate(w http.ResponseWriter, r *http.Request) {
 	a.startSession(w, r, p, hash)
 }
 
-// takeSignup counts a sign-up from addr against both of its limits
-// before the work, or refuses with 429 when either is used up: successful
-// sign-ups (Config.SignupPerHour, SPEC's "sign-ups per client address per
-// hour") and failed ones (signupFailuresPerAddr). Counting both first is
-// what keeps the limits under concurrency (limiter.take); done gives back
-// the one that turned out not to apply, and both for a failure that is the
-// server's (overloaded, a full disk), not the client's.
+// takeSignup counts a sign-up from addr against Config.SignupPerHour and
+// signupFailuresPerAddr before the work (429 if either is used up); done
+// gives back the one that did not apply, and both for the server's failures.
 func (a *App) takeSignup(addr string) (done func(ok bool, err error), err error) {
 	failure, err := a.signupFailuresByAddr.take(addr)
 	if err != nil {
@@ -254,16 +250,9 @@ func (a *App) handleMe(w http.ResponseWriter, r *http.Request) {
 	}{toPersonJSON(p), conns, st.Used(), storage{st.Database, st.Media, a.cfg.QuotaBytes}, digest})
 }
 
-// handleHealth answers 200 while the directory database can be read, since
-// then the server serves: status is "ok", or "degraded" when the disk is
-// full (writes get 507, reads go on), person files cannot be read (their
-// owners get 503, everyone else is served) or replication is behind (with
-// its error; posts go on locally). Restarting the server or taking
-// it out of rotation would mend neither and would stop everyone's reads, so
-// a load balancer must not be told to; the fields tell monitoring what is
-// wrong. Which people are affected is for the console, not this
-// unauthenticated page. 503 only when the directory cannot be read: then no
-// token can be checked and nothing can be served.
+// handleHealth answers 503 only when the directory cannot be read (no token
+// can be checked). A full disk, unreadable person files or replication behind
+// are 200 "degraded": a restart would mend none of them and stop every read.
 func (a *App) handleHealth(w http.ResponseWriter, r *http.Request) {
 	if err := a.store.Ping(r.Context()); err != nil {
 		a.log.Error("health check", "err", err)

@@ -124,31 +124,13 @@ func New(cfg Config, s *store.Store, log *slog.Logger) *App {
 // ServeHTTP serves the API.
 func (a *App) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.handler.ServeHTTP(w, r) }
 
-// Server timeouts and limits.
+// maxHeaderBytes is only net/http's backstop (plain 431, it reads up to
+// 20-24 KiB at 16 KiB); limitHeaders (headers.go) applies the SPEC's 16 KiB.
+// Not higher: a half-read header holds twice its size, 41 KB a connection at
+// 16 KiB vs 130 KB at 64 KiB (500 connections), over the memory plan's 45 KB.
 //
-// maxHeaderBytes is net/http's own bound on a request's header, checked
-// before any handler and answered with a plain-text 431 and a closed
-// connection. The SPEC's bound, 16 KiB, is limitHeaders' (headers.go),
-// which answers with the SPEC's error on every connection; net/http's is
-// only the backstop that stops reading. Set to 16 KiB, net/http reads up
-// to 20 KiB of header on a fresh connection (4 KiB of slack for its
-// buffered reads) and 24 KiB on a reused one (it buffers up to 4 KiB of
-// the next request before it starts counting), so every header up to and
-// just over the SPEC's bound reaches limitHeaders, and a larger one is
-// refused by net/http. It is not set higher because a connection half-way
-// through a header holds about twice what it has sent (the line, the
-// buffer it grows in, the parsed strings); measured, 500 connections each
-// near the end of a header: 31 KB each at a bound of 12 KiB, 41 KB at
-// 16 KiB, 65 KB at 32 KiB, 130 KB at 64 KiB. At 16 KiB this stays within
-// the 45 KB per connection of cmd/nah's memory plan; at 64 KiB the default
-// 512 connections could hold 67 MB instead of the 23 MB planned.
-//
-// idleTimeout is how long a keep-alive connection may wait for its next
-// request, holding ~25 KB (listener.go) all the while unless a new
-// connection at the bound takes its place. 30 s covers the pauses of a
-// phone app in use (a feed refresh, a post); after a longer pause,
-// reopening costs one round trip. At the former 120 s, idle connections,
-// an attacker's included, cost four times as long for nothing.
+// idleTimeout: 30 s covers a phone app's pauses in use; an idle connection
+// holds ~25 KB (listener.go) until then.
 const (
 	maxHeaderBytes    = 16 << 10
 	readHeaderTimeout = 5 * time.Second

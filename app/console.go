@@ -14,16 +14,9 @@ import (
 	"github.com/nah-app/nah/ui"
 )
 
-// The admin console: server-rendered pages, every read page works without
-// JavaScript; htmx (hx-boost, search as you type) only makes it smoother.
-// Admins sign in with a cookie session; every state change passes
-// http.CrossOriginProtection.
-//
-// This file holds the console's routes and what every page shares:
-// rendering, errors, the admin check and the session cookie. The pages are
-// in a file per resource: console_auth.go (sign-in, setup and reset links),
-// console_overview.go, console_people.go, console_joincodes.go,
-// console_settings.go and console_digests.go.
+// The console's routes and what every page shares (rendering, errors, the
+// admin check, the session cookie); each page has its console_*.go. Read
+// pages work without JavaScript; every state change passes CrossOriginProtection.
 
 const adminCookie = "nah_admin"
 

@@ -13,7 +13,7 @@ import (
 	"github.com/nah-app/nah/ui"
 )
 
-// The console's "Import a person" (issue 10, "move"): an operator uploads
+// The console's "Import a person": an operator uploads
 // a person's export from another server, and the store recreates them
 // (store/import.go). The upload is streamed from the request into the
 // store's temporary folder, never held in memory.

@@ -13,7 +13,7 @@ import (
 	"github.com/nah-app/nah/store"
 )
 
-// A person's export (issue 10): GET /api/v1/me/export for the person, and
+// A person's export: GET /api/v1/me/export for the person, and
 // the console's "Export" on their page for an operator. The store makes
 // the tar (store/export.go); this file only bounds it and answers.
 

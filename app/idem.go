@@ -12,7 +12,7 @@ import (
 	"github.com/nah-app/nah/store"
 )
 
-// Idempotency keys (issue 25): POST /moments and POST /media take an
+// Idempotency keys: POST /moments and POST /media take an
 // Idempotency-Key header. The key, the hash of what was asked and the first
 // answer are committed with the write in the person's file (store/idem.go),
 // so a retry with the same key and the same request gets the first answer,

@@ -61,7 +61,7 @@ type attempt struct {
 // a RateLimited error when key has used its events. Checking and counting
 // in one step under one lock is what makes the limit hold under
 // concurrency: with a check before a password hash and a count after it,
-// 50 wrong passwords sent at once were all let through (issue 8).
+// 50 wrong passwords sent at once were all let through.
 func (l *limiter) take(key string) (attempt, error) {
 	if l == nil || l.max <= 0 {
 		return attempt{}, nil
@@ -101,19 +101,9 @@ func (at attempt) giveBack() {
 	}
 }
 
-// makeRoomLocked frees room in a full map for a new key. It never forgets
-// a locked-out key before its window ends: it used to clear the whole map
-// when full, so an attacker with many addresses could reset a victim's
-// lockout by filling it. It forgets expired windows first, then the keys
-// with the fewest events (a flood of new keys has one each, so a key near
-// its limit outlives the flood), down to nine tenths of the bound so that
-// the sweep is paid once per many new keys.
-//
-// If every key is locked out it refuses the new key until the earliest
-// window ends: it fails closed, but for keys it has never seen only, while
-// every limit it holds keeps working. Failing open instead would let an
-// attacker who filled the map with lockouts guess at a new handle without
-// any limit.
+// makeRoomLocked forgets expired windows, then the keys with fewest events,
+// down to 9/10 of the bound; never a locked-out key (a flood cannot reset a
+// lockout). All locked out: it refuses new keys only (fails closed).
 func (l *limiter) makeRoomLocked(now time.Time) error {
 	if now.Before(l.fullUntil) {
 		return l.refuse(l.fullUntil.Sub(now))

@@ -18,27 +18,10 @@ import (
 	"github.com/nah-app/nah/ui"
 )
 
-// HTTPS. Phone apps need it (iOS refuses plain HTTP by default), and the
-// person who runs a family's box should not need a reverse proxy for it.
-// With NAH_DOMAIN the server obtains and renews its certificates over ACME
-// (RFC 8555; Let's Encrypt unless NAH_ACME_DIRECTORY names another CA)
-// with golang.org/x/crypto/acme/autocert: a module the server already
-// depends on for bcrypt, maintained by the Go team, and enough for what a
-// family's server needs (HTTP-01 and TLS-ALPN-01 challenges, renewal a
-// third of the lifetime before expiry, a cache in a directory). What it
-// lacks, DNS-01 and so wildcard names, a family's box does not need;
-// certmagic or lego would bring them with a dozen more modules.
-//
-// Certificates and the ACME account key are kept in NAH_DATA_DIR/acme, so
-// a copy of the data directory carries them and a restart asks the CA for
-// nothing. With NAH_TLS_CERT and NAH_TLS_KEY the operator brings a
-// certificate instead, loaded once at start.
-//
-// Only HTTP/1.1 is offered over TLS, not HTTP/2: the connection bound and
-// its memory arithmetic (listener.go) count HTTP/1.1 connections, whose
-// idle and busy states net/http reports; an HTTP/2 connection multiplexes
-// requests and is never idle to net/http, so the idlest-first rule could
-// not close it. Phones keep one connection alive either way.
+// HTTPS without a reverse proxy: ACME via x/crypto/acme/autocert with
+// NAH_DOMAIN (cache in NAH_DATA_DIR/acme), or NAH_TLS_CERT and NAH_TLS_KEY.
+// HTTP/1.1 only: the idlest-first connection bound (listener.go) cannot see
+// an HTTP/2 connection as idle.
 
 // TLSConfig is how the server serves HTTPS; the zero value is plain HTTP.
 // cmd/nah fills it from NAH_DOMAIN, NAH_ACME_*, NAH_TLS_CERT and NAH_TLS_KEY.

@@ -23,20 +23,10 @@ import (
 	"github.com/benbjohnson/litestream"
 )
 
-// The restore drill proves, every NAH_DRILL_EVERY, that the replica
-// restores: the directory and a rotating sample of person files are
-// restored from the target with nah restore's own code (RestoreFile) into a
-// scratch folder, checked whole by SQLite, and compared with the live file
-// (Digest: every table's row count and a SHA-256 of its rows in key
-// order). The live file is summed twice, before the restore and after it:
-// the same sum both times means nothing was written meanwhile, and a
-// watched file is synced between the two, so the replica's newest state
-// must be that one. A file written during the check, or still waiting for
-// replication, is tried again a little later and, if it never settles,
-// compared at the next drill; a difference that stays while the live file
-// does not change is a failure. The newest sweep's copies of the sample
-// are checked against the sizes and SHA-256 its manifest recorded, and a
-// sample of mirrored media against the live files.
+// The restore drill, every NAH_DRILL_EVERY: the directory and a rotating
+// sample of person files are restored (RestoreFile) and compared by Digest
+// with the live file, summed before and after so a file written meanwhile is
+// retried, not failed. Sweep copies and mirrored media are checked too.
 
 const (
 	// drillWeek: every person is restored at least once a week.

@@ -131,16 +131,10 @@ func (r Restored) Behind() time.Duration {
 	return r.HistoryAt.Sub(r.SweepAt)
 }
 
-// RestoreFile rebuilds the database rel at out (which must not exist) as
-// it was at at (zero: the newest state), and checks it whole with SQLite's
-// integrity check. It takes the Litestream history where there is one; a
-// history that fails to restore, or restores to a database that fails the
-// check, is reported in Restored.HistoryErr and the newest sound copy of
-// the file in a complete sweep made at or before at is used instead. With
-// no sound copy at all it returns an error (ErrNothing when the target
-// holds nothing of the file for that time) and leaves nothing at out.
-// The nah restore command, the console's restore of a person and the
-// drill all restore through it.
+// RestoreFile rebuilds rel at out (which must not exist) as it was at at
+// (zero: newest), integrity-checked. A Litestream history that fails is
+// reported in Restored.HistoryErr and the newest sound sweep copy at or before
+// at is used; with none it returns an error (ErrNothing) and leaves no out.
 func RestoreFile(ctx context.Context, t *Target, rel, out string, at time.Time) (Restored, error) {
 	var res Restored
 	if !validRel(rel) {

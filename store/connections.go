@@ -169,21 +169,10 @@ func (s *Store) circle(ctx context.Context, id string, withConns bool, dst []*no
 // while other connection changes keep landing before it takes connMu.
 const loadRetries = 3
 
-// loadConns reads person id's connections from the directory into the
-// graph, unless they are there already (graph.go says why they are read
-// on first use and not at start). It returns once they are loaded, or id
-// is not in the graph.
-//
-// Every connection change commits to the directory and then updates the
-// graph, both under connMu. A list read while no change was applied to the
-// graph (graph.changes is the same before and after the read) is therefore
-// the directory as of the last applied change, or as of one change more
-// that committed and has yet to be applied: applying it then changes
-// nothing (graph.connect and the others are idempotent). A list read while
-// a change was applied is dropped and read again; after loadRetries such
-// reads, under connMu, where no change can land. The read itself does not
-// hold connMu, so that first feeds after a start (each loading its
-// reader's list) do not queue behind each other or behind an fsync.
+// loadConns reads id's connections into the graph on first use (graph.go).
+// The read runs outside connMu; it is kept only if graph.changes did not move
+// meanwhile (changes are idempotent), else retried, the last of loadRetries
+// under connMu. So first feeds after a start do not queue behind an fsync.
 func (s *Store) loadConns(ctx context.Context, id string) error {
 	for try := 0; ; try++ {
 		i, changes, ok := s.graph.pending(id)

@@ -18,26 +18,11 @@ import (
 	"github.com/nah-app/nah"
 )
 
-// Faults of the disk, and what the store makes of them.
-//
-// A person file that cannot be read (it will not open, its schema cannot be
-// brought up to date, or SQLite finds it corrupt, not a database, or fails
-// to read it) harms only its owner:
-//
-//   - the owner's reads and writes are Unavailable with reason
-//     storage_unavailable and a RetryAfter (errUnreadable);
-//   - everyone else's feed goes on without them (Feed skips them);
-//   - the file is listed by FileProblems, counted in Stats and logged once
-//     per unreadableLogEvery;
-//   - its handle leaves the cache at the first error, so the next use opens
-//     the file afresh: a file repaired or replaced heals by itself, and its
-//     listing goes at its first good use.
-//
-// A full disk (SQLITE_FULL; ENOSPC or EDQUOT from the OS; an I/O error while
-// the file system is nearly full) refuses writes with InsufficientStorage.
-// Reads go on: a closed person file that cannot be opened the usual way on
-// a full disk is read through a snapshot (openSnapshot). Stats.DiskFull says
-// so for a while after, and every write that goes through clears it.
+// Faults of the disk. An unreadable person file harms only its owner: they
+// get storage_unavailable (errUnreadable), Feed skips them, FileProblems lists
+// them, and the handle leaves the cache so a repaired file heals by itself.
+// A full disk refuses writes (InsufficientStorage); reads go on, through a
+// snapshot if need be (openSnapshot), and Stats.DiskFull says so.
 
 // unreadableLogEvery is how often one unreadable file is logged: every feed
 // of its owner's connections meets it, and one line per feed would drown

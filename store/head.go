@@ -9,19 +9,10 @@ import (
 	"github.com/nah-app/nah"
 )
 
-// The head cache: a person's newest moments, keys and bodies, in memory, so
-// that most feeds read no file at all (SQLite costs tens of microseconds per
-// file touched; a feed visits up to 31).
-//
-//   - Bounded in bytes: Config.HeadCacheBytes over all heads; a person whose
-//     head does not fit is read from their file as before.
-//   - Updated by this process's own writes, under the node's headMu, so a
-//     post is in its author's head before the 201 goes out.
-//   - Trusted under the same rule as newest-moment times: a head is reloaded
-//     from the file once the node's time is older than StaleAfter, so another
-//     process's posts and deletes show within that period.
-//   - Checked against the uncached read by the feed oracle test, which runs
-//     with and without heads.
+// The head cache: a person's newest moments in memory, so most feeds read no
+// file (tens of µs a file; a feed visits up to 31). Bounded by
+// Config.HeadCacheBytes; updated under headMu before the 201; reloaded after
+// StaleAfter so another process's writes show.
 
 // HeadLen is how many of a person's newest moments a head holds. A feed page
 // of 30 out of 151 people takes a few moments from most of them; a person

@@ -10,7 +10,7 @@ import (
 	"github.com/nah-app/nah"
 )
 
-// Idempotency keys (issue 25, migrations/person/0004): a write sent with a
+// Idempotency keys (migrations/person/0004): a write sent with a
 // key stores the key, the hash of what was asked and its answer in the
 // person's file, in the write's own transaction. A retry with the same key
 // finds the row and gets the first answer without a second write; a retry

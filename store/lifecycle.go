@@ -12,17 +12,10 @@ import (
 	"github.com/nah-app/nah"
 )
 
-// A person's deletion, its undo and its purge.
-//
-// DeletePerson takes effect at once: the person's row is marked deleted
-// (which keeps their handle reserved), their sessions, connections (both
-// sides), unused invites and reset links go in the same transaction, the
-// token cache and the graph forget them, and their folder is renamed from
-// people/<id> to deleted/<id> while the file cache refuses to open it. The
-// sweep purges a deleted person once DeleteGrace has passed: their folder
-// and every directory row holding their id. Until then RestorePerson undoes
-// the deletion, except for what the deletion ended: sessions stay revoked,
-// connections do not come back.
+// A person's deletion, its undo and its purge. DeletePerson marks the row
+// (the handle stays reserved), ends sessions, connections, invites and reset
+// links in one transaction and moves people/<id> to deleted/<id>; the sweep
+// purges after DeleteGrace. RestorePerson brings back all but what it ended.
 
 // DefaultDeleteGrace is Config.DeleteGrace when zero: a week to change
 // one's mind, or for an operator to undo a deletion made by mistake.

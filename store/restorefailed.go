@@ -13,26 +13,11 @@ import (
 	"github.com/nah-app/nah"
 )
 
-// A person whose file `nah restore` could not restore (its history does
-// not give a sound database and no sweep holds a sound copy) is not left
-// missing: a missing file reads as a person with nothing, and their first
-// post would start an empty one. The restore writes two files instead:
-//
-//   - people/<id>/person.db, a few lines of text that SQLite refuses as
-//     not a database, so the file is unreadable in the sense of faults.go:
-//     its owner gets 503 storage_unavailable, everyone else's feed goes on
-//     without them, nothing writes to it;
-//   - restore-failed/<id> at the top of the data directory, what went
-//     wrong, in a sentence. One folder, not a file in each person's, so
-//     that Open reads one missing folder rather than stat every person:
-//     a glob of people/*/restore-failed took 12 to 15 ms for 1,000 people
-//     on the 2-core dev box, against a cold start of 89.5 ms.
-//
-// Open lists every such person in FileProblems with that sentence, so the
-// console's Overview and the person's page show them as needing attention
-// from the start. The marker goes at the file's first good use: a sound
-// person.db put in its place (the console's restore of a person to a
-// time, or a copy from elsewhere) heals it like any unreadable file.
+// A person `nah restore` could not restore is not left missing (that reads
+// as empty): person.db becomes text SQLite refuses (unreadable, faults.go),
+// and restore-failed/<id> says why, one folder so Open need not stat every
+// person (a glob took 12-15 ms for 1,000 people, cold start 89.5 ms).
+// Open lists them in FileProblems; a sound person.db heals it.
 
 // restoreFailedDir is the folder of the markers, in the data directory.
 const restoreFailedDir = "restore-failed"

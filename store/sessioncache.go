@@ -6,24 +6,10 @@ import (
 	"github.com/nah-app/nah"
 )
 
-// sessionCache keeps recent token checks in memory: every API request pays
-// one, and a directory query costs ~28 us, as much as a whole feed built from
-// heads. Entries are trusted for StaleAfter, like newest-moment times, so a
-// token revoked or a person disabled through another process on the same
-// data directory stops working within that period; through this process it
-// stops at once (DeleteSession and SetDisabled purge the cache).
-//
-// Bounded: at most maxSessions entries; when full, an arbitrary entry makes
-// room (Go's map order is random, which is good enough for a cache whose
-// misses cost one query).
-//
-// A token check reads the directory and then puts what it read; a removal
-// that runs between the two would be undone by the put, and the revoked
-// token accepted for StaleAfter. So every removal bumps gen, a check takes
-// gen before its read (generation), and put drops the entry if gen moved
-// in between. One counter for all removals: a put that races any removal
-// is not cached, which costs one more query on the next request, and
-// removals are rare.
+// sessionCache keeps token checks (a directory query, ~28 us) for StaleAfter;
+// this process's revocations purge it at once. At most maxSessions entries,
+// an arbitrary one evicted. Every removal bumps gen, and a put whose read
+// began before the bump is dropped, so a revoked token is never re-cached.
 type sessionCache struct {
 	mu  sync.RWMutex
 	m   map[[32]byte]sessionEntry

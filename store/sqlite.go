@@ -20,48 +20,14 @@ import (
 	"github.com/nah-app/nah"
 )
 
-// SQLite memory is outside the Go heap (GOMEMLIMIT cannot see it) and is paid
-// per connection, so the numbers below multiply into the peak. Measured here
-// (../shared/notes/sqlite-memory.md, modernc v1.62.0, SQLite 3.54.1):
-//
-//   - defaults, a writer and two readers per file: ~615 KB per open file,
-//     ~600 MB at 1,000 open files: over the 400 MB limit on its own;
-//   - one connection per file: ~230 KB, of which page cache ~53 KB and
-//     lookaside ~47 KB per connection, plus 32 KB for the -shm mapping;
-//   - one connection per file, lookaside 256 B x 32 slots, memory statistics
-//     on and a global soft heap limit: ~105 KB per open file, VmHWM 116 MB with
-//     1,000 files open under 50 concurrent feeds.
-//
-// So: every person file has exactly one connection (reads and writes share
-// it; a post holds it for one commit, an fsync of ~0.2-0.4 ms with SyncFull), lookaside is 256x32, and the
-// page caches of all connections share one LRU bounded by softHeapLimit. The
-// peak SQLite cost is then about
-//
-//	softHeapLimit + openFiles x ~75 KB (connection, lookaside, schema, -shm)
-//
-// which is 32 MB + 512 x 75 KB ~ 70 MB at DefaultMaxOpenFiles of 512,
-// 107 MB at 1,000, and about 290 MB at 3,500, the largest bound we would
-// advise under the 400 MB limit. With the head cache (head.go) most feeds
-// open no file, so files are opened mostly for posts and 30-second re-reads:
-// on people-1k, 512 files peaked at 118 MB in all, 1,000 at 160 MB with post
-// p95 22 ms instead of 54 ms (bench/THRESHOLDS.md). mmap stays off (it maps
-// each file per connection and measured worse).
-//
-// Replication adds its own cost per watched file, on top of the open file
-// it watches (../shared/notes/litestream-nah.md, measured under these
-// settings): Litestream's own connection (under the same soft heap limit),
-// a long read transaction, a raw descriptor and an LTX encoder, ~384 KiB
-// settled and ~404 KiB at peak (backup.PerFileBytes), 4 goroutines and 4
-// descriptors. Watching every open file would cost 512 x 404 KiB ~ 200 MB,
-// so only files written recently are watched, a subset of the open ones
-// (personfile's watched set, Config.MaxWatched = NAH_REPLICA_MAX_FILES):
-//
-//	watched x ~404 KiB
-//
-// 25 MiB at the default of 64, which cmd/nah's memory plan sets apart
-// from the request budget. A watched file's WAL cannot be reset by our
-// checkpoints while Litestream reads it, so it grows under steady writes
-// (to a few MB) until the file leaves the set and is checkpointed again.
+// SQLite memory is outside the Go heap: one connection per person file,
+// lookaside 256x32 and one page-cache LRU bounded by softHeapLimit cost
+// softHeapLimit + openFiles x ~75 KB, ~70 MB at 512 files (defaults: ~615 KB
+// a file), ~290 MB at 3,500, the most to advise under 400 MB. mmap stays off
+// (measured worse). ../shared/notes/sqlite-memory.md.
+// A watched file adds ~404 KiB (backup.PerFileBytes,
+// ../shared/notes/litestream-nah.md), so only recently written files are
+// watched (Config.MaxWatched, 64 by default: 25 MiB).
 const (
 	// DefaultMaxOpenFiles is Config.MaxOpenFiles when zero.
 	DefaultMaxOpenFiles = 512
@@ -134,31 +100,11 @@ func ResetSQLiteMemoryPeak() {
 	sqlite3.Xsqlite3_memory_highwater(tls, 1)
 }
 
-// Sync is how far a commit goes before it returns: SQLite's synchronous
-// pragma (https://www.sqlite.org/pragma.html#pragma_synchronous), chosen by
-// the operator with NAH_SYNC and set on every connection a Store opens (the
-// directory's writer and readers, every person file). In WAL mode
-// (https://www.sqlite.org/wal.html) both values keep the database from
-// corruption, and both keep every commit through a crash of the process: a
-// commit has written the WAL into the kernel's cache before it returns, and
-// the kernel writes it out whether the process lives or not. They differ
-// when the machine itself stops (a power cut, a kernel panic):
-//
-//   - SyncFull, the zero value and default: every commit fsyncs the WAL, so
-//     a moment acknowledged with 201 survives a power cut too. It costs one
-//     fsync of the disk per commit: 185 µs for one writer, 113 µs each for
-//     16 writers on 16 files here (../shared/notes/sqlite-memory.md §4), and
-//     the disk's fsync rate is the ceiling of posts per second.
-//   - SyncNormal, PocketBase's choice and Litestream's advice: the WAL is
-//     fsynced only when it is checkpointed, so a power cut may roll back the
-//     last commits before the checkpoint (the database is still whole,
-//     without them). 53 µs for one writer, 29 µs each for 16.
-//
-// A kill -9 under 16 writers loses no acknowledged moment in either mode
-// (cmd/nah's TestCrashKeepsAcknowledgedMoments); what a power cut does is
-// SQLite's documented guarantee, which no test here can cut the power for.
-// One-off tools outside a Store (checkpointClosed, IntegrityCheck, reading
-// an export) always use SyncFull: they are rare, and not the post path.
+// Sync is SQLite's synchronous pragma (NAH_SYNC), on every connection of a
+// Store; both keep every commit through a kill -9 in WAL mode. SyncFull (the
+// default) fsyncs each commit so a 201 survives a power cut: 185 µs a commit,
+// SyncNormal 53 µs (../shared/notes/sqlite-memory.md §4). Tools outside a
+// Store always use SyncFull.
 type Sync int
 
 const (
@@ -185,24 +131,12 @@ func (s Sync) pragma() string {
 	return "FULL"
 }
 
-// dsn builds the connection string for a database file. Each pragma runs on
-// every new connection, busy timeout first so the others can wait for locks.
-//
-//   - WAL: readers never block the writer, and a checkpoint on close leaves
-//     no -wal content behind.
-//   - synchronous: FULL or NORMAL as sync says (Sync above).
-//   - _txlock=immediate: write transactions take the write lock at BEGIN, so
-//     two writers queue on the busy timeout instead of failing to upgrade.
-//   - secure_delete on writers: what a delete or an update frees is zeroed,
-//     so a deleted moment or a purged person (id, handle) leaves no stale
-//     copy in free space. Inserts, the hot path, free nothing and pay
-//     nothing; on every new connection, so a replaced one keeps it.
-//   - replicated (Litestream may resume the file's history): no automatic
-//     checkpoint. One that empties the WAL while Litestream does not watch
-//     lets the next commit start the WAL again over frames Litestream
-//     never read, and the replica restores corrupt (backup/wal.go); only
-//     Litestream checkpoints such a file while it is open, and a close
-//     checkpoints it and removes the WAL.
+// dsn builds the connection string; its pragmas run on every new connection,
+// busy timeout first:
+//   - WAL; synchronous as sync says; _txlock=immediate so writers queue;
+//   - secure_delete on writers: a deleted moment leaves no copy in free space;
+//   - replicated: no automatic checkpoint, which would restart the WAL over
+//     frames Litestream never read (backup/wal.go).
 func dsn(file string, readOnly bool, cacheKiB int, sync Sync, replicated bool) string {
 	var b strings.Builder
 	b.WriteString(file)

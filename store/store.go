@@ -1,14 +1,9 @@
 // Package store owns SQLite: the directory database (accounts, sessions,
 // codes, connections) and one database file per person under
-// Dir/people/<id>/, opened through a bounded cache of handles. It keeps the
-// in-memory graph of connections and newest-moment times that the feed
-// reads without touching a file.
+// Dir/people/<id>/, with the in-memory graph the feed reads.
 //
-// It is the only package that imports the SQLite driver, and it knows
-// nothing of HTTP. It owns the stored form of secrets: the SHA-256 hashes of
-// tokens and codes (secrets.go) and the bcrypt form of passwords
-// (passwords.go). Hashing a password is slow on purpose; app bounds how much
-// of that work runs at once.
+// It is the only package that imports the SQLite driver and knows nothing of
+// HTTP. It owns the stored form of secrets (secrets.go, passwords.go).
 package store
 
 import (
@@ -224,28 +219,17 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// Nothing under the data directory is for other users of the machine:
-// directory.db holds password hashes, the cursor key and token hashes, a
-// person file holds someone's moments. Folders are created privateDir and
-// every SQLite file privateFile before SQLite first opens it (openDB), so
-// that its -wal and -shm, which SQLite creates with the mode of their
-// database file, are private too. An older data directory made with looser
-// modes is tightened at Open (tightenDataDir).
+// Nothing under the data directory is for other users. Every SQLite file is
+// created privateFile before SQLite opens it (openDB), so its -wal and -shm,
+// which take the database's mode, are private too.
 const (
 	privateDir  fs.FileMode = 0o700
 	privateFile fs.FileMode = 0o600
 )
 
 // tightenDataDir takes group and other permissions off the data directory,
-// people/ and the directory database's files. When there was data to
-// expose (directory.db existed), it warns once with what it changed; a new
-// data directory in a folder made beforehand (by an operator, a container
-// volume) is made private without a word. Person folders and files inside
-// need no walk (which would cost start-up time for every person): people/
-// at 0700 already shuts others out of them, and each person file is
-// tightened when it next opens. A failure (a folder owned by another user)
-// is logged, not fatal: what matters most, people/ and directory.db, are
-// made by this process.
+// people/ and directory.db, warning only if directory.db existed. No walk of
+// person folders: people/ at 0700 shuts them off. A failure is logged, not fatal.
 func tightenDataDir(dir string, log *slog.Logger) {
 	_, err := os.Stat(filepath.Join(dir, "directory.db"))
 	existing := err == nil

@@ -5,15 +5,10 @@ import (
 	"time"
 )
 
-// Watch has replication watch f, which the caller holds and wrote to or
-// is about to (a new person, a replaced file, a replicator taking up a
-// queued one), first closing the least recently used idle watched file if
-// the watched set is full. The Watch itself runs off the request path: it
-// registers the file with Litestream and syncs it once, which snapshots a
-// file written while nobody watched. A write made before Litestream set
-// the file up is in that snapshot or in the WAL after it; and the file's
-// close waits for the Watch to end before it lets replication go
-// (closeFile): a file let go before Litestream set it up gets no last sync.
+// Watch has replication watch f (held by the caller, written or about to
+// be), first letting go the least recently used idle watched file if the set
+// is full. It runs off the request path and syncs once; closeFile waits for
+// it, since a file let go before Litestream set it up gets no last sync.
 func (c *Cache) Watch(ctx context.Context, f *File) { c.watchFile(ctx, f, false) }
 
 // WatchWait is Watch, returning once replication has the file (its first

@@ -75,3 +75,13 @@ func DecodeCursor(key []byte, s string) (Cursor, error) {
 	}
 	return c, nil
 }
+
+// CheckPageLimit returns an Invalid error unless a page of n moments is
+// allowed: 1 to FeedPageMax. The API's ?limit= and the store's Feed both
+// ask it.
+func CheckPageLimit(n int) error {
+	if n < 1 || n > FeedPageMax {
+		return Errorf(Invalid, "invalid_limit", "limit is a whole number from 1 to %d", FeedPageMax)
+	}
+	return nil
+}

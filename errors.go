@@ -78,3 +78,7 @@ func ErrorCode(err error) Code {
 	}
 	return Internal
 }
+
+// ErrNoPerson is the answer for a person who does not exist, or whom the
+// caller may not see: the two read the same, so nobody learns who exists.
+func ErrNoPerson() *Error { return Errorf(NotFound, "", "no such person") }

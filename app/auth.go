@@ -53,9 +53,7 @@ func (h *hasher) acquire(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-t.C:
-		e := nah.Errorf(nah.Unavailable, "overloaded", "the server is busy; try again shortly")
-		e.RetryAfter = time.Second
-		return e
+		return errOverloaded()
 	}
 }
 

@@ -22,8 +22,11 @@ func (a *App) parsePage(r *http.Request) (*nah.Cursor, int, error) {
 	limit := nah.FeedPageDefault
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > nah.FeedPageMax {
-			return nil, 0, nah.Errorf(nah.Invalid, "invalid_limit", "limit is a whole number from 1 to %d", nah.FeedPageMax)
+		if err != nil {
+			n = 0 // not a number: refused below like any other bad limit
+		}
+		if err := nah.CheckPageLimit(n); err != nil {
+			return nil, 0, err
 		}
 		limit = n
 	}
@@ -48,7 +51,7 @@ func (a *App) handlePersonMoments(w http.ResponseWriter, r *http.Request) {
 	me, id := sessionOf(r).person.ID, pathParam(r, "id")
 	if ok, err := a.mayRead(r, me, id); err != nil || !ok {
 		if err == nil {
-			err = nah.Errorf(nah.NotFound, "", "no such person")
+			err = nah.ErrNoPerson()
 		}
 		a.writeError(w, r, err)
 		return

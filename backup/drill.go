@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/benbjohnson/litestream"
+
+	"github.com/nah-app/nah"
 )
 
 // The restore drill, every NAH_DRILL_EVERY: the directory and a rotating
@@ -538,7 +540,7 @@ func (d *Drill) checkFile(ctx context.Context, rel, out string) (_ drillOutcome,
 		}
 		before, err := d.liveDigest(ctx, rel)
 		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) || strings.Contains(err.Error(), "no such person") {
+			if errors.Is(err, fs.ErrNotExist) || strings.Contains(err.Error(), nah.ErrNoPerson().Message) {
 				return drillGone, "", ""
 			}
 			why = "the live file cannot be read: " + err.Error()

@@ -32,7 +32,7 @@ func (s *Store) LiveRead(ctx context.Context, rel string, fn func(tx *sql.Tx) er
 		return fmt.Errorf("store: not a database: %q", rel)
 	}
 	if _, hidden := s.files.State(id); hidden {
-		return nah.Errorf(nah.NotFound, "", "no such person")
+		return nah.ErrNoPerson()
 	}
 	f, err := s.files.Acquire(ctx, id, false)
 	if err != nil {

@@ -136,8 +136,8 @@ func newer(a, b item) int {
 // circle is set, else of id alone. Who may read it is the caller's to
 // decide. An unknown person is NotFound.
 func (s *Store) Feed(ctx context.Context, id string, circle bool, before *nah.Cursor, limit int, p *Page) error {
-	if limit < 1 || limit > nah.FeedPageMax {
-		return nah.Errorf(nah.Invalid, "invalid_limit", "limit is a whole number from 1 to %d", nah.FeedPageMax)
+	if err := nah.CheckPageLimit(limit); err != nil {
+		return err
 	}
 	var err error
 	if p.circle, err = s.candidates(ctx, id, circle, p.circle[:0]); err != nil {
@@ -189,7 +189,7 @@ func (s *Store) candidates(ctx context.Context, id string, circle bool, dst []ca
 		return dst, err
 	}
 	if len(nodes) == 0 {
-		return dst, nah.Errorf(nah.NotFound, "", "no such person")
+		return dst, nah.ErrNoPerson()
 	}
 	now := s.now().UnixMilli()
 	for _, n := range nodes {

@@ -50,7 +50,7 @@ func (s *Store) newFileCache(cfg Config) *personfile.Cache {
 // here again because this is where an id becomes a path.
 func (s *Store) personDir(id string) (string, error) {
 	if !nah.ValidPersonID(id) {
-		return "", nah.Errorf(nah.NotFound, "", "no such person")
+		return "", nah.ErrNoPerson()
 	}
 	return filepath.Join(s.dir, "people", id), nil
 }

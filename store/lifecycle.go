@@ -30,7 +30,7 @@ func (s *Store) deletedDir(id string) string { return filepath.Join(s.dir, "dele
 // unknown, is NotFound.
 func (s *Store) DeletePerson(ctx context.Context, id string) error {
 	if !nah.ValidPersonID(id) {
-		return nah.Errorf(nah.NotFound, "", "no such person")
+		return nah.ErrNoPerson()
 	}
 	s.lifeMu.Lock()
 	defer s.lifeMu.Unlock()
@@ -44,7 +44,7 @@ func (s *Store) DeletePerson(ctx context.Context, id string) error {
 			return err
 		}
 		if n, _ := res.RowsAffected(); n == 0 {
-			return nah.Errorf(nah.NotFound, "", "no such person")
+			return nah.ErrNoPerson()
 		}
 		rows, err := tx.QueryContext(ctx, `SELECT other_id FROM connections WHERE person_id = ?`, id)
 		if err != nil {
@@ -85,14 +85,14 @@ func (s *Store) DeletePerson(ctx context.Context, id string) error {
 	s.connMu.Unlock()
 	s.noteReadable(id) // no longer a problem to list
 
-	s.files.Hide(id)
-	if n != nil {
-		// After hide: a feed that still holds the node can no longer load
-		// a head onto it, so the head budget gets back all it gave.
-		s.dropHead(n)
-	}
-	err = s.moveFolder(s.mustPersonDir(id), s.deletedDir(id))
-	s.files.Unhide(id)
+	err = s.files.WhileHidden(id, func() error {
+		if n != nil {
+			// After hide: a feed that still holds the node can no longer load
+			// a head onto it, so the head budget gets back all it gave.
+			s.dropHead(n)
+		}
+		return s.moveFolder(s.mustPersonDir(id), s.deletedDir(id))
+	})
 	if err != nil {
 		// The deletion stands (the row says so); the purge removes the
 		// folder from people/ or deleted/, wherever it is.
@@ -137,27 +137,30 @@ func (s *Store) RestorePerson(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	s.files.Hide(id)
-	defer s.files.Unhide(id)
-	if err := s.moveFolder(s.deletedDir(id), s.mustPersonDir(id)); err != nil {
-		return err
-	}
-	// Sessions stay revoked: also one a sign-in made while the deletion
-	// committed (its password check ran before, its insert after).
-	err = s.writeTx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `DELETE FROM sessions WHERE person_id = ?`, id); err != nil {
+	err = s.files.WhileHidden(id, func() error {
+		if err := s.moveFolder(s.deletedDir(id), s.mustPersonDir(id)); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, `UPDATE people SET deleted_at = NULL WHERE id = ?`, id)
-		return err
+		// Sessions stay revoked: also one a sign-in made while the deletion
+		// committed (its password check ran before, its insert after).
+		err := s.writeTx(ctx, func(tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM sessions WHERE person_id = ?`, id); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, `UPDATE people SET deleted_at = NULL WHERE id = ?`, id)
+			return err
+		})
+		if err != nil {
+			if err2 := s.moveFolder(s.mustPersonDir(id), s.deletedDir(id)); err2 != nil {
+				s.log.Error("move a person's folder back after a failed undo", "person", id, "err", err2)
+			}
+			return err
+		}
+		return nil
 	})
 	if err != nil {
-		if err2 := s.moveFolder(s.mustPersonDir(id), s.deletedDir(id)); err2 != nil {
-			s.log.Error("move a person's folder back after a failed undo", "person", id, "err", err2)
-		}
 		return err
 	}
-	s.files.Unhide(id)
 	// Replication let go of the file when it was hidden, and a write still
 	// queued for it then was dropped with the folder gone: it watches the
 	// file again, as a write would.
@@ -258,15 +261,18 @@ func (s *Store) purge(ctx context.Context, id string) error {
 	if deleted == 0 {
 		return nil // restored, or purged already
 	}
-	s.files.Hide(id)
-	defer s.files.Unhide(id)
+	return s.files.WhileHidden(id, func() error { return s.purgeHidden(ctx, id) })
+}
+
+// purgeHidden is purge's work, done while person id is hidden.
+func (s *Store) purgeHidden(ctx context.Context, id string) error {
 	if err := os.RemoveAll(s.deletedDir(id)); err != nil {
 		return err
 	}
 	if err := os.RemoveAll(s.mustPersonDir(id)); err != nil {
 		return err
 	}
-	err = s.writeTx(ctx, func(tx *sql.Tx) error {
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
 		for _, q := range []string{
 			`DELETE FROM sessions WHERE person_id = ?1`,
 			`DELETE FROM connections WHERE person_id = ?1 OR other_id = ?1`,

@@ -75,7 +75,7 @@ func (s *Store) mediaDir(id string) (string, error) {
 func (s *Store) withUsage(ctx context.Context, id string, fn func(u *mediaUsage) error) error {
 	n := s.graph.node(id)
 	if n == nil {
-		return nah.Errorf(nah.NotFound, "", "no such person")
+		return nah.ErrNoPerson()
 	}
 	u := &n.usage
 	u.mu.Lock()
@@ -233,7 +233,7 @@ func (s *Store) StartUpload(ctx context.Context, owner string, quota int64) (*Up
 	}
 	up := &Upload{s: s, owner: owner, dir: dir, h: sha256.New(), quota: quota}
 	if up.base, err = s.databaseBytes(owner); err != nil {
-		return nil, nah.Errorf(nah.NotFound, "", "no such person")
+		return nil, nah.ErrNoPerson()
 	}
 	err = s.withUsage(ctx, owner, func(u *mediaUsage) error {
 		up.u = u

@@ -23,7 +23,7 @@ func (s *Store) CreateMoment(ctx context.Context, author string, body []byte) (n
 func (s *Store) CreateMomentOnce(ctx context.Context, author string, body []byte, idem *Idem) (m nah.Moment, replay []byte, err error) {
 	n := s.graph.node(author)
 	if n == nil {
-		return nah.Moment{}, nil, nah.Errorf(nah.NotFound, "", "no such person")
+		return nah.Moment{}, nil, nah.ErrNoPerson()
 	}
 	err = s.useFile(ctx, author, true, func(f *personFile) error {
 		now := s.now().UnixMilli()
@@ -152,7 +152,7 @@ func (s *Store) MomentCount(ctx context.Context, id string) (int, error) {
 func (s *Store) ImportMoments(ctx context.Context, author string, ms []nah.Moment) error {
 	n := s.graph.node(author)
 	if n == nil {
-		return nah.Errorf(nah.NotFound, "", "no such person")
+		return nah.ErrNoPerson()
 	}
 	var newest int64
 	err := s.useFile(ctx, author, true, func(f *personFile) error {

@@ -95,12 +95,12 @@ func scanPerson(row interface{ Scan(...any) error }, p *nah.Person, extra ...any
 // FindPersonByID returns the person with id.
 func (s *Store) FindPersonByID(ctx context.Context, id string) (nah.Person, error) {
 	if !nah.ValidPersonID(id) {
-		return nah.Person{}, nah.Errorf(nah.NotFound, "", "no such person")
+		return nah.Person{}, nah.ErrNoPerson()
 	}
 	var p nah.Person
 	err := scanPerson(s.r.QueryRowContext(ctx, `SELECT `+personCols+` FROM people WHERE id = ? AND deleted_at IS NULL`, id), &p)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nah.Person{}, nah.Errorf(nah.NotFound, "", "no such person")
+		return nah.Person{}, nah.ErrNoPerson()
 	}
 	s.freshNewest(&p)
 	return p, err
@@ -112,7 +112,7 @@ func (s *Store) FindPersonByHandle(ctx context.Context, handle string) (nah.Pers
 	var hash string
 	err := scanPerson(s.r.QueryRowContext(ctx, `SELECT `+personCols+`, password_hash FROM people WHERE handle = ? AND deleted_at IS NULL`, handle), &p, &hash)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nah.Person{}, "", nah.Errorf(nah.NotFound, "", "no such person")
+		return nah.Person{}, "", nah.ErrNoPerson()
 	}
 	s.freshNewest(&p)
 	return p, hash, err
@@ -160,7 +160,7 @@ func (s *Store) SetDisabled(ctx context.Context, id string, disabled bool) error
 			return err
 		}
 		if n, _ := res.RowsAffected(); n == 0 {
-			return nah.Errorf(nah.NotFound, "", "no such person")
+			return nah.ErrNoPerson()
 		}
 		if disabled {
 			_, err = tx.ExecContext(ctx, `DELETE FROM sessions WHERE person_id = ?`, id)

@@ -94,13 +94,13 @@ func (s *Store) Backup(ctx context.Context, rel string) (*os.File, error) {
 	// take it up (and let go of it, dropping this process's locks) under
 	// the copy's own connection.
 	if _, hidden := s.files.State(id); hidden {
-		return nil, nah.Errorf(nah.NotFound, "", "no such person")
+		return nil, nah.ErrNoPerson()
 	}
 	var out *os.File
 	var err error
 	if s.files.WithClosed(id, func(p string) {
 		if _, err = os.Stat(p); err != nil {
-			err = nah.Errorf(nah.NotFound, "", "no such person")
+			err = nah.ErrNoPerson()
 			return
 		}
 		out, _, err = backupFile(ctx, p)
@@ -186,7 +186,7 @@ func IntegrityCheck(ctx context.Context, p string) error {
 // else goes on posting and reading. A failing make leaves the old file.
 func (s *Store) ReplacePersonFile(ctx context.Context, id string, make func(path string) error) error {
 	if !nah.ValidPersonID(id) || s.graph.node(id) == nil {
-		return nah.Errorf(nah.NotFound, "", "no such person")
+		return nah.ErrNoPerson()
 	}
 	s.lifeMu.Lock()
 	defer s.lifeMu.Unlock()
@@ -194,8 +194,47 @@ func (s *Store) ReplacePersonFile(ctx context.Context, id string, make func(path
 	if err != nil {
 		return err
 	}
-	s.files.Hide(id)
-	defer s.files.Unhide(id)
+	if err := s.files.WhileHidden(id, func() error { return s.swapIn(ctx, p, make) }); err != nil {
+		return err
+	}
+	n := s.graph.node(id)
+	if n == nil {
+		return nil
+	}
+	s.dropHead(n)
+	var newest, count int64
+	if _, err := s.withFile(ctx, id, func(f *personFile) error {
+		var err error
+		if newest, err = readNewest(ctx, f.db); err != nil {
+			return err
+		}
+		return f.db.QueryRowContext(ctx, `SELECT count(*) FROM moments`).Scan(&count)
+	}); err != nil {
+		n.checked.Store(0) // re-read at the next feed
+		return err
+	}
+	n.newest.Store(newest)
+	n.checked.Store(s.now().UnixMilli())
+	// The directory's row says what the new file holds, not the old one.
+	s.dirtyMu.Lock()
+	delete(s.dirty, id)
+	s.dirtyMu.Unlock()
+	err = s.writeTx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `UPDATE people SET newest_at = ?, moments = ? WHERE id = ?`, newest, count, id)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	// The restore is done once replication has the new file: until then
+	// the replica's newest copy is the old file, and a whole restore would
+	// bring back what this one replaced.
+	return s.watchPerson(ctx, id, true)
+}
+
+// swapIn is ReplacePersonFile's swap, done while the person is hidden:
+// make makes the new file beside p, which then takes p's place.
+func (s *Store) swapIn(ctx context.Context, p string, make func(path string) error) error {
 	tmp := p + ".restoring"
 	for _, q := range []string{tmp, tmp + "-wal", tmp + "-shm"} {
 		os.Remove(q)
@@ -233,40 +272,7 @@ func (s *Store) ReplacePersonFile(ctx context.Context, id string, make func(path
 	if err := syncDir(filepath.Dir(p)); err != nil { // the rename is durable before the restore is reported
 		s.log.Warn("restore: sync the folder after the swap", "path", p, "err", err)
 	}
-	s.files.Unhide(id)
-	n := s.graph.node(id)
-	if n == nil {
-		return nil
-	}
-	s.dropHead(n)
-	var newest, count int64
-	if _, err := s.withFile(ctx, id, func(f *personFile) error {
-		var err error
-		if newest, err = readNewest(ctx, f.db); err != nil {
-			return err
-		}
-		return f.db.QueryRowContext(ctx, `SELECT count(*) FROM moments`).Scan(&count)
-	}); err != nil {
-		n.checked.Store(0) // re-read at the next feed
-		return err
-	}
-	n.newest.Store(newest)
-	n.checked.Store(s.now().UnixMilli())
-	// The directory's row says what the new file holds, not the old one.
-	s.dirtyMu.Lock()
-	delete(s.dirty, id)
-	s.dirtyMu.Unlock()
-	err = s.writeTx(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `UPDATE people SET newest_at = ?, moments = ? WHERE id = ?`, newest, count, id)
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	// The restore is done once replication has the new file: until then
-	// the replica's newest copy is the old file, and a whole restore would
-	// bring back what this one replaced.
-	return s.watchPerson(ctx, id, true)
+	return nil
 }
 
 // MediaFiles lists every media file of the data directory as paths under

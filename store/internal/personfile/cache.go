@@ -113,7 +113,7 @@ func (c *Cache) Acquire(ctx context.Context, id string, create bool) (*File, err
 	}
 	if c.hidden[id] {
 		c.mu.Unlock()
-		return nil, nah.Errorf(nah.NotFound, "", "no such person")
+		return nil, nah.ErrNoPerson()
 	}
 	if f := c.byID[id]; f != nil {
 		f.refs++
@@ -283,6 +283,14 @@ func (c *Cache) Unhide(id string) {
 	c.mu.Lock()
 	delete(c.hidden, id)
 	c.mu.Unlock()
+}
+
+// WhileHidden runs fn with person id hidden (see Hide) and lets their file
+// be opened again when fn returns, whatever it returns.
+func (c *Cache) WhileHidden(id string, fn func() error) error {
+	c.Hide(id)
+	defer c.Unhide(id)
+	return fn()
 }
 
 // State says whether person id's file is in the cache (or being closed),

@@ -65,7 +65,7 @@ func (f *File) open(ctx context.Context, cfg *Config, create bool) (*sql.DB, err
 		}
 	} else if _, err := os.Stat(f.Path); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return nil, nah.Errorf(nah.NotFound, "", "no such person")
+			return nil, nah.ErrNoPerson()
 		}
 		return nil, err
 	}

@@ -21,6 +21,12 @@ func (c Cursor) Before(at int64, id string) bool {
 	return CompareNewest(at, id, c.At, c.ID) > 0
 }
 
+// Newer reports whether a moment at (at, id) is newer than the cursor: on
+// the side of it that after= asks for.
+func (c Cursor) Newer(at int64, id string) bool {
+	return CompareNewest(at, id, c.At, c.ID) < 0
+}
+
 // CompareNewest is the one order of moments everywhere (pages, cursors,
 // heads): newest first by time, then by id, descending. It is negative when
 // the moment (at, aid) comes before (bt, bid), zero when they are the same.

@@ -16,28 +16,33 @@ import (
 // The feed's read, newest poster first, is the store's (store/feed.go):
 // here a page is only parsed from the query and written as JSON.
 
-// parsePage reads ?before= and ?limit=.
-func (a *App) parsePage(r *http.Request) (*nah.Cursor, int, error) {
+// parsePage reads ?before=, ?after= and ?limit=.
+func (a *App) parsePage(r *http.Request) (before, after *nah.Cursor, limit int, err error) {
 	q := r.URL.Query()
-	limit := nah.FeedPageDefault
+	limit = nah.FeedPageDefault
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil {
 			n = 0 // not a number: refused below like any other bad limit
 		}
 		if err := nah.CheckPageLimit(n); err != nil {
-			return nil, 0, err
+			return nil, nil, 0, err
 		}
 		limit = n
 	}
-	if s := q.Get("before"); s != "" {
-		c, err := nah.DecodeCursor(a.store.CursorKey(), s)
-		if err != nil {
-			return nil, 0, err
+	for _, p := range []struct {
+		name string
+		c    **nah.Cursor
+	}{{"before", &before}, {"after", &after}} {
+		if s := q.Get(p.name); s != "" {
+			c, err := nah.DecodeCursor(a.store.CursorKey(), s)
+			if err != nil {
+				return nil, nil, 0, err
+			}
+			*p.c = &c
 		}
-		return &c, limit, nil
 	}
-	return nil, limit, nil
+	return before, after, limit, nil
 }
 
 // handleFeed serves the feed of the signed-in person.
@@ -72,10 +77,19 @@ func (a *App) mayRead(r *http.Request, me, id string) (bool, error) {
 }
 
 func (a *App) servePage(w http.ResponseWriter, r *http.Request, id string, circle bool) {
-	before, limit, err := a.parsePage(r)
+	before, after, limit, err := a.parsePage(r)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
+	}
+	// A refresh shows only what is older than the settling horizon (a post
+	// in progress, or this millisecond), and a page's refresh cursor is its
+	// newest moment older than it: nothing can appear below it later, so a
+	// refresh from it misses nothing and repeats nothing.
+	horizon := a.store.Horizon()
+	settled := nah.Cursor{At: horizon}
+	if after != nil && (before == nil || settled.Newer(before.At, before.ID)) {
+		before = &settled
 	}
 	// The page's bodies read from files are taken from the memory budget as
 	// they are read, and held until the page is written: a slow client holds
@@ -91,15 +105,21 @@ func (a *App) servePage(w http.ResponseWriter, r *http.Request, id string, circl
 	defer p.Release()
 	p.Take = a.takeBulkOrOverloaded
 	defer func() { a.mem.give(int64(p.Taken())) }()
-	if err := a.store.Feed(r.Context(), id, circle, before, limit, p); err != nil {
+	if err := a.store.FeedRange(r.Context(), id, circle, before, after, limit, p); err != nil {
 		a.writeError(w, r, err)
 		return
 	}
-	var cursor []byte
+	var cursor, refresh []byte
 	if p.Next != nil {
 		cursor = []byte(nah.EncodeCursor(a.store.CursorKey(), *p.Next))
 	}
-	etag := pageETag(p, cursor)
+	for _, m := range p.Moments {
+		if m.CreatedAt < horizon {
+			refresh = []byte(nah.EncodeCursor(a.store.CursorKey(), nah.Cursor{At: m.CreatedAt, ID: m.ID}))
+			break
+		}
+	}
+	etag := pageETag(p, cursor, refresh)
 	w.Header().Set("ETag", etag)
 	w.Header().Set("Cache-Control", "private, no-cache")
 	if etagMatches(r.Header.Get("If-None-Match"), etag) {
@@ -107,7 +127,7 @@ func (a *App) servePage(w http.ResponseWriter, r *http.Request, id string, circl
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(pageLen(p, cursor)))
+	w.Header().Set("Content-Length", strconv.Itoa(pageLen(p, cursor, refresh)))
 	w.WriteHeader(http.StatusOK)
 	if r.Method == http.MethodHead {
 		return // net/http would drop the page: no need to encode it
@@ -115,17 +135,17 @@ func (a *App) servePage(w http.ResponseWriter, r *http.Request, id string, circl
 	pw := pageWriters.Get().(*pageWriter)
 	defer pageWriters.Put(pw)
 	pw.Reset(w)
-	writePage(pw, p, cursor)
+	writePage(pw, p, cursor, refresh)
 	pw.Flush()
 	pw.Reset(nil)
 }
 
 // pageETag is the page's strong validator: a hash of its moments' ids and
-// authors and of its next cursor. A moment never changes once posted (it
+// authors and of its two cursors. A moment never changes once posted (it
 // can only be deleted), so these name the page's bytes exactly: a post, a
 // delete or a disconnect that changes the page changes its ETag, and
 // nothing else does. It costs a sha256 of ~60 bytes a moment, no body.
-func pageETag(p *store.Page, cursor []byte) string {
+func pageETag(p *store.Page, cursor, refresh []byte) string {
 	h := sha256.New()
 	for _, m := range p.Moments {
 		h.Write([]byte(m.ID))
@@ -133,6 +153,8 @@ func pageETag(p *store.Page, cursor []byte) string {
 	}
 	h.Write([]byte{0})
 	h.Write(cursor)
+	h.Write([]byte{0})
+	h.Write(refresh)
 	var sum [sha256.Size]byte
 	return `"` + base64.RawURLEncoding.EncodeToString(h.Sum(sum[:0])[:18]) + `"`
 }
@@ -175,6 +197,7 @@ const (
 	itemEnd      = `"}`
 	pageNext     = `],"next":`
 	pageNoNext   = `null`
+	pageRefresh  = `,"refresh":`
 	pageEnd      = "}\n"
 	timeLen      = len(nah.TimeFormat)
 	itemFixedLen = len(itemID) + len(itemAuthor) + len(itemTime) + timeLen + len(itemBody) + len(itemEnd)
@@ -182,22 +205,27 @@ const (
 
 // pageLen is the exact length of the JSON writePage writes, so that the
 // page has a Content-Length although it is streamed.
-func pageLen(p *store.Page, cursor []byte) int {
+func pageLen(p *store.Page, cursor, refresh []byte) int {
 	n := len(pageStart) + len(pageNext) + len(pageEnd)
+	if cursor != nil {
+		n += len(cursor) + 2
+	} else {
+		n += len(pageNoNext)
+	}
+	if refresh != nil { // absent rather than null: an empty page stays SPEC's
+		n += len(pageRefresh) + len(refresh) + 2
+	}
 	for i, m := range p.Moments {
 		if i > 0 {
 			n++
 		}
 		n += itemFixedLen + len(m.ID) + len(m.Author) + base64.StdEncoding.EncodedLen(len(m.Body))
 	}
-	if cursor != nil {
-		return n + len(cursor) + 2
-	}
-	return n + len(pageNoNext)
+	return n
 }
 
 // writePage writes the page JSON by hand.
-func writePage(w *pageWriter, p *store.Page, cursor []byte) {
+func writePage(w *pageWriter, p *store.Page, cursor, refresh []byte) {
 	w.WriteString(pageStart)
 	var t [len(nah.TimeFormat)]byte
 	for i, m := range p.Moments {
@@ -220,12 +248,21 @@ func writePage(w *pageWriter, p *store.Page, cursor []byte) {
 		w.WriteString(itemEnd)
 	}
 	w.WriteString(pageNext)
-	if cursor != nil {
-		w.WriteByte('"')
-		w.Write(cursor)
-		w.WriteByte('"')
-	} else {
-		w.WriteString(pageNoNext)
+	writeCursor(w, cursor)
+	if refresh != nil {
+		w.WriteString(pageRefresh)
+		writeCursor(w, refresh)
 	}
 	w.WriteString(pageEnd)
+}
+
+// writeCursor writes c as a JSON string, or null when it is nil.
+func writeCursor(w *pageWriter, c []byte) {
+	if c == nil {
+		w.WriteString(pageNoNext)
+		return
+	}
+	w.WriteByte('"')
+	w.Write(c)
+	w.WriteByte('"')
 }

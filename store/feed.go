@@ -121,9 +121,10 @@ type item struct {
 // rest is a person whose file may hold moments for the page: moments older
 // than from, which is at most their head's last item.
 type rest struct {
-	id   string
-	from *nah.Cursor
-	last item
+	id    string
+	from  *nah.Cursor
+	after *nah.Cursor // and newer than after, when set
+	last  item
 }
 
 // newer orders items newest first, in the one order of moments.
@@ -136,6 +137,12 @@ func newer(a, b item) int {
 // circle is set, else of id alone. Who may read it is the caller's to
 // decide. An unknown person is NotFound.
 func (s *Store) Feed(ctx context.Context, id string, circle bool, before *nah.Cursor, limit int, p *Page) error {
+	return s.FeedRange(ctx, id, circle, before, nil, limit, p)
+}
+
+// FeedRange is Feed of the moments strictly between after and before (nil
+// for no bound on that side); Next then pages on within the same range.
+func (s *Store) FeedRange(ctx context.Context, id string, circle bool, before, after *nah.Cursor, limit int, p *Page) error {
 	if err := nah.CheckPageLimit(limit); err != nil {
 		return err
 	}
@@ -144,7 +151,7 @@ func (s *Store) Feed(ctx context.Context, id string, circle bool, before *nah.Cu
 		return err
 	}
 	for {
-		err := s.page(ctx, p, before, limit)
+		err := s.page(ctx, p, before, after, limit)
 		if err == nil {
 			break
 		}
@@ -244,7 +251,8 @@ func (s *Store) withFile(ctx context.Context, id string, fn func(f *personFile) 
 	return false, err
 }
 
-// page fills p.top with up to limit+1 items older than before from the
+// page fills p.top with up to limit+1 items older than before and newer
+// than after from the
 // people in p.circle, then reads from files the bodies of the first limit
 // of them that did not come from a head.
 //
@@ -254,7 +262,7 @@ func (s *Store) withFile(ctx context.Context, id string, fn func(f *personFile) 
 // incomplete, the file is read for moments older than the head's last item,
 // but only if that item would not close the page. The page only ever gets
 // newer, so a person skipped early stays skippable.
-func (s *Store) page(ctx context.Context, p *Page, before *nah.Cursor, limit int) error {
+func (s *Store) page(ctx context.Context, p *Page, before, after *nah.Cursor, limit int) error {
 	want := limit + 1
 	slices.SortFunc(p.circle, func(x, y candidate) int {
 		switch {
@@ -271,7 +279,7 @@ func (s *Store) page(ctx context.Context, p *Page, before *nah.Cursor, limit int
 		if c.newest == 0 {
 			break // never posted, nor anyone after them
 		}
-		if len(p.top) == want && c.newest < p.top[want-1].CreatedAt {
+		if len(p.top) == want && c.newest < p.top[want-1].CreatedAt || after != nil && c.newest < after.At {
 			break
 		}
 		h, err := s.headOf(ctx, c.n)
@@ -279,13 +287,16 @@ func (s *Store) page(ctx context.Context, p *Page, before *nah.Cursor, limit int
 			return err
 		}
 		if h == nil { // not cached: read the file now, as it helps close the page
-			if err := s.mergeFile(ctx, p, rest{id: c.n.id, from: before}, want); err != nil {
+			if err := s.mergeFile(ctx, p, rest{id: c.n.id, from: before, after: after}, want); err != nil {
 				return err
 			}
 			continue
 		}
 		p.cand = p.cand[:0]
 		for _, it := range h.items {
+			if after != nil && !after.Newer(it.CreatedAt, it.ID) {
+				break // the head is newest first: the rest is older still
+			}
 			if before == nil || before.Before(it.CreatedAt, it.ID) {
 				p.cand = append(p.cand, item{momentKey: momentKey{ID: it.ID, Author: c.n.id, CreatedAt: it.CreatedAt}, body: it.Body, found: true})
 			}
@@ -294,9 +305,12 @@ func (s *Store) page(ctx context.Context, p *Page, before *nah.Cursor, limit int
 		if h.complete || len(h.items) == 0 {
 			continue
 		}
+		if after != nil && !after.Newer(h.items[len(h.items)-1].CreatedAt, h.items[len(h.items)-1].ID) {
+			continue // the head reaches past after: the file holds nothing newer
+		}
 		// The file holds more, all older than the head's last item.
 		last := h.items[len(h.items)-1]
-		r := rest{id: c.n.id, from: before, last: item{momentKey: momentKey{ID: last.ID, CreatedAt: last.CreatedAt}}}
+		r := rest{id: c.n.id, from: before, after: after, last: item{momentKey: momentKey{ID: last.ID, CreatedAt: last.CreatedAt}}}
 		if before == nil || before.Before(last.CreatedAt, last.ID) {
 			r.from = &nah.Cursor{At: last.CreatedAt, ID: last.ID}
 		}
@@ -316,7 +330,7 @@ func (s *Store) page(ctx context.Context, p *Page, before *nah.Cursor, limit int
 // mergeFile merges the keys of r's file older than r.from into the page.
 func (s *Store) mergeFile(ctx context.Context, p *Page, r rest, want int) error {
 	var err error
-	if p.keys, err = s.momentKeys(ctx, r.id, r.from, want, p.keys[:0]); err != nil {
+	if p.keys, err = s.momentKeys(ctx, r.id, r.from, r.after, want, p.keys[:0]); err != nil {
 		return err
 	}
 	p.cand = p.cand[:0]
@@ -404,17 +418,26 @@ func (s *Store) readBodies(ctx context.Context, p *Page, n int) error {
 }
 
 // momentKeys appends to dst up to limit keys of author's moments strictly
-// older than before (all when before is nil), newest first, through the
-// (created_at, id) index alone.
-func (s *Store) momentKeys(ctx context.Context, author string, before *nah.Cursor, limit int, dst []momentKey) ([]momentKey, error) {
+// older than before and newer than after (no bound when nil), newest
+// first, through the (created_at, id) index alone.
+func (s *Store) momentKeys(ctx context.Context, author string, before, after *nah.Cursor, limit int, dst []momentKey) ([]momentKey, error) {
 	_, err := s.withFile(ctx, author, func(f *personFile) error {
 		s.fileReads.Add(1)
 		var rows *sql.Rows
 		var err error
-		if before == nil {
+		switch {
+		case after != nil:
+			at, id := int64(1<<62), ""
+			if before != nil {
+				at, id = before.At, before.ID
+			}
+			rows, err = f.db.QueryContext(ctx, `SELECT id, created_at FROM moments
+				WHERE (created_at, id) < (?, ?) AND (created_at, id) > (?, ?)
+				ORDER BY created_at DESC, id DESC LIMIT ?`, at, id, after.At, after.ID, limit)
+		case before == nil:
 			rows, err = f.db.QueryContext(ctx, `SELECT id, created_at FROM moments
 				ORDER BY created_at DESC, id DESC LIMIT ?`, limit)
-		} else {
+		default:
 			rows, err = f.db.QueryContext(ctx, `SELECT id, created_at FROM moments
 				WHERE (created_at, id) < (?, ?) ORDER BY created_at DESC, id DESC LIMIT ?`, before.At, before.ID, limit)
 		}

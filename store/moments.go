@@ -26,7 +26,8 @@ func (s *Store) CreateMomentOnce(ctx context.Context, author string, body []byte
 		return nah.Moment{}, nil, nah.ErrNoPerson()
 	}
 	err = s.useFile(ctx, author, true, func(f *personFile) error {
-		now := s.now().UnixMilli()
+		now, done := s.settle.begin(s.now)
+		defer done()
 		m = nah.Moment{ID: nah.NewMomentID(now), Author: author, CreatedAt: now}
 		if idem == nil {
 			if _, err := f.db.ExecContext(ctx, `INSERT INTO moments(id, created_at, body) VALUES (?, ?, ?)`, m.ID, m.CreatedAt, body); err != nil {

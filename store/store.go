@@ -89,6 +89,7 @@ type Store struct {
 	graph     *graph
 	cursorKey []byte
 	fileReads atomic.Int64 // looks into a person file on the feed path
+	settle    settling     // posts between their clock read and their visibility
 
 	headBudget int64
 	headBytes  atomic.Int64

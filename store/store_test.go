@@ -128,6 +128,7 @@ func TestKeysUseCoveringIndex(t *testing.T) {
 	for _, q := range []string{
 		`SELECT id, created_at FROM moments ORDER BY created_at DESC, id DESC LIMIT 30`,
 		`SELECT id, created_at FROM moments WHERE (created_at, id) < (1, 'x') ORDER BY created_at DESC, id DESC LIMIT 30`,
+		`SELECT id, created_at FROM moments WHERE (created_at, id) < (9, 'x') AND (created_at, id) > (1, 'x') ORDER BY created_at DESC, id DESC LIMIT 30`,
 	} {
 		rows, err := f.DB.Query("EXPLAIN QUERY PLAN " + q)
 		if err != nil {
@@ -189,7 +190,7 @@ func TestFileCacheBound(t *testing.T) {
 		t.Fatalf("%d files open after release, bound 3", n)
 	}
 	for _, id := range ids {
-		keys, err := s.momentKeys(ctx, id, nil, 10, nil)
+		keys, err := s.momentKeys(ctx, id, nil, nil, 10, nil)
 		if err != nil || len(keys) != 1 {
 			t.Fatalf("%s: keys %v, %v", id, keys, err)
 		}

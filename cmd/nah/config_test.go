@@ -128,7 +128,7 @@ func TestMemoryPlan(t *testing.T) {
 		t.Fatalf("limit %d, Go's share %d, SQLite's %d", c.MemoryLimit, c.GoMemoryLimit, sqlite)
 	}
 	repl := int64(defaultReplicaMaxFiles)*backup.PerFileBytes + backup.DrillBytes
-	if want := c.GoMemoryLimit - store.DefaultHeadCacheBytes*3/2 - memoryBase - app.DefaultMaxConnections*connectionBytes - repl; c.App.MemoryBudget != want || want < 60<<20 {
+	if want := c.GoMemoryLimit - store.DefaultHeadCacheBytes*3/2 - memoryBase - app.DefaultMaxConnections*app.ConnectionBytes - repl; c.App.MemoryBudget != want || want < 60<<20 {
 		t.Fatalf("request budget %d, want %d (and at least 60 MiB by default)", c.App.MemoryBudget, want)
 	}
 	off, err := readConfig(env(map[string]string{"NAH_REPLICA_URL": "off"}))
@@ -214,7 +214,7 @@ func TestConfigHTTPS(t *testing.T) {
 	if s := c.App.Settings[0]; s != (app.Setting{Name: "NAH_ADDR", Value: ":443", Source: "the default with HTTPS"}) {
 		t.Errorf("the console hears %+v", s)
 	}
-	if plain.App.MemoryBudget-c.App.MemoryBudget != app.RedirectMaxConnections*connectionBytes {
+	if plain.App.MemoryBudget-c.App.MemoryBudget != app.RedirectMaxConnections*app.ConnectionBytes {
 		t.Errorf("the redirect listener's connections are not in the memory plan: %d, %d", plain.App.MemoryBudget, c.App.MemoryBudget)
 	}
 	for listen, want := range map[string]string{"[::]:443": "https://nah.example.com", "127.0.0.1:8443": "https://nah.example.com:8443"} {

@@ -1,12 +1,76 @@
 package main
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/nah-app/nah"
+	"github.com/nah-app/nah/app"
+	"github.com/nah-app/nah/backup"
+	"github.com/nah-app/nah/store"
 )
+
+// The memory plan. NAH_MEMORY_LIMIT is what the whole process may use; it
+// is split, in this order, into
+//
+//   - SQLite, outside the Go heap: the shared page cache plus every open
+//     file (store.SQLiteMemoryBound: 32 MB + 517 x 75 KB ~ 70 MB at 512
+//     files); the rest is the Go runtime's, and GOMEMLIMIT is set to it;
+//   - the head cache, a long-lived heap that the collector lets grow by
+//     half again at GOGC 50 (64 MB of heads ~ 96 MB);
+//   - a base of 40 MB: the runtime, the graph of people and connections
+//     (6 MB for 10,000 people), token and rate-limit caches, metrics;
+//   - replication: each watched file costs ~404 KiB at peak
+//     (backup.PerFileBytes: Litestream's own connection, read transaction
+//     and LTX encoder), 25 MiB at the default NAH_REPLICA_MAX_FILES of 64,
+//     and the restore drill's 4 MiB (backup.DrillBytes);
+//   - the open connections, idle or not: app.ConnectionBytes (45 KB)
+//     each, 22.5 MB at the default 512, and with HTTPS the redirect
+//     listener's 64 (2.9 MB);
+//   - what is left is the budget that requests take from before they
+//     allocate (app/budget.go), and past which they are answered 503.
+//
+// The default, 320 MiB, leaves 62 MiB for requests with the default caches
+// and keeps 65 MB of the 400 MB limit for the kernel's view of the process
+// (stacks, socket buffers, the allocator's slack).
+const (
+	defaultMemoryLimit = 320 << 20
+	memoryBase         = 40 << 20
+	minRequestBudget   = 16 << 20
+)
+
+// plan splits MemoryLimit as above.
+func (c *config) plan() error {
+	sqlite := store.SQLiteMemoryBound(c.Store.MaxOpenFiles)
+	heads := max(c.Store.HeadCacheBytes, 0)
+	conns := int64(c.MaxConnections) * app.ConnectionBytes
+	if c.HTTPAddr != "" {
+		conns += app.RedirectMaxConnections * app.ConnectionBytes
+	}
+	var repl int64
+	if c.ReplicaTarget != nil {
+		repl = int64(c.ReplicaMaxFiles)*backup.PerFileBytes + backup.DrillBytes
+	}
+	c.GoMemoryLimit = c.MemoryLimit - sqlite
+	c.App.MemoryBudget = c.GoMemoryLimit - heads*3/2 - memoryBase - conns - repl
+	if c.App.MemoryBudget < minRequestBudget {
+		need := sqlite + heads*3/2 + memoryBase + conns + repl + minRequestBudget
+		return fmt.Errorf("too small for NAH_MAX_OPEN_FILES=%d, NAH_HEAD_CACHE_MB=%d, NAH_MAX_CONNECTIONS=%d and NAH_REPLICA_MAX_FILES=%d: want at least %dMiB, or fewer files, connections or a smaller head cache",
+			c.Store.MaxOpenFiles, heads>>20, c.MaxConnections, c.ReplicaMaxFiles, (need+1<<20-1)>>20)
+	}
+	// The largest page, 100 moments of the largest size read from files,
+	// is charged twice its bodies (app/budget.go) and must fit in the bulk
+	// share, three quarters of the budget, or it would be refused forever.
+	if page := 2 * int64(nah.FeedPageMax) * int64(c.App.MaxMomentBytes); page > c.App.MemoryBudget*3/4 {
+		return fmt.Errorf("too small for NAH_MAX_MOMENT_BYTES=%d: a page of %d such moments needs %dMiB of the %dMiB left for requests; raise the limit or lower the moment size",
+			c.App.MaxMomentBytes, nah.FeedPageMax, page>>20, (c.App.MemoryBudget*3/4)>>20)
+	}
+	return nil
+}
 
 // The kernel's memory limit. Under systemd (MemoryMax=, which `nah
 // service` sets) or in a container (--memory), the process's cgroup has a

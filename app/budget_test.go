@@ -2,44 +2,22 @@ package app
 
 import (
 	"bufio"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nah-app/nah/internal/testutil"
 )
 
-// slowReader sends one request over a connection whose receive buffer is
-// tiny, and does not read the answer until told: the server's writes block
-// as a slow phone's would.
-type slowReader struct {
-	conn net.Conn
-}
-
-func startSlowReader(t *testing.T, addr, path, token string) *slowReader {
+// finish reads the whole answer of a testutil.SlowGet and returns its
+// status.
+func finish(t *testing.T, conn net.Conn) int {
 	t.Helper()
-	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
-		var err error
-		c.Control(func(fd uintptr) { err = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
-		return err
-	}}
-	conn, err := d.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", path, token)
-	t.Cleanup(func() { conn.Close() })
-	return &slowReader{conn}
-}
-
-// finish reads the whole answer and returns its status.
-func (s *slowReader) finish(t *testing.T) int {
-	t.Helper()
-	s.conn.SetReadDeadline(time.Now().Add(30 * time.Second))
-	res, err := http.ReadResponse(bufio.NewReader(s.conn), nil)
+	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,9 +52,9 @@ func TestSlowReadersAreShed(t *testing.T) {
 	// Each holds its page's bodies read from files: 88 of 64 KiB, charged
 	// twice (the buffer they are copied into may double): 11.5 MB. The bulk
 	// share is 30 MB, so two fit and the third does not.
-	var slow []*slowReader
+	var slow []net.Conn
 	for range 2 {
-		slow = append(slow, startSlowReader(t, addr, path, big.token))
+		slow = append(slow, testutil.SlowGet(t, addr, path, big.token))
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for ts.app.mem.used.Load() < 20<<20 {
@@ -94,7 +72,7 @@ func TestSlowReadersAreShed(t *testing.T) {
 	}
 	ts.post(t, small, []byte("still posting"))
 	for _, s := range slow {
-		if st := s.finish(t); st != 200 {
+		if st := finish(t, s); st != 200 {
 			t.Fatalf("slow reader: %d", st)
 		}
 	}

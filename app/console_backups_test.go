@@ -6,7 +6,6 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/base64"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -23,6 +22,7 @@ import (
 	"time"
 
 	"github.com/nah-app/nah/backup"
+	"github.com/nah-app/nah/internal/testutil"
 	"github.com/nah-app/nah/store"
 )
 
@@ -635,7 +635,7 @@ func TestBackupRestoreRefusesCorruptHistory(t *testing.T) {
 	if err := os.CopyFS(dst, os.DirFS(filepath.Join("..", "backup", "testdata", "replica-corrupt", "replica", "imnketelg6ikmgbpvwmfgun5ty", "person.db"))); err != nil {
 		t.Fatal(err)
 	}
-	ltxTimes(t, dst)
+	testutil.LTXTimes(t, dst)
 	c := signedInAdmin(t, rs.testServer)
 	restore := func(says ...string) {
 		t.Helper()
@@ -661,27 +661,6 @@ func TestBackupRestoreRefusesCorruptHistory(t *testing.T) {
 	m := rs.post(t, ann, []byte("still here"))
 	if got := momentIDs(t, rs.store, ann.id); len(got) != len(before)+1 || !slices.Contains(got, m) {
 		t.Errorf("ann after the refusals: %v", got)
-	}
-}
-
-// ltxTimes gives every LTX file under dir the modification time of its
-// header's timestamp, as Litestream's file client writes them: a copy
-// loses them, and restores to a time go by them.
-func ltxTimes(t *testing.T, dir string) {
-	t.Helper()
-	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err != nil || !strings.HasSuffix(p, ".ltx") {
-			return err
-		}
-		b, err := os.ReadFile(p)
-		if err != nil || len(b) < 40 {
-			return fmt.Errorf("%s: %d bytes, %v", p, len(b), err)
-		}
-		at := time.UnixMilli(int64(binary.BigEndian.Uint64(b[32:40]))) // ltx.Header's Timestamp
-		return os.Chtimes(p, at, at)
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 }
 

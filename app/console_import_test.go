@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nah-app/nah/internal/testutil"
 	"github.com/nah-app/nah/store"
 )
 
@@ -191,7 +192,7 @@ func TestMoveAPerson(t *testing.T) {
 	if err := old.store.Close(); err != nil {
 		t.Fatal(err)
 	}
-	noTrace(t, old.dir, ann.id)
+	testutil.NoTrace(t, old.dir, ann.id)
 
 	ts := newTestServer(t)
 	got, err := ts.store.ImportPerson(context.Background(), bytes.NewReader(tarball), store.ImportOptions{})

@@ -13,41 +13,19 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nah-app/nah"
+	"github.com/nah-app/nah/internal/testutil"
 	"github.com/nah-app/nah/store"
 )
-
-// fakeClock is the injectable clock of the store and the rate limits.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 type testServer struct {
 	*httptest.Server
 	app   *App
 	store *store.Store
-	clock *fakeClock
+	clock *testutil.Clock
 	dir   string
 }
 
@@ -71,7 +49,7 @@ type serverConfig struct {
 // SQLite files in a temporary directory, over real HTTP.
 func newTestServer(t *testing.T, edit ...func(*serverConfig)) *testServer {
 	t.Helper()
-	clock := newFakeClock()
+	clock := testutil.NewClock(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC))
 	cfg := serverConfig{
 		Config: Config{
 			OpenSignup:     true,

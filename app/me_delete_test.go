@@ -1,16 +1,16 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nah-app/nah/internal/testutil"
 )
 
 // TestDeleteMe: the answers of DELETE /api/v1/me, and what is gone at once.
@@ -223,7 +223,7 @@ func TestDeletePurgeLeavesNoTrace(t *testing.T) {
 	if err := ts.store.Close(); err != nil {
 		t.Fatal(err)
 	}
-	noTrace(t, ts.dir, ann.id)
+	testutil.NoTrace(t, ts.dir, ann.id)
 }
 
 // TestDeleteGraceZeroPurgesAtOnce: NAH_DELETE_GRACE=0 leaves nothing to undo.
@@ -241,37 +241,5 @@ func TestDeleteGraceZeroPurgesAtOnce(t *testing.T) {
 	if err := ts.store.Close(); err != nil {
 		t.Fatal(err)
 	}
-	noTrace(t, ts.dir, ann.id)
-}
-
-// noTrace fails if a file name under dir, or a file's bytes, hold id.
-func noTrace(t *testing.T, dir, id string) {
-	t.Helper()
-	files := 0
-	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if strings.Contains(p, id) {
-			t.Errorf("a file name holds the id: %s", p)
-		}
-		if !e.Type().IsRegular() {
-			return nil
-		}
-		files++
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		if bytes.Contains(b, []byte(id)) {
-			t.Errorf("%s holds the id", p)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if files == 0 {
-		t.Fatal("no file was searched")
-	}
+	testutil.NoTrace(t, ts.dir, ann.id)
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nah-app/nah"
+	"github.com/nah-app/nah/internal/testutil"
 )
 
 // holdHasher takes every hashing slot, so that a request that reaches the
@@ -256,7 +257,7 @@ func TestSigninLimitPerIPv6Subnet(t *testing.T) {
 // ends, and the map stays bounded. When every key is locked out, a new key
 // is refused (until the earliest window ends) rather than anyone forgotten.
 func TestLimiterFullKeepsLockouts(t *testing.T) {
-	clock := newFakeClock()
+	clock := testutil.NewClock(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC))
 	l := newLimiter(3, time.Minute, clock.Now)
 	take := func(key string) error { _, err := l.take(key); return err }
 	for range 3 {

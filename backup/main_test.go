@@ -2,7 +2,6 @@ package backup_test
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"log/slog"
 	"net"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/nah-app/nah/backup"
 	"github.com/nah-app/nah/internal/tests3"
+	"github.com/nah-app/nah/internal/testutil"
 	"github.com/nah-app/nah/store"
 )
 
@@ -143,59 +143,11 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// dump reads every table of the SQLite file at path, Litestream's own
-// excepted, as sorted rows of text.
-func dump(t testing.TB, path string) map[string][]string {
-	t.Helper()
-	db, err := sql.Open("sqlite", path+"?_pragma=query_only(1)&_pragma=busy_timeout(10000)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	rows, err := db.Query(`SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name NOT LIKE '_litestream%'`)
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	var tables []string
-	for rows.Next() {
-		var n string
-		rows.Scan(&n)
-		tables = append(tables, n)
-	}
-	rows.Close()
-	out := map[string][]string{}
-	for _, tb := range tables {
-		rs, err := db.Query(`SELECT * FROM "` + tb + `"`)
-		if err != nil {
-			t.Fatalf("%s: %s: %v", path, tb, err)
-		}
-		cols, _ := rs.Columns()
-		vals := make([]any, len(cols))
-		ptrs := make([]any, len(cols))
-		for i := range vals {
-			ptrs[i] = &vals[i]
-		}
-		out[tb] = []string{}
-		for rs.Next() {
-			if err := rs.Scan(ptrs...); err != nil {
-				t.Fatal(err)
-			}
-			out[tb] = append(out[tb], fmt.Sprintf("%q", vals))
-		}
-		if err := rs.Err(); err != nil {
-			t.Fatal(err)
-		}
-		rs.Close()
-		sort.Strings(out[tb])
-	}
-	return out
-}
-
 // sameRows fails the test unless the files at a and b hold the same rows,
 // and returns how many rows they hold.
 func sameRows(t testing.TB, live, restored string) int {
 	t.Helper()
-	a, b := dump(t, live), dump(t, restored)
+	a, b := testutil.Dump(t, live), testutil.Dump(t, restored)
 	n := 0
 	for tb, rows := range a {
 		other, ok := b[tb]

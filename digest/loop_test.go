@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nah-app/nah"
+	"github.com/nah-app/nah/internal/testutil"
 	"github.com/nah-app/nah/store"
 )
 
@@ -21,23 +22,6 @@ import (
 // push relay: an httptest.Server that records what it is sent and can
 // fail, stall, or answer 410 for a token. The clock is the store's and the
 // loop's, moved by the test; Run is called for each minute.
-
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Set(t time.Time) {
-	c.mu.Lock()
-	c.now = t
-	c.mu.Unlock()
-}
 
 // received is one request the relay got.
 type received struct {
@@ -48,7 +32,7 @@ type received struct {
 
 type fakeRelay struct {
 	*httptest.Server
-	clock *fakeClock
+	clock *testutil.Clock
 
 	mu    sync.Mutex
 	got   []received
@@ -57,7 +41,7 @@ type fakeRelay struct {
 	gone  sync.Map     // token -> true: answer 410
 }
 
-func newFakeRelay(t *testing.T, clock *fakeClock) *fakeRelay {
+func newFakeRelay(t *testing.T, clock *testutil.Clock) *fakeRelay {
 	r := &fakeRelay{clock: clock}
 	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		var p push
@@ -113,13 +97,13 @@ type world struct {
 	t     *testing.T
 	dir   string
 	s     *store.Store
-	clock *fakeClock
+	clock *testutil.Clock
 	relay *fakeRelay
 }
 
 func newWorld(t *testing.T, start time.Time) *world {
 	t.Helper()
-	w := &world{t: t, dir: t.TempDir(), clock: &fakeClock{now: start}}
+	w := &world{t: t, dir: t.TempDir(), clock: testutil.NewClock(start)}
 	w.relay = newFakeRelay(t, w.clock)
 	w.open()
 	return w

@@ -1,36 +1,16 @@
 package store
 
 import (
-	"bytes"
 	"context"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nah-app/nah"
+	"github.com/nah-app/nah/internal/testutil"
 )
-
-// testClock is a store clock that tests move.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 // TestDeleteUndoPurge follows one person through deletion, undo, deletion
 // again and the purge once the clock passes the grace: every moment comes
@@ -39,7 +19,7 @@ func (c *testClock) Advance(d time.Duration) {
 func TestDeleteUndoPurge(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	clock := &testClock{now: time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)}
+	clock := testutil.NewClock(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC))
 	s, err := Open(ctx, Config{Dir: dir, Now: clock.Now, DeleteGrace: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -140,35 +120,7 @@ func TestDeleteUndoPurge(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	assertNoTrace(t, dir, ann.ID)
-}
-
-// assertNoTrace fails if any file name under dir, or any file's bytes,
-// holds id.
-func assertNoTrace(t *testing.T, dir, id string) {
-	t.Helper()
-	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if strings.Contains(p, id) {
-			t.Errorf("file name holds the id: %s", p)
-		}
-		if !e.Type().IsRegular() {
-			return nil
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		if bytes.Contains(b, []byte(id)) {
-			t.Errorf("%s holds the id", p)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.NoTrace(t, dir, ann.ID)
 }
 
 // TestDeleteWhilePosting deletes a person while goroutines post as them: each
@@ -212,7 +164,7 @@ func TestDeleteWhilePosting(t *testing.T) {
 func TestOnlyTheServerSweeps(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	clock := &testClock{now: time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)}
+	clock := testutil.NewClock(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC))
 	s, err := Open(ctx, Config{Dir: dir, Now: clock.Now, DeleteGrace: time.Hour})
 	if err != nil {
 		t.Fatal(err)

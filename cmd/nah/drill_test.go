@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nah-app/nah/internal/testutil"
 	"github.com/nah-app/nah/store"
 )
 
@@ -47,12 +48,12 @@ func TestRestoreCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close()
-	before := dumpDB(t, filepath.Join(data, "people", bob, "person.db"))
+	before := testutil.Dump(t, filepath.Join(data, "people", bob, "person.db"))
 	out, errOut, code = nahRun(t, "restore", "-check", "-from", repl, "-data", data)
 	if code != 1 || !strings.Contains(out, "DIFFERS bob (people/"+bob+"/person.db): differs from the live file: moments has 4 rows on the replica and 5 in the live file") {
 		t.Errorf("check with bob's write missing: exit %d\n%s%s", code, out, errOut)
 	}
-	if after := dumpDB(t, filepath.Join(data, "people", bob, "person.db")); fmt.Sprint(after) != fmt.Sprint(before) {
+	if after := testutil.Dump(t, filepath.Join(data, "people", bob, "person.db")); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Error("the check changed the data directory")
 	}
 	if _, e, code := nahRun(t, "restore", "-check", "-from", repl); code != 2 || !strings.Contains(e, "-check -from URL -data DIR") {

@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nah-app/nah/store"
 )
 
 // binary is the nah binary built once for the process tests.
@@ -30,6 +32,11 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "nah")
+	// The store's process-wide SQLite settings before any connection of the
+	// tests (testutil.Dump's): SQLite refuses them after its first.
+	if err := store.ConfigureSQLite(); err != nil {
+		panic(err)
+	}
 	build := exec.Command("go", "build", "-o", binary, ".")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nah-app/nah/internal/testutil"
 )
 
 // memoryCgroup makes a memory cgroup limited to limit bytes for the test
@@ -84,24 +86,6 @@ func vmHWM(pid int) int64 {
 	return 0
 }
 
-// slowGet sends one GET over a connection with a tiny receive buffer and
-// returns it unread: the server's writes block as a slow phone's would.
-func slowGet(t *testing.T, addr, path, token string) net.Conn {
-	t.Helper()
-	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
-		var err error
-		c.Control(func(fd uintptr) { err = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
-		return err
-	}}
-	conn, err := d.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", path, token)
-	return conn
-}
-
 // TestSlowReadersInA400MBCgroup is the memory limit under attack: the server
 // runs in a 400 MB memory cgroup, and 60 clients ask for the largest page
 // there is (100 moments of 64 KiB: 8.7 MB of JSON) and do not read it.
@@ -132,7 +116,7 @@ func TestSlowReadersInA400MBCgroup(t *testing.T) {
 	conns := make([]net.Conn, 60)
 	var wg sync.WaitGroup
 	for i := range conns {
-		wg.Go(func() { conns[i] = slowGet(t, p.addr, "/api/v1/feed?limit=100", bigToken) })
+		wg.Go(func() { conns[i] = testutil.SlowGet(t, p.addr, "/api/v1/feed?limit=100", bigToken) })
 	}
 	wg.Wait()
 	time.Sleep(3 * time.Second) // the server writes until every socket is full

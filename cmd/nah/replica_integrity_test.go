@@ -18,6 +18,7 @@ import (
 
 	"github.com/superfly/ltx"
 
+	"github.com/nah-app/nah/internal/testutil"
 	"github.com/nah-app/nah/store"
 )
 
@@ -141,7 +142,7 @@ func TestReplicaIntegrityAtScale(t *testing.T) {
 			bad++
 			continue
 		}
-		live, got := dumpDB(t, filepath.Join(data, rel)), dumpDB(t, o)
+		live, got := testutil.Dump(t, filepath.Join(data, rel)), testutil.Dump(t, o)
 		for tb, rows := range live {
 			if strings.Join(rows, "\n") != strings.Join(got[tb], "\n") {
 				t.Errorf("litestream restore %s: table %s: %d rows, live %d\n%.300s", rel, tb, len(got[tb]), len(rows), firstDiff(rows, got[tb]))

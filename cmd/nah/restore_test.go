@@ -3,9 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding/base64"
-	endian "encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,6 +21,7 @@ import (
 	"time"
 
 	"github.com/nah-app/nah/backup"
+	"github.com/nah-app/nah/internal/testutil"
 	"github.com/nah-app/nah/store"
 )
 
@@ -63,60 +62,6 @@ func restoreInto(t *testing.T, from, to string, more ...string) string {
 	return out
 }
 
-// dumpDB reads every table of the database at p: table name to its rows,
-// each row printed, sorted.
-func dumpDB(t *testing.T, p string) map[string][]string {
-	t.Helper()
-	// The store's process-wide settings first: SQLite refuses them once a
-	// connection opened, and a test may open the store after this.
-	if err := store.ConfigureSQLite(); err != nil {
-		t.Fatal(err)
-	}
-	db, err := sql.Open("sqlite", "file:"+p+"?mode=ro")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	rows, err := db.Query(`SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name`)
-	if err != nil {
-		t.Fatalf("%s: %v", p, err)
-	}
-	var tables []string
-	for rows.Next() {
-		var n string
-		rows.Scan(&n)
-		tables = append(tables, n)
-	}
-	rows.Close()
-	out := map[string][]string{}
-	for _, tb := range tables {
-		rs, err := db.Query(`SELECT * FROM "` + tb + `"`)
-		if err != nil {
-			t.Fatalf("%s %s: %v", p, tb, err)
-		}
-		cols, _ := rs.Columns()
-		list := []string{}
-		for rs.Next() {
-			vals := make([]any, len(cols))
-			ptrs := make([]any, len(cols))
-			for i := range vals {
-				ptrs[i] = &vals[i]
-			}
-			if err := rs.Scan(ptrs...); err != nil {
-				t.Fatal(err)
-			}
-			list = append(list, fmt.Sprintf("%q", vals))
-		}
-		if err := rs.Err(); err != nil {
-			t.Fatalf("%s %s: %v", p, tb, err)
-		}
-		rs.Close()
-		sort.Strings(list)
-		out[tb] = list
-	}
-	return out
-}
-
 // databases lists the databases of data directory dir, as paths under it.
 func databases(t *testing.T, dir string) []string {
 	t.Helper()
@@ -143,7 +88,7 @@ func sameData(t *testing.T, live, restored string) {
 		if _, err := os.Stat(filepath.Join(restored, rel)); err != nil {
 			continue
 		}
-		da, db := dumpDB(t, filepath.Join(live, rel)), dumpDB(t, filepath.Join(restored, rel))
+		da, db := testutil.Dump(t, filepath.Join(live, rel)), testutil.Dump(t, filepath.Join(restored, rel))
 		for tb, ra := range da {
 			rb, ok := db[tb]
 			if !ok {
@@ -540,7 +485,7 @@ func TestRestoreLitestreamCLI(t *testing.T) {
 		if b, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("litestream restore %s: %v\n%s", rel, err, b)
 		}
-		live, got := dumpDB(t, filepath.Join(data, rel)), dumpDB(t, o)
+		live, got := testutil.Dump(t, filepath.Join(data, rel)), testutil.Dump(t, o)
 		if len(live["moments"]) == 0 && rel != "directory.db" {
 			t.Fatalf("%s: no moments live", rel)
 		}
@@ -633,28 +578,7 @@ func plantCorruptHistory(t *testing.T, repl, rel string) {
 	if err := os.CopyFS(dst, os.DirFS(src)); err != nil {
 		t.Fatal(err)
 	}
-	ltxTimes(t, dst)
-}
-
-// ltxTimes gives every LTX file under dir the modification time of its
-// header's timestamp, as Litestream's file client writes them: a copy
-// loses them, and restores to a time go by them.
-func ltxTimes(t *testing.T, dir string) {
-	t.Helper()
-	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err != nil || !strings.HasSuffix(p, ".ltx") {
-			return err
-		}
-		b, err := os.ReadFile(p)
-		if err != nil || len(b) < 40 {
-			return fmt.Errorf("%s: %d bytes, %v", p, len(b), err)
-		}
-		at := time.UnixMilli(int64(endian.BigEndian.Uint64(b[32:40]))) // ltx.Header's Timestamp
-		return os.Chtimes(p, at, at)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	testutil.LTXTimes(t, dst)
 }
 
 // copyReplica copies a replica directory, so that each case plants its own
@@ -733,7 +657,7 @@ func TestRestoreCorruptHistory(t *testing.T) {
 			if rel == annRel || rel == catRel {
 				continue
 			}
-			live, got := dumpDB(t, filepath.Join(data, rel)), dumpDB(t, filepath.Join(out, rel))
+			live, got := testutil.Dump(t, filepath.Join(data, rel)), testutil.Dump(t, filepath.Join(out, rel))
 			for tb, rows := range live {
 				if strings.Join(rows, "\n") != strings.Join(got[tb], "\n") {
 					t.Errorf("%s: table %s differs: live %d rows, restored %d", rel, tb, len(rows), len(got[tb]))

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"net/http"
 	"path"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -57,24 +58,59 @@ func backupsOff() error {
 }
 
 // backupHealth sums replication up for the Overview and the Backups page.
-func backupHealth(b *backup.Backups) ui.BackupHealth {
+func (a *App) backupHealth() ui.BackupHealth {
+	b := a.cfg.Backups
 	if b == nil {
-		return ui.BackupHealth{Ok: true, Summary: "Off (NAH_REPLICA_URL=off): nothing is replicated."}
+		return ui.BackupHealth{Off: true, Ok: true}
 	}
-	return healthLine(b.Health())
-}
-
-func healthLine(h backup.Health) ui.BackupHealth {
-	out := ui.BackupHealth{Ok: h.Ok, Err: h.LastErr}
-	switch {
-	case !h.Ok:
-		out.Summary = fmt.Sprintf("%d %s behind, the worst by %s", h.Behind, plural(h.Behind, "file", "files"), ui.Round(h.Worst))
-	case h.Behind > 0:
-		out.Summary = fmt.Sprintf("All replicated up to %s ago (%d %s shipping newer writes).", ui.Round(h.Worst), h.Behind, plural(h.Behind, "file", "files"))
-	default:
-		out.Summary = fmt.Sprintf("All replicated: %d %s in step with the target, %d watched now.", h.Files, plural(h.Files, "file", "files"), h.Watched)
+	h := b.Health()
+	t := b.Repl.Target()
+	out := ui.BackupHealth{Ok: h.Ok, Target: t.Redacted(), LastSync: h.LastSync, Behind: h.Behind, Worst: h.Worst, Raw: h.LastErr}
+	if !h.Ok {
+		out.Problem = replicationProblem(h.LastErr, t.IsS3())
+	}
+	if !t.IsS3() {
+		out.SameDisk = sameDisk(filepath.Dir(a.store.Path(store.DirectoryRel)), t.Dir())
+	}
+	if b.Sweep != nil && b.Every > 0 {
+		last, _ := b.Sweep.Last()
+		out.SweepPlanned, out.NextSweep = true, b.NextSweepAt()
+		if last.Stamp != "" && last.Err == "" {
+			out.LastSweep, out.LastSweepBytes = last.Started, last.Bytes
+		}
 	}
 	return out
+}
+
+// replicationProblem is a replication error as a sentence a family member
+// can act on; the page folds the raw text (Litestream's, the target's)
+// away beneath it.
+func replicationProblem(raw string, s3 bool) string {
+	where := "The backup folder"
+	if s3 {
+		where = "The backup bucket"
+	}
+	e := strings.ToLower(raw)
+	has := func(subs ...string) bool {
+		return slices.ContainsFunc(subs, func(s string) bool { return strings.Contains(e, s) })
+	}
+	switch {
+	case raw == "":
+		return "Some files are waiting longer than usual to be copied."
+	case has("no space left", "quota exceeded"):
+		return where + " is full: free some space there, or point NAH_REPLICA_URL elsewhere."
+	case has("permission denied", "access denied", "accessdenied", "forbidden", "invalidaccesskeyid", "signaturedoesnotmatch"):
+		return where + " cannot be written: permission denied."
+	case has("read-only file system"):
+		return where + " cannot be written: its disk is read-only."
+	case has("not a directory"):
+		return where + " cannot be written: a file stands where the folder should be."
+	case has("no such file or directory", "nosuchbucket"):
+		return where + " is missing (is its disk plugged in and mounted?)."
+	case has("connection refused", "no such host", "timeout", "deadline exceeded", "network is unreachable", "connection reset"):
+		return where + " does not answer: is the server or the network down?"
+	}
+	return where + " refused the last copy."
 }
 
 func plural(n int, one, many string) string {
@@ -104,7 +140,7 @@ func (a *App) backupsView(r *http.Request) (ui.Backups, error) {
 	}
 	t := b.Repl.Target()
 	v.Target = t.Redacted()
-	v.Health = healthLine(b.Health())
+	v.Health = a.backupHealth()
 	v.Drill = a.drillView()
 	from := t.Redacted()
 	if t.IsS3() {
@@ -174,7 +210,7 @@ func (a *App) handleBackupSync(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		a.log.Warn("backups: sync now", "err", err)
-		e := nah.Errorf(nah.Unavailable, "", "Sync failed after %s: %v. Posts go on locally; replication retries by itself.", ui.Round(took), err)
+		e := nah.Errorf(nah.Unavailable, "", "Sync failed after %s. %s People can still post; the copies catch up by themselves once the target works again.", ui.Round(took), replicationProblem(err.Error(), b.Repl.Target().IsS3()))
 		a.respondError(w, r, e, func(e *nah.Error) templ.Component {
 			v.SyncError = e.Message
 			return ui.BackupsPage(v)

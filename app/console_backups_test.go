@@ -212,7 +212,7 @@ func TestBackupsPageAndOverview(t *testing.T) {
 	if p.status != 200 {
 		t.Fatalf("backups page: %d\n%s", p.status, p.body)
 	}
-	for _, want := range []string{rs.replicaDir, "All replicated", "nah restore -from " + rs.replicaDir + " -to ", `id="sync-now"`, `id="download-all"`, "61 files, "} {
+	for _, want := range []string{rs.replicaDir, "Backed up ", "nah restore -from " + rs.replicaDir + " -to ", `id="sync-now"`, `id="download-all"`, "61 files, "} {
 		if !strings.Contains(p.body, want) {
 			t.Errorf("backups page lacks %q", want)
 		}
@@ -236,7 +236,7 @@ func TestBackupsPageAndOverview(t *testing.T) {
 		}
 	}
 
-	if o := get(t, c, rs.URL+"/console"); !strings.Contains(o.body, `id="backup-health"`) || !strings.Contains(o.body, "All replicated") {
+	if o := get(t, c, rs.URL+"/console"); !strings.Contains(o.body, `id="backup-health"`) || !strings.Contains(o.body, "Backed up ") {
 		t.Errorf("the overview does not show backup health:\n%s", o.body)
 	}
 	h := rs.do(t, "GET", "/healthz", "", nil)
@@ -692,5 +692,56 @@ func TestRestoredPersonIsReplicated(t *testing.T) {
 	}
 	if len(got) != len(early) {
 		t.Fatalf("the replica's newest copy (from %s) has %d moments; the restored person has %d", src, len(got), len(early))
+	}
+}
+
+// TestBackupsFailedSyncClears: a "Sync now" that failed while the target
+// was away says why in a sentence (the raw error folded beneath it), and
+// once the target is back the catch-up loop alone brings the overview and
+// /healthz back to healthy, with no second Sync now.
+func TestBackupsFailedSyncClears(t *testing.T) {
+	rs := newReplicatedServer(t)
+	ann := rs.signup(t, "ann")
+	rs.post(t, ann, []byte("before"))
+	mustSync(t, rs.backups)
+	c := signedInAdmin(t, rs.testServer)
+
+	if err := os.RemoveAll(rs.replicaDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(rs.replicaDir, []byte("not a directory"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rs.post(t, ann, []byte("while the target is away"))
+	if s := postForm(t, c, rs.URL+"/console/backups/sync", nil); s.status != http.StatusServiceUnavailable || !strings.Contains(s.body, "a file stands where the folder should be") {
+		t.Fatalf("sync now with the target away: %d\n%s", s.status, s.body)
+	}
+	o := get(t, c, rs.URL+"/console")
+	if !strings.Contains(o.body, `<span id="backup-problem">The backup folder cannot be written: a file stands where the folder should be.</span>`) || !strings.Contains(o.body, `<summary>The error as the backup tool gave it</summary>`) {
+		t.Errorf("the overview does not say in words what is wrong:\n%s", o.body)
+	}
+
+	if err := os.Remove(rs.replicaDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(rs.replicaDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	rs.backups.CatchUpEvery = 100 * time.Millisecond
+	done := make(chan struct{})
+	go func() { defer close(done); rs.backups.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		h := rs.do(t, "GET", "/healthz", "", nil)
+		o := get(t, c, rs.URL+"/console")
+		if h.str("status") == "ok" && strings.Contains(o.body, "Backed up ") && !strings.Contains(o.body, `id="backup-health" role="alert"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("15 s after the target came back, with catch-ups every 100 ms: healthz %s\n%s", h.raw, o.body)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

@@ -28,7 +28,7 @@ func (a *App) handleOverview(w http.ResponseWriter, r *http.Request) {
 	if a.certs != nil {
 		o.Certificates = a.certs.problems(a.cfg.TLS.Domains)
 	}
-	bh := backupHealth(a.cfg.Backups)
+	bh := a.backupHealth()
 	o.Backups = &bh
 	o.Drill = a.drillView()
 	problems := a.store.FileProblems()

@@ -169,6 +169,7 @@ type Health struct {
 	Worst    time.Duration // the largest lag
 	LastErr  string        // an error of a file behind, if any
 	Ok       bool          // nothing behind by more than Backups.Behind
+	LastSync time.Time     // the newest sync that reached the target
 	Sweep    SweepResult
 	Sweeping bool
 }
@@ -179,6 +180,9 @@ func (b *Backups) Health() Health {
 	st := b.Repl.Status()
 	h := Health{Target: b.Repl.Target().Redacted(), Files: len(st), Watched: b.Repl.Watched(), Ok: true}
 	for _, f := range st {
+		if f.LastSync.After(h.LastSync) {
+			h.LastSync = f.LastSync
+		}
 		if !f.Behind() {
 			continue
 		}
@@ -192,12 +196,19 @@ func (b *Backups) Health() Health {
 			h.Ok = false
 		}
 	}
-	if err := b.Repl.TargetErr(); err != nil {
+	targetErr := b.Repl.TargetErr()
+	if targetErr != nil {
 		h.Ok = false
-		h.LastErr = "target: " + err.Error()
+		h.LastErr = "target: " + targetErr.Error()
 	}
 	b.mu.Lock()
-	if b.syncErr != "" {
+	switch {
+	case b.syncErr == "":
+	case h.Behind == 0 && targetErr == nil:
+		// Every file is in step and the target answers (the catch-up
+		// loop caught up since): a failed "sync now" is over.
+		b.syncErr = ""
+	default:
 		h.Ok = false
 		if h.LastErr == "" {
 			h.LastErr = b.syncErr

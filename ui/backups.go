@@ -9,9 +9,22 @@ import "time"
 // BackupHealth is replication at a glance, on the Backups page and the
 // Overview.
 type BackupHealth struct {
-	Ok      bool
-	Summary string // "All replicated up to 2 s ago", "3 files behind, the worst by 4m0s"
-	Err     string // the error of a file behind, if any
+	Off      bool // NAH_REPLICA_URL=off
+	Ok       bool
+	Target   string    // where the copies go, secrets masked
+	LastSync time.Time // the newest copy that reached the target (zero: none yet)
+	Behind   int       // files whose newest changes are not on the target yet
+	Worst    time.Duration
+	Problem  string // what is wrong, as a sentence (empty when Ok)
+	Raw      string // the error as the backup tool gave it, folded away
+	// SameDisk: the copies are on the data's own disk, which one failure
+	// would take with them.
+	SameDisk bool
+
+	SweepPlanned   bool
+	NextSweep      time.Time // zero: not planned yet
+	LastSweep      time.Time // the last nightly copy that succeeded in this run
+	LastSweepBytes int64
 }
 
 // Backups is the Backups page.

@@ -194,7 +194,9 @@ func (s *Store) ReplacePersonFile(ctx context.Context, id string, make func(path
 	if err != nil {
 		return err
 	}
-	s.files.Hide(id)
+	// Their requests are told to come back (a swap takes seconds) rather
+	// than that they do not exist; everyone else's feed leaves them out.
+	s.files.HideWith(id, errRestoring(id))
 	defer s.files.Unhide(id)
 	tmp := p + ".restoring"
 	for _, q := range []string{tmp, tmp + "-wal", tmp + "-shm"} {
@@ -233,12 +235,22 @@ func (s *Store) ReplacePersonFile(ctx context.Context, id string, make func(path
 	if err := syncDir(filepath.Dir(p)); err != nil { // the rename is durable before the restore is reported
 		s.log.Warn("restore: sync the folder after the swap", "path", p, "err", err)
 	}
-	s.files.Unhide(id)
 	n := s.graph.node(id)
 	if n == nil {
 		return nil
 	}
+	// The media lock is taken before the file is seen again, so that no
+	// upload or delete counts against the old file's usage; then the
+	// restored rows and the files on disk are made to agree.
+	n.usage.mu.Lock()
+	s.files.Unhide(id)
 	s.dropHead(n)
+	err = s.reconcileMedia(ctx, id, &n.usage)
+	n.usage.mu.Unlock()
+	if err != nil {
+		n.checked.Store(0)
+		return err
+	}
 	var newest, count int64
 	if _, err := s.withFile(ctx, id, func(f *personFile) error {
 		var err error

@@ -88,7 +88,18 @@ const (
 	runBudget = 50 * time.Second
 	// firstDigestWindow is what a first digest counts: the day before it.
 	firstDigestWindow = 24 * time.Hour
+	// devicesAtOnce bounds one person's pushes in flight: all their
+	// devices (nah.MaxDevices) at once, so ten devices on a relay that hangs
+	// cost one person's budget, not ten times three tries one after
+	// another (2m42s measured before, holding a worker and delaying the
+	// next people). At most Workers x 10 requests are in flight.
+	devicesAtOnce = nah.MaxDevices
 )
+
+// personBudget is how long one person's pushes may take in all: two tries'
+// time (10 s by default). What a hanging relay has not answered by then
+// has failed, and the worker goes on to the next person.
+func (l *Loop) personBudget() time.Duration { return 2 * l.cfg.Timeout }
 
 // retriesPerRun bounds a run's retries: a few for a relay that blinks,
 // plus one for every ten pushes; a relay that is down costs each push one
@@ -156,9 +167,9 @@ func (l *Loop) Start() {
 	go l.loop()
 }
 
-// Stop ends the loop: no push starts after it is called, and it returns
-// once the pushes under way have finished (each within Timeout) and their
-// people are marked done.
+// Stop ends the loop: no push starts after it is called, the pushes under
+// way are cut off, and it returns once their people are marked done, or
+// left claimed for the next start to resume when nothing got through.
 func (l *Loop) Stop() {
 	l.stopOnce.Do(func() { close(l.stop) })
 	if l.started {
@@ -286,6 +297,17 @@ func (l *Loop) send(now, start time.Time, busy []job, r *Run) {
 	defer marks.close()
 	deadline := time.NewTimer(runBudget - time.Since(start))
 	defer deadline.Stop()
+	// The run's deadline and the loop's stop end the pushes under way too,
+	// not only the dispatch of new ones.
+	ctx, cancel := context.WithDeadline(context.Background(), start.Add(runBudget))
+	defer cancel()
+	go func() {
+		select {
+		case <-l.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 
 	var mu sync.Mutex // guards r and took
 	took := make([]time.Duration, 0, len(busy))
@@ -295,7 +317,7 @@ func (l *Loop) send(now, start time.Time, busy []job, r *Run) {
 		wg.Go(func() {
 			for j := range work {
 				t0 := time.Now()
-				res := l.digest(j, marks, budget)
+				res := l.digest(ctx, j, marks, budget)
 				d := time.Since(t0)
 				mu.Lock()
 				switch res {
@@ -368,7 +390,7 @@ const (
 )
 
 // digest counts, claims, pushes and finishes one person's digest.
-func (l *Loop) digest(j job, marks *committer, budget *retryBudget) result {
+func (l *Loop) digest(run context.Context, j job, marks *committer, budget *retryBudget) result {
 	ctx := context.Background()
 	count, authors, err := l.store.CountNew(ctx, j.person, j.from, j.slot)
 	if err != nil {
@@ -398,21 +420,42 @@ func (l *Loop) digest(j job, marks *committer, budget *retryBudget) result {
 		return resultError // claimed, not done: the next run resumes it
 	}
 	p := push{DigestID: digestID(j.person, j.slot), Title: "nah", Body: bodyText(count, authors), Count: count, Authors: authors}
-	res := resultFailed
+	pctx, cancel := context.WithTimeout(run, l.personBudget())
+	defer cancel()
+	var (
+		mu   sync.Mutex
+		res  = resultFailed
+		wg   sync.WaitGroup
+		slot = make(chan struct{}, devicesAtOnce)
+	)
 	for _, d := range devices {
-		p.Token, p.Platform = d.Token, d.Platform
-		oc, err := l.relay.send(l.stop, p, budget)
-		switch oc {
-		case delivered:
-			res = resultSent
-			l.board.delivered(l.cfg.Now())
-		case gone:
-			if err := l.store.DeleteDevice(ctx, j.person, d.Token); err != nil && nah.ErrorCode(err) != nah.NotFound {
-				l.log.Error("digests: remove an unregistered device", "person", j.person, "err", err)
+		slot <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slot }()
+			p := p
+			p.Token, p.Platform = d.Token, d.Platform
+			oc, err := l.relay.send(pctx, p, budget)
+			switch oc {
+			case delivered:
+				mu.Lock()
+				res = resultSent
+				mu.Unlock()
+				l.board.delivered(l.cfg.Now())
+			case gone:
+				if err := l.store.DeleteDevice(ctx, j.person, d.Token); err != nil && nah.ErrorCode(err) != nah.NotFound {
+					l.log.Error("digests: remove an unregistered device", "person", j.person, "err", err)
+				}
+			case failed:
+				l.board.relayError(l.cfg.Now(), err)
 			}
-		case failed:
-			l.board.relayError(l.cfg.Now(), err)
-		}
+		})
+	}
+	wg.Wait()
+	if res != resultSent && run.Err() != nil {
+		// Cut off by the run's end, not by the relay: the person stays
+		// claimed and not done, so the next run resumes them (late
+		// rather than never, within the hour's catch-up).
+		return resultError
 	}
 	// Done need not wait for its commit: lost to a crash, it only means
 	// the pushes go again under the same digest id.

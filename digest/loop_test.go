@@ -38,6 +38,7 @@ type fakeRelay struct {
 	got   []received
 	fail  atomic.Bool  // answer 503
 	stall atomic.Int64 // sleep this long (ns) before answering
+	hang  sync.Map     // token -> true: never answer (until the request is cancelled)
 	gone  sync.Map     // token -> true: answer 410
 }
 
@@ -52,6 +53,10 @@ func newFakeRelay(t *testing.T, clock *testutil.Clock) *fakeRelay {
 		r.mu.Lock()
 		r.got = append(r.got, received{p, clock.Now(), req.Header.Get("Authorization")})
 		r.mu.Unlock()
+		if _, hang := r.hang.Load(p.Token); hang {
+			<-req.Context().Done()
+			return
+		}
 		if d := r.stall.Load(); d > 0 {
 			select {
 			case <-time.After(time.Duration(d)):
@@ -427,6 +432,53 @@ func TestDigestRelayStallsTheRunStaysBounded(t *testing.T) {
 	}
 	if errs := l.Status().Errors; len(errs) == 0 || errs[0].Message != "relay: no answer within 50ms" {
 		t.Errorf("errors %v", errs)
+	}
+}
+
+// TestDigestHangingDevicesDelayNobodyElse: hog has ten devices the relay
+// never answers; sam, due the same minute on the one worker after hog, gets
+// his push within hog's time budget (two tries' time), not after ten
+// devices times three tries one after another; and hog's devices were all
+// tried, in parallel.
+func TestDigestHangingDevicesDelayNobodyElse(t *testing.T) {
+	at := time.Date(2026, 6, 1, 8, 0, 0, 0, time.UTC)
+	w := newWorld(t, at.Add(-time.Hour))
+	pat := w.person("pat")
+	w.post(pat)
+	a, b := w.person("ann"), w.person("bob")
+	hog, sam := min(a, b), max(a, b) // the run takes a minute's people by id
+	w.connect(hog, pat)
+	w.connect(sam, pat)
+	for i := range 10 {
+		tok := fmt.Sprintf("hog-%d", i)
+		w.digestAt(hog, tok, 8*60, "UTC")
+		w.relay.hang.Store(tok, true)
+	}
+	w.digestAt(sam, "sam", 8*60, "UTC")
+	const timeout = 200 * time.Millisecond
+	l := w.loop(Config{Timeout: timeout, Backoff: 5 * time.Millisecond, Attempts: 3, Workers: 1})
+	start := time.Now()
+	done := make(chan Run)
+	go func() { done <- w.runAt(l, at) }()
+	for len(w.relay.byToken()["sam"]) == 0 {
+		if time.Since(start) > 30*time.Second {
+			t.Fatal("sam got no push")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Before: 10 devices x 3 tries x 200 ms, one after another: over 6 s.
+	if d := time.Since(start); d > 2*timeout+time.Second {
+		t.Errorf("sam's push came %v after the run began; hog's budget is %v", d, 2*timeout)
+	}
+	r := <-done
+	if r.Sent != 1 || r.Failed != 1 {
+		t.Errorf("run %+v, want sam sent and hog failed", r)
+	}
+	got := w.relay.byToken()
+	for i := range 10 {
+		if len(got[fmt.Sprintf("hog-%d", i)]) == 0 {
+			t.Errorf("hog's device %d was never tried", i)
+		}
 	}
 }
 

@@ -78,9 +78,10 @@ func (b *retryBudget) take() bool { return b.left.Add(-1) >= 0 }
 
 // send posts p, trying again after a network failure, a 429 or a 5xx, up
 // to r.attempts tries in all, while budget lasts, with exponential backoff
-// and jitter. stop ends the retries (the loop is stopping); a try under way
-// finishes within r.timeout.
-func (r *relay) send(stop <-chan struct{}, p push, budget *retryBudget) (outcome, error) {
+// and jitter. ctx ends the retries and the try under way (the person's
+// time is up, the run's deadline passed or the loop is stopping); a try
+// finishes within r.timeout in any case.
+func (r *relay) send(ctx context.Context, p push, budget *retryBudget) (outcome, error) {
 	body, err := json.Marshal(p)
 	if err != nil {
 		return failed, err
@@ -89,8 +90,8 @@ func (r *relay) send(stop <-chan struct{}, p push, budget *retryBudget) (outcome
 	for try := 0; ; try++ {
 		retry := false
 		var oc outcome
-		oc, retry, last = r.try(body)
-		if oc != failed || !retry || try+1 >= r.attempts || !budget.take() {
+		oc, retry, last = r.try(ctx, body)
+		if oc != failed || !retry || try+1 >= r.attempts || ctx.Err() != nil || !budget.take() {
 			return oc, last
 		}
 		// Full jitter over the doubling backoff: retries of many pushes
@@ -99,15 +100,15 @@ func (r *relay) send(stop <-chan struct{}, p push, budget *retryBudget) (outcome
 		d = d/2 + rand.N(d/2+1)
 		select {
 		case <-time.After(d):
-		case <-stop:
+		case <-ctx.Done():
 			return failed, last
 		}
 	}
 }
 
 // try is one POST. retry says whether another try may succeed.
-func (r *relay) try(body []byte) (oc outcome, retry bool, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+func (r *relay) try(ctx context.Context, body []byte) (oc outcome, retry bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.url, bytes.NewReader(body))
 	if err != nil {

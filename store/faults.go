@@ -119,6 +119,21 @@ func errUnreadable(person string, cause error) error {
 	}}
 }
 
+// retryRestoring is the Retry-After of a person whose file is being
+// restored to a time: the swap itself takes a second or two
+// (TestBackupRestorePersonToTime), the restore from the replica before it
+// a few seconds more.
+const retryRestoring = 3 * time.Second
+
+// errRestoring refuses person's requests while their file is replaced.
+// It is a fault of that person: everyone else's feed leaves them out.
+func errRestoring(person string) error {
+	return &fault{person: person, cause: errors.New("the file is being restored"), e: &nah.Error{
+		Code: nah.Unavailable, Reason: "storage_unavailable", RetryAfter: retryRestoring,
+		Message: "these moments are being restored by the server's operator: try again in a few seconds",
+	}}
+}
+
 func errDiskFull(person string, cause error) error {
 	return &fault{person: person, cause: cause, e: &nah.Error{
 		Code: nah.InsufficientStorage, Reason: "insufficient_storage",

@@ -456,3 +456,64 @@ func (s *Store) DeleteMedia(ctx context.Context, owner, id string) error {
 		return nil
 	})
 }
+
+// reconcileMedia makes person id's media rows and files agree once their
+// file was replaced by an older copy: a row whose file is gone (deleted
+// after the copy's time) is deleted, a file with no row (uploaded after
+// it) is removed, and the usage is what is left, so it never counts a
+// file twice or one that is gone. u.mu is held.
+func (s *Store) reconcileMedia(ctx context.Context, id string, u *mediaUsage) error {
+	dir, err := s.mediaDir(id)
+	if err != nil {
+		return err
+	}
+	rows := make(map[string]bool)
+	var sum int64
+	err = s.useFile(ctx, id, true, func(f *personFile) error {
+		r, err := f.db.QueryContext(ctx, `SELECT id, size FROM media`)
+		if err != nil {
+			return err
+		}
+		var gone []string
+		for r.Next() {
+			var mid string
+			var size int64
+			if err := r.Scan(&mid, &size); err != nil {
+				r.Close()
+				return err
+			}
+			if st, err := os.Lstat(filepath.Join(dir, mid)); err == nil && st.Mode().IsRegular() && st.Size() == size {
+				rows[mid] = true
+				sum += size
+			} else {
+				gone = append(gone, mid)
+			}
+		}
+		r.Close()
+		if err := r.Err(); err != nil {
+			return err
+		}
+		if len(gone) == 0 {
+			return nil
+		}
+		tx, err := f.db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		for _, mid := range gone {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM media WHERE id = ?`, mid); err != nil {
+				return err
+			}
+		}
+		s.log.Info("restore: media rows without their file removed", "person", id, "rows", len(gone))
+		return tx.Commit()
+	})
+	if err != nil {
+		u.loaded = false // read again at the next use
+		return err
+	}
+	s.sweepMedia(dir, rows)
+	u.bytes, u.count, u.loaded = sum, len(rows), true
+	return nil
+}

@@ -194,47 +194,10 @@ func (s *Store) ReplacePersonFile(ctx context.Context, id string, make func(path
 	if err != nil {
 		return err
 	}
-	if err := s.files.WhileHidden(id, func() error { return s.swapIn(ctx, p, make) }); err != nil {
-		return err
-	}
-	n := s.graph.node(id)
-	if n == nil {
-		return nil
-	}
-	s.dropHead(n)
-	var newest, count int64
-	if _, err := s.withFile(ctx, id, func(f *personFile) error {
-		var err error
-		if newest, err = readNewest(ctx, f.db); err != nil {
-			return err
-		}
-		return f.db.QueryRowContext(ctx, `SELECT count(*) FROM moments`).Scan(&count)
-	}); err != nil {
-		n.checked.Store(0) // re-read at the next feed
-		return err
-	}
-	n.newest.Store(newest)
-	n.checked.Store(s.now().UnixMilli())
-	// The directory's row says what the new file holds, not the old one.
-	s.dirtyMu.Lock()
-	delete(s.dirty, id)
-	s.dirtyMu.Unlock()
-	err = s.writeTx(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `UPDATE people SET newest_at = ?, moments = ? WHERE id = ?`, newest, count, id)
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	// The restore is done once replication has the new file: until then
-	// the replica's newest copy is the old file, and a whole restore would
-	// bring back what this one replaced.
-	return s.watchPerson(ctx, id, true)
-}
-
-// swapIn is ReplacePersonFile's swap, done while the person is hidden:
-// make makes the new file beside p, which then takes p's place.
-func (s *Store) swapIn(ctx context.Context, p string, make func(path string) error) error {
+	// Their requests are told to come back (a swap takes seconds) rather
+	// than that they do not exist; everyone else's feed leaves them out.
+	s.files.HideWith(id, errRestoring(id))
+	defer s.files.Unhide(id)
 	tmp := p + ".restoring"
 	for _, q := range []string{tmp, tmp + "-wal", tmp + "-shm"} {
 		os.Remove(q)
@@ -272,7 +235,50 @@ func (s *Store) swapIn(ctx context.Context, p string, make func(path string) err
 	if err := syncDir(filepath.Dir(p)); err != nil { // the rename is durable before the restore is reported
 		s.log.Warn("restore: sync the folder after the swap", "path", p, "err", err)
 	}
-	return nil
+	n := s.graph.node(id)
+	if n == nil {
+		return nil
+	}
+	// The media lock is taken before the file is seen again, so that no
+	// upload or delete counts against the old file's usage; then the
+	// restored rows and the files on disk are made to agree.
+	n.usage.mu.Lock()
+	s.files.Unhide(id)
+	s.dropHead(n)
+	err = s.reconcileMedia(ctx, id, &n.usage)
+	n.usage.mu.Unlock()
+	if err != nil {
+		n.checked.Store(0)
+		return err
+	}
+	var newest, count int64
+	if _, err := s.withFile(ctx, id, func(f *personFile) error {
+		var err error
+		if newest, err = readNewest(ctx, f.db); err != nil {
+			return err
+		}
+		return f.db.QueryRowContext(ctx, `SELECT count(*) FROM moments`).Scan(&count)
+	}); err != nil {
+		n.checked.Store(0) // re-read at the next feed
+		return err
+	}
+	n.newest.Store(newest)
+	n.checked.Store(s.now().UnixMilli())
+	// The directory's row says what the new file holds, not the old one.
+	s.dirtyMu.Lock()
+	delete(s.dirty, id)
+	s.dirtyMu.Unlock()
+	err = s.writeTx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `UPDATE people SET newest_at = ?, moments = ? WHERE id = ?`, newest, count, id)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	// The restore is done once replication has the new file: until then
+	// the replica's newest copy is the old file, and a whole restore would
+	// bring back what this one replaced.
+	return s.watchPerson(ctx, id, true)
 }
 
 // MediaFiles lists every media file of the data directory as paths under

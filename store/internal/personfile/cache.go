@@ -57,7 +57,7 @@ type Cache struct {
 	lru     list.List // front is most recent; values are *File
 	byID    map[string]*File
 	closing map[string]*File // out of the cache but not yet closed (or claimed), by id
-	hidden  map[string]bool  // people being deleted or restored: opens are refused
+	hidden  map[string]error // people being deleted or restored: opens are refused with the error
 	closed  bool
 	watched int // files in the cache that replication watches
 
@@ -77,7 +77,7 @@ func New(cfg Config) *Cache {
 		log:     cfg.Log,
 		byID:    make(map[string]*File),
 		closing: make(map[string]*File),
-		hidden:  make(map[string]bool),
+		hidden:  make(map[string]error),
 		wal:     walSet{m: make(map[string]bool)},
 	}
 	c.q = newQueue(cfg.QueueDir, cfg.Log)
@@ -111,9 +111,9 @@ func (c *Cache) Acquire(ctx context.Context, id string, create bool) (*File, err
 		e.RetryAfter = retryShuttingDown
 		return nil, e
 	}
-	if c.hidden[id] {
+	if err := c.hidden[id]; err != nil {
 		c.mu.Unlock()
-		return nil, nah.ErrNoPerson()
+		return nil, err
 	}
 	if f := c.byID[id]; f != nil {
 		f.refs++
@@ -254,8 +254,14 @@ func (c *Cache) Forget(id string) {
 // last one closes it. A person's folder is moved between Hide and Unhide,
 // so that no request reopens the file (or recreates it) in the middle.
 func (c *Cache) Hide(id string) {
+	c.HideWith(id, nah.ErrNoPerson())
+}
+
+// HideWith is Hide with every open refused with refusal instead: for a
+// person whose file comes back, a refusal to try again soon.
+func (c *Cache) HideWith(id string, refusal error) {
 	c.mu.Lock()
-	c.hidden[id] = true
+	c.hidden[id] = refusal
 	f := c.byID[id]
 	last := false
 	if f != nil {
@@ -298,7 +304,7 @@ func (c *Cache) WhileHidden(id string, fn func() error) error {
 func (c *Cache) State(id string) (open, hidden bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.byID[id] != nil || c.closing[id] != nil, c.hidden[id]
+	return c.byID[id] != nil || c.closing[id] != nil, c.hidden[id] != nil
 }
 
 // Len is the number of open (or opening) files.

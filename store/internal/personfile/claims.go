@@ -13,7 +13,7 @@ import (
 // Litestream never lets go of a file the app has open, and nothing else
 // claims the file.
 func (c *Cache) claimClosedLocked(id string) *File {
-	if c.byID[id] != nil || c.closing[id] != nil || c.hidden[id] {
+	if c.byID[id] != nil || c.closing[id] != nil || c.hidden[id] != nil {
 		return nil
 	}
 	ph := &File{ID: id, closed: make(chan struct{})}

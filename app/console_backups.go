@@ -113,13 +113,6 @@ func replicationProblem(raw string, s3 bool) string {
 	return where + " refused the last copy."
 }
 
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
-}
-
 // handleBackups is the Backups page.
 func (a *App) handleBackups(w http.ResponseWriter, r *http.Request) {
 	v, err := a.backupsView(r)

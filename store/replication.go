@@ -30,24 +30,14 @@ type Replicator interface {
 // server runs. Paths are relative to the data directory, slash-separated:
 // directory.db and people/<id>/person.db.
 
-// DirectoryRel is the directory database's path under the data directory.
-const DirectoryRel = "directory.db"
+// DirectoryRel, PersonRel and PersonOfRel are the root's (layout.go).
+const DirectoryRel = nah.DirectoryRel
 
 // PersonRel is person id's file under the data directory.
-func PersonRel(id string) string { return "people/" + id + "/person.db" }
+func PersonRel(id string) string { return nah.PersonRel(id) }
 
 // PersonOfRel is the person whose file rel is, or "" if rel is not one.
-func PersonOfRel(rel string) string {
-	id, ok := strings.CutPrefix(rel, "people/")
-	if !ok {
-		return ""
-	}
-	id, ok = strings.CutSuffix(id, "/person.db")
-	if !ok || !nah.ValidPersonID(id) {
-		return ""
-	}
-	return id
-}
+func PersonOfRel(rel string) string { return nah.PersonOfRel(rel) }
 
 // Path is rel's path on this machine.
 func (s *Store) Path(rel string) string { return filepath.Join(s.dir, filepath.FromSlash(rel)) }

@@ -1,0 +1,29 @@
+package nah
+
+import "testing"
+
+func TestLayout(t *testing.T) {
+	id := NewPersonID()
+	if got := PersonRel(id); got != "people/"+id+"/person.db" {
+		t.Fatalf("PersonRel(%q) = %q", id, got)
+	}
+	if got := PersonOfRel(PersonRel(id)); got != id {
+		t.Fatalf("PersonOfRel(PersonRel(%q)) = %q", id, got)
+	}
+	if !ValidDatabaseRel(DirectoryRel) || !ValidDatabaseRel(PersonRel(id)) {
+		t.Fatalf("the directory and a person's file are databases")
+	}
+	upper := []byte(id)
+	upper[0] -= 'a' - 'A'
+	for _, rel := range []string{
+		"", "person.db", "people/" + id, "people/" + id + "/person.db-wal",
+		"people/" + id + "/media/person.db", "people/../person.db",
+		"people/abc/person.db", "people/" + string(upper) + "/person.db",
+		"people/" + id + "a/person.db", "deleted/" + id + "/person.db",
+		"/people/" + id + "/person.db", "directory.db/x",
+	} {
+		if PersonOfRel(rel) != "" || ValidDatabaseRel(rel) {
+			t.Errorf("%q taken as a database", rel)
+		}
+	}
+}

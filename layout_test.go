@@ -26,4 +26,13 @@ func TestLayout(t *testing.T) {
 			t.Errorf("%q taken as a database", rel)
 		}
 	}
+	m := NewMediaID(1_780_000_000_000)
+	if o, got := MediaOfRel(MediaRel(id, m)); o != id || got != m {
+		t.Errorf("MediaOfRel(MediaRel(%q, %q)) = %q, %q", id, m, o, got)
+	}
+	for _, rel := range []string{MediaRel(id, "x"), MediaRel("abc", m), PersonRel(id), "people/" + id + "/other/" + m, MediaRel(id, m) + "/x"} {
+		if o, _ := MediaOfRel(rel); o != "" {
+			t.Errorf("%q taken as a media file", rel)
+		}
+	}
 }

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 
 	"github.com/nah-app/nah"
 )
@@ -55,7 +54,7 @@ func (s *Store) Databases(ctx context.Context) ([]string, error) {
 		if !e.IsDir() || !nah.ValidPersonID(e.Name()) {
 			continue
 		}
-		if _, err := os.Stat(filepath.Join(s.dir, "people", e.Name(), "person.db")); err == nil {
+		if _, err := os.Stat(s.Path(PersonRel(e.Name()))); err == nil {
 			out = append(out, PersonRel(e.Name()))
 		}
 	}
@@ -290,7 +289,7 @@ func (s *Store) MediaFiles(ctx context.Context) ([]string, error) {
 		}
 		for _, e := range es {
 			if e.Type().IsRegular() && nah.ValidMediaID(e.Name()) {
-				out = append(out, "people/"+p.Name()+"/"+mediaDirName+"/"+e.Name())
+				out = append(out, nah.MediaRel(p.Name(), e.Name()))
 			}
 		}
 		if err := ctx.Err(); err != nil {
@@ -303,8 +302,7 @@ func (s *Store) MediaFiles(ctx context.Context) ([]string, error) {
 
 // OpenMediaFile opens media file rel (as MediaFiles names it) for reading.
 func (s *Store) OpenMediaFile(rel string) (*os.File, error) {
-	parts := strings.Split(rel, "/")
-	if len(parts) != 4 || parts[0] != "people" || !nah.ValidPersonID(parts[1]) || parts[2] != mediaDirName || !nah.ValidMediaID(parts[3]) {
+	if owner, _ := nah.MediaOfRel(rel); owner == "" {
 		return nil, fmt.Errorf("store: not a media file: %q", rel)
 	}
 	return os.Open(s.Path(rel))

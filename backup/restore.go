@@ -14,6 +14,8 @@ import (
 
 	"github.com/benbjohnson/litestream"
 	"github.com/superfly/ltx"
+
+	"github.com/nah-app/nah"
 )
 
 // Databases lists every database the target can give back, as paths under
@@ -56,26 +58,9 @@ func Databases(ctx context.Context, t *Target) ([]string, error) {
 }
 
 // validRel says whether rel is a database path nah makes: directory.db or
-// people/<id>/person.db, with nothing that could climb out of a folder.
-func validRel(rel string) bool {
-	if rel == "directory.db" {
-		return true
-	}
-	parts := strings.Split(rel, "/")
-	if len(parts) != 3 || parts[0] != "people" || parts[2] != "person.db" {
-		return false
-	}
-	id := parts[1]
-	if id == "" || id == "." || id == ".." || len(id) > 64 {
-		return false
-	}
-	for _, c := range id {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return false
-		}
-	}
-	return true
-}
+// people/<id>/person.db with id of the root's exact shape, so that nothing
+// read from a replica can climb out of a folder.
+func validRel(rel string) bool { return nah.ValidDatabaseRel(rel) }
 
 // ErrNothing is returned when the target holds nothing of a database for
 // the time asked.

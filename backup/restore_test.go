@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nah-app/nah"
 	"github.com/nah-app/nah/backup"
 	"github.com/nah-app/nah/store"
 )
@@ -271,4 +272,26 @@ func TestRestoreFileCorruptHistory(t *testing.T) {
 		t.Errorf("truncated history: %+v %v", res, err)
 	}
 	t.Logf("truncated history: %v", res.HistoryErr)
+}
+
+// TestRestoreTakesOnlyPersonIDs: a path from a replica names a person's
+// file only with an id of the root's exact shape; anything looser is not a
+// database of nah, refused before the target is read.
+func TestRestoreTakesOnlyPersonIDs(t *testing.T) {
+	ctx := context.Background()
+	target, err := backup.ParseTarget(t.TempDir(), os.Getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "out.db")
+	id := nah.NewPersonID()
+	if _, err := backup.RestoreFile(ctx, target, nah.PersonRel(id), out, time.Now()); !errors.Is(err, backup.ErrNothing) {
+		t.Fatalf("RestoreFile of a person id: %v, want ErrNothing", err)
+	}
+	for _, bad := range []string{"abc", strings.ToUpper(id), "a_b-c", id + "x", "..", "."} {
+		_, err := backup.RestoreFile(ctx, target, "people/"+bad+"/person.db", out, time.Now())
+		if err == nil || !strings.Contains(err.Error(), "not a database of nah") {
+			t.Errorf("RestoreFile of people/%s/person.db: %v, want it refused as not a database of nah", bad, err)
+		}
+	}
 }

@@ -52,15 +52,14 @@ func (s *Store) personDir(id string) (string, error) {
 	if !nah.ValidPersonID(id) {
 		return "", nah.ErrNoPerson()
 	}
-	return filepath.Join(s.dir, "people", id), nil
+	return filepath.Join(s.dir, filepath.FromSlash(nah.PersonDirRel(id))), nil
 }
 
 func (s *Store) personPath(id string) (string, error) {
-	d, err := s.personDir(id)
-	if err != nil {
+	if _, err := s.personDir(id); err != nil {
 		return "", err
 	}
-	return filepath.Join(d, "person.db"), nil
+	return s.Path(nah.PersonRel(id)), nil
 }
 
 // openPerson opens (or creates) one person file and brings its schema up

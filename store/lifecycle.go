@@ -24,7 +24,9 @@ const DefaultDeleteGrace = 7 * 24 * time.Hour
 // sweepEvery is how often the sweep looks for deleted people due a purge.
 const sweepEvery = time.Minute
 
-func (s *Store) deletedDir(id string) string { return filepath.Join(s.dir, "deleted", id) }
+func (s *Store) deletedDir(id string) string {
+	return filepath.Join(s.dir, filepath.FromSlash(nah.DeletedDirRel(id)))
+}
 
 // DeletePerson deletes person id (see above). A person already deleted, or
 // unknown, is NotFound.
@@ -104,7 +106,9 @@ func (s *Store) DeletePerson(ctx context.Context, id string) error {
 	return nil
 }
 
-func (s *Store) mustPersonDir(id string) string { return filepath.Join(s.dir, "people", id) }
+func (s *Store) mustPersonDir(id string) string {
+	return filepath.Join(s.dir, filepath.FromSlash(nah.PersonDirRel(id)))
+}
 
 // moveFolder renames from to to (an atomic rename on one file system),
 // making to's parent if needed. A missing from is not an error: the folder

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 
 	"github.com/nah-app/nah"
 )
@@ -30,24 +29,14 @@ type Replicator interface {
 // server runs. Paths are relative to the data directory, slash-separated:
 // directory.db and people/<id>/person.db.
 
-// DirectoryRel is the directory database's path under the data directory.
-const DirectoryRel = "directory.db"
+// DirectoryRel, PersonRel and PersonOfRel are the root's (layout.go).
+const DirectoryRel = nah.DirectoryRel
 
 // PersonRel is person id's file under the data directory.
-func PersonRel(id string) string { return "people/" + id + "/person.db" }
+func PersonRel(id string) string { return nah.PersonRel(id) }
 
 // PersonOfRel is the person whose file rel is, or "" if rel is not one.
-func PersonOfRel(rel string) string {
-	id, ok := strings.CutPrefix(rel, "people/")
-	if !ok {
-		return ""
-	}
-	id, ok = strings.CutSuffix(id, "/person.db")
-	if !ok || !nah.ValidPersonID(id) {
-		return ""
-	}
-	return id
-}
+func PersonOfRel(rel string) string { return nah.PersonOfRel(rel) }
 
 // Path is rel's path on this machine.
 func (s *Store) Path(rel string) string { return filepath.Join(s.dir, filepath.FromSlash(rel)) }
@@ -65,7 +54,7 @@ func (s *Store) Databases(ctx context.Context) ([]string, error) {
 		if !e.IsDir() || !nah.ValidPersonID(e.Name()) {
 			continue
 		}
-		if _, err := os.Stat(filepath.Join(s.dir, "people", e.Name(), "person.db")); err == nil {
+		if _, err := os.Stat(s.Path(PersonRel(e.Name()))); err == nil {
 			out = append(out, PersonRel(e.Name()))
 		}
 	}
@@ -300,7 +289,7 @@ func (s *Store) MediaFiles(ctx context.Context) ([]string, error) {
 		}
 		for _, e := range es {
 			if e.Type().IsRegular() && nah.ValidMediaID(e.Name()) {
-				out = append(out, "people/"+p.Name()+"/"+mediaDirName+"/"+e.Name())
+				out = append(out, nah.MediaRel(p.Name(), e.Name()))
 			}
 		}
 		if err := ctx.Err(); err != nil {
@@ -313,8 +302,7 @@ func (s *Store) MediaFiles(ctx context.Context) ([]string, error) {
 
 // OpenMediaFile opens media file rel (as MediaFiles names it) for reading.
 func (s *Store) OpenMediaFile(rel string) (*os.File, error) {
-	parts := strings.Split(rel, "/")
-	if len(parts) != 4 || parts[0] != "people" || !nah.ValidPersonID(parts[1]) || parts[2] != mediaDirName || !nah.ValidMediaID(parts[3]) {
+	if owner, _ := nah.MediaOfRel(rel); owner == "" {
 		return nil, fmt.Errorf("store: not a media file: %q", rel)
 	}
 	return os.Open(s.Path(rel))

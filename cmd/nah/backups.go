@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/nah-app/nah"
 	"github.com/nah-app/nah/backup"
 	"github.com/nah-app/nah/store"
 )
@@ -40,7 +41,7 @@ func startReplication(ctx context.Context, cfg *config, log *slog.Logger) (*back
 	if err := t.Init(ictx); err != nil {
 		return nil, usageError{fmt.Sprintf("NAH_REPLICA_URL=%q: %v", cfg.ReplicaURL, err)}
 	}
-	meta := filepath.Join(cfg.Store.Dir, "replication")
+	meta := filepath.Join(cfg.Store.Dir, nah.ReplicationRel)
 	if err := os.MkdirAll(meta, 0o700); err != nil {
 		return nil, err
 	}
@@ -52,7 +53,7 @@ func startReplication(ctx context.Context, cfg *config, log *slog.Logger) (*back
 	cfg.Store.MaxWatched = cfg.ReplicaMaxFiles
 	// Files written and waiting for replication are listed here, so that a
 	// kill does not leave them behind until their next write.
-	cfg.Store.QueueDir = filepath.Join(meta, "queue")
+	cfg.Store.QueueDir = filepath.Join(cfg.Store.Dir, filepath.FromSlash(nah.QueueRel))
 	return r, nil
 }
 

@@ -35,7 +35,7 @@ func newDrill(cfg config, s *store.Store, r *backup.Replicator, log *slog.Logger
 			return p.Handle
 		},
 		OpenMedia: s.OpenMediaFile,
-		Dir:       filepath.Join(cfg.Store.Dir, "replication", "drill"),
+		Dir:       filepath.Join(cfg.Store.Dir, filepath.FromSlash(nah.DrillRel)),
 		Every:     cfg.DrillEvery,
 		Log:       log,
 	}

@@ -1,0 +1,61 @@
+package nah
+
+import "strings"
+
+// The data directory's layout. Paths are relative to the data directory
+// and slash-separated, as replication and the replica name them: the
+// directory database, and one folder per person under people/.
+
+// DirectoryRel is the directory database's path under the data directory.
+const DirectoryRel = "directory.db"
+
+// PersonRel is person id's file under the data directory.
+func PersonRel(id string) string { return "people/" + id + "/person.db" }
+
+// PersonOfRel is the person whose file rel is, or "" if rel is not one:
+// only an id of ValidPersonID's exact shape becomes a path.
+func PersonOfRel(rel string) string {
+	id, ok := strings.CutPrefix(rel, "people/")
+	if !ok {
+		return ""
+	}
+	id, ok = strings.CutSuffix(id, "/person.db")
+	if !ok || !ValidPersonID(id) {
+		return ""
+	}
+	return id
+}
+
+// ValidDatabaseRel says whether rel is a database path nah makes.
+func ValidDatabaseRel(rel string) bool { return rel == DirectoryRel || PersonOfRel(rel) != "" }
+
+// PeopleRel holds one folder per person, PersonDirRel(id); DeletedDirRel
+// holds a deleted person's folder until the purge.
+const PeopleRel = "people"
+
+// PersonDirRel is person id's folder: their file and their media.
+func PersonDirRel(id string) string { return PeopleRel + "/" + id }
+
+// DeletedDirRel is where a deleted person's folder waits for the purge.
+func DeletedDirRel(id string) string { return "deleted/" + id }
+
+// MediaRel is media file media of person owner.
+func MediaRel(owner, media string) string { return PersonDirRel(owner) + "/media/" + media }
+
+// MediaOfRel is the owner and id of media file rel, or "", "" if rel is
+// not one: only ids of their exact shapes become a path.
+func MediaOfRel(rel string) (owner, media string) {
+	parts := strings.Split(rel, "/")
+	if len(parts) != 4 || parts[0] != PeopleRel || !ValidPersonID(parts[1]) || parts[2] != "media" || !ValidMediaID(parts[3]) {
+		return "", ""
+	}
+	return parts[1], parts[3]
+}
+
+// ReplicationRel holds replication's own state: QueueRel its on-disk
+// queue of files to take up, DrillRel the restore drill's scratch.
+const (
+	ReplicationRel = "replication"
+	QueueRel       = ReplicationRel + "/queue"
+	DrillRel       = ReplicationRel + "/drill"
+)

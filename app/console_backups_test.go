@@ -212,7 +212,7 @@ func TestBackupsPageAndOverview(t *testing.T) {
 	if p.status != 200 {
 		t.Fatalf("backups page: %d\n%s", p.status, p.body)
 	}
-	for _, want := range []string{rs.replicaDir, "Backed up ", "nah restore -from " + rs.replicaDir + " -to ", `id="sync-now"`, `id="download-all"`, "61 files, "} {
+	for _, want := range []string{rs.replicaDir, "Backed up ", "nah restore -from " + rs.replicaDir + " -to ", `id="sync-now"`, `id="download-all"`, "61 files, ", `<p id="same-disk" class="problem"><strong>The backups are on the same disk as the data.</strong>`} {
 		if !strings.Contains(p.body, want) {
 			t.Errorf("backups page lacks %q", want)
 		}

@@ -212,9 +212,29 @@ func TestBackupsPageAndOverview(t *testing.T) {
 	if p.status != 200 {
 		t.Fatalf("backups page: %d\n%s", p.status, p.body)
 	}
-	for _, want := range []string{rs.replicaDir, "Backed up ", "nah restore -from " + rs.replicaDir + " -to ", `id="sync-now"`, `id="download-all"`, "61 files, "} {
+	for _, want := range []string{rs.replicaDir, "61 files, "} {
 		if !strings.Contains(p.body, want) {
 			t.Errorf("backups page lacks %q", want)
+		}
+	}
+	d := parseConsole(t, p.body)
+	if h := text(d.byID("backup-health")); !strings.HasPrefix(h, "Backed up ") || !strings.Contains(h, " to "+rs.replicaDir+". Last one ") || !strings.HasSuffix(h, "iB.") {
+		t.Errorf("backups page's health line: %q", h)
+	}
+	if h := d.byID("backup-health"); h != nil {
+		if role, _ := attr(h, "role"); role != "" {
+			t.Errorf("a healthy line has role %q", role)
+		}
+	}
+	if w := text(d.byID("same-disk")); !strings.HasPrefix(w, "The backups are on the same disk as the data.") {
+		t.Errorf("no same-disk warning: %q", w)
+	}
+	if cmd := text(d.byID("restore-command")); !strings.HasPrefix(cmd, "nah restore -from "+rs.replicaDir+" -to ") {
+		t.Errorf("restore command: %q", cmd)
+	}
+	for _, id := range []string{"sync-now", "download-all"} {
+		if d.byID(id) == nil {
+			t.Errorf("backups page has no #%s", id)
 		}
 	}
 	// 60 people and the directory: two pages, 50 and 11 rows, each
@@ -236,8 +256,8 @@ func TestBackupsPageAndOverview(t *testing.T) {
 		}
 	}
 
-	if o := get(t, c, rs.URL+"/console"); !strings.Contains(o.body, `id="backup-health"`) || !strings.Contains(o.body, "Backed up ") {
-		t.Errorf("the overview does not show backup health:\n%s", o.body)
+	if h := text(parseConsole(t, get(t, c, rs.URL+"/console").body).byID("backup-health")); !strings.HasPrefix(h, "Backed up ") {
+		t.Errorf("the overview's backup health: %q", h)
 	}
 	h := rs.do(t, "GET", "/healthz", "", nil)
 	rep, _ := h.json["replication"].(map[string]any)
@@ -716,9 +736,12 @@ func TestBackupsFailedSyncClears(t *testing.T) {
 	if s := postForm(t, c, rs.URL+"/console/backups/sync", nil); s.status != http.StatusServiceUnavailable || !strings.Contains(s.body, "a file stands where the folder should be") {
 		t.Fatalf("sync now with the target away: %d\n%s", s.status, s.body)
 	}
-	o := get(t, c, rs.URL+"/console")
-	if !strings.Contains(o.body, `<span id="backup-problem">The backup folder cannot be written: a file stands where the folder should be.</span>`) || !strings.Contains(o.body, `<summary>The error as the backup tool gave it</summary>`) {
-		t.Errorf("the overview does not say in words what is wrong:\n%s", o.body)
+	d := parseConsole(t, get(t, c, rs.URL+"/console").body)
+	if p := text(d.byID("backup-problem")); p != "The backup folder cannot be written: a file stands where the folder should be." {
+		t.Errorf("the overview says %q of what is wrong", p)
+	}
+	if raw := d.byID("backup-raw-error"); raw == nil || raw.Parent.Parent.Data != "details" || !strings.Contains(text(raw), "not a directory") {
+		t.Errorf("the raw error is not folded in details: %q", text(raw))
 	}
 
 	if err := os.Remove(rs.replicaDir); err != nil {

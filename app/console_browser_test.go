@@ -321,3 +321,69 @@ func TestBackupsInBrowser(t *testing.T) {
 		t.Errorf("browser console errors:\n%s", strings.Join(errs, "\n"))
 	}
 }
+
+// TestBackupsRecoverInBrowser: with JavaScript on, a failed Sync now says
+// in words what is wrong; once the target is back, the overview clears by
+// itself within the next catch-ups (every 100 ms here), with no second
+// Sync now.
+func TestBackupsRecoverInBrowser(t *testing.T) {
+	ctx, consoleErrors := startBrowser(t)
+	rs := newReplicatedServer(t)
+	mustAdmin(t, rs.store, "root", "admin-password")
+	ann := rs.signup(t, "ann")
+	rs.post(t, ann, []byte("one"))
+	mustSync(t, rs.backups)
+	must := func(step string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+	}
+	must("sign in", chromedp.Do(ctx,
+		chromedp.Navigate(rs.URL+"/console/login"),
+		chromedp.SendKeys(chromedp.CSS("#name"), "root"),
+		chromedp.SendKeys(chromedp.CSS("#password"), "admin-password"),
+		chromedp.Click(chromedp.CSS("button[type=submit]"))))
+	browserWait(t, ctx, "overview", `location.pathname === "/console"`)
+
+	must("target away", os.RemoveAll(rs.replicaDir))
+	must("target away", os.WriteFile(rs.replicaDir, []byte("not a directory"), 0o600))
+	rs.post(t, ann, []byte("while the target is away"))
+	must("backups", chromedp.Do(ctx, chromedp.Navigate(rs.URL+"/console/backups")))
+	browserWait(t, ctx, "backups", `document.querySelector("#sync-now") !== null`)
+	must("sync now", chromedp.Do(ctx, chromedp.Click(chromedp.ID("sync-now"))))
+	browserWait(t, ctx, "sync failed", seen("#sync-error", "The backup folder cannot be written: a file stands where the folder should be."))
+	must("overview", chromedp.Do(ctx, chromedp.Navigate(rs.URL+"/console")))
+	browserWait(t, ctx, "overview says what is wrong", `document.querySelector("#backup-problem").checkVisibility() && document.querySelector("#backup-problem").innerText === "The backup folder cannot be written: a file stands where the folder should be."`)
+
+	must("target back", os.Remove(rs.replicaDir))
+	must("target back", os.Mkdir(rs.replicaDir, 0o700))
+	bctx, cancel := context.WithCancel(context.Background())
+	rs.backups.CatchUpEvery = 100 * time.Millisecond
+	done := make(chan struct{})
+	go func() { defer close(done); rs.backups.Run(bctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		must("reload", chromedp.Do(ctx, chromedp.Reload()))
+		browserWait(t, ctx, "overview", `document.querySelector("#backup-health") !== null`)
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => { const h = document.querySelector("#backup-health");
+  return h.getAttribute("role") !== "alert" && h.innerText.startsWith("Backed up "); })()`))
+		must("health", err)
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			text, _ := chromedp.Run(ctx, chromedp.Text(chromedp.ID("backup-health")))
+			t.Fatalf("15 s after the target came back, the overview says %q", text)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// Chromium logs the failed sync's 503 as an error; any other fails.
+	for i, e := range consoleErrors() {
+		if i == 0 && strings.Contains(e, "status of 503") {
+			continue
+		}
+		t.Errorf("browser console error: %s", e)
+	}
+}

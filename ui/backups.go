@@ -94,3 +94,12 @@ func WhenT(t time.Time) string {
 
 // Round is d to the second, as a table shows a lag.
 func Round(d time.Duration) string { return d.Round(time.Second).String() }
+
+// behindFor is " for 4m0s", how long the worst file has waited, or
+// nothing when none has.
+func behindFor(d time.Duration) string {
+	if d <= 0 {
+		return ""
+	}
+	return " for " + Round(d)
+}

@@ -238,7 +238,7 @@ func TestUnknownQueryParametersAreIgnored(t *testing.T) {
 	next := ts.do(t, "GET", "/api/v1/feed?limit=5", ann.token, nil).str("next")
 	for _, c := range []struct{ plain, extra string }{
 		{"/api/v1/feed?limit=5", "/api/v1/feed?limit=5&foo=bar"},
-		{"/api/v1/feed?limit=5&before=" + next, "/api/v1/feed?foo=&before=" + next + "&limit=5&after=x&Limit=1"},
+		{"/api/v1/feed?limit=5&before=" + next, "/api/v1/feed?foo=&before=" + next + "&limit=5&since=x&Limit=1"},
 		{"/api/v1/feed", "/api/v1/feed?page=2&offset=3&cursor=abc"},
 		{"/api/v1/people/" + bob.id + "/moments?limit=2", "/api/v1/people/" + bob.id + "/moments?limit=2&foo=bar"},
 		{"/api/v1/me", "/api/v1/me?foo=bar"},

@@ -167,9 +167,9 @@ func (l *Loop) Start() {
 	go l.loop()
 }
 
-// Stop ends the loop: no push starts after it is called, the pushes under
-// way are cut off, and it returns once their people are marked done, or
-// left claimed for the next start to resume when nothing got through.
+// Stop ends the loop: no push starts or retries after it is called, and it
+// returns once the tries under way have finished (each within Timeout) and
+// their people are marked done.
 func (l *Loop) Stop() {
 	l.stopOnce.Do(func() { close(l.stop) })
 	if l.started {
@@ -297,17 +297,11 @@ func (l *Loop) send(now, start time.Time, busy []job, r *Run) {
 	defer marks.close()
 	deadline := time.NewTimer(runBudget - time.Since(start))
 	defer deadline.Stop()
-	// The run's deadline and the loop's stop end the pushes under way too,
-	// not only the dispatch of new ones.
+	// The run's deadline ends the pushes under way too, not only the
+	// dispatch of new ones. The loop's stop ends only retries: a try it cut
+	// off may have reached the relay, and the next start would push again.
 	ctx, cancel := context.WithDeadline(context.Background(), start.Add(runBudget))
 	defer cancel()
-	go func() {
-		select {
-		case <-l.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 
 	var mu sync.Mutex // guards r and took
 	took := make([]time.Duration, 0, len(busy))
@@ -434,7 +428,7 @@ func (l *Loop) digest(run context.Context, j job, marks *committer, budget *retr
 			defer func() { <-slot }()
 			p := p
 			p.Token, p.Platform = d.Token, d.Platform
-			oc, err := l.relay.send(pctx, p, budget)
+			oc, err := l.relay.send(pctx, l.stop, p, budget)
 			switch oc {
 			case delivered:
 				mu.Lock()

@@ -74,3 +74,30 @@ func TestImportMediaEntryOutsideItsFolder(t *testing.T) {
 		}
 	}
 }
+
+// TestImportQuotaCountsTheDatabase: an export whose person.db alone holds
+// more than the quota (40 moments of 60 KB under 1 MiB, no media) is
+// refused as over the quota, and the data directory keeps nothing of it;
+// the same export imports on a server whose quota it fits.
+func TestImportQuotaCountsTheDatabase(t *testing.T) {
+	body := bytes.Repeat([]byte{0xa5}, 60_000)
+	big := alteredTar(t, exportedTar(t), momentsRows(40, `INSERT INTO moments(id, created_at, body) VALUES (?, ?, x'`+hex.EncodeToString(body)+`')`))
+	const quota = 1 << 20
+	ts := newTestServer(t, func(c *serverConfig) { c.QuotaBytes = quota })
+	c := signedInAdmin(t, ts)
+	before := dirBytes(t, ts.dir)
+	p := postImport(t, c, ts, "", big)
+	if p.status != 413 || !strings.Contains(p.body, "quota") {
+		t.Errorf("a tar of %d bytes under a quota of %d: %d, want 413 naming the quota\n%.1500s", len(big), quota, p.status, p.body)
+	}
+	if _, _, err := ts.store.FindPersonByHandle(context.Background(), "ann"); nah.ErrorCode(err) != nah.NotFound {
+		t.Fatalf("ann exists after an import over the quota: %v", err)
+	}
+	if grew := dirBytes(t, ts.dir) - before; grew > 256<<10 {
+		t.Errorf("the data directory grew by %d bytes", grew)
+	}
+	roomy := newTestServer(t)
+	if p := postImport(t, signedInAdmin(t, roomy), roomy, "", big); p.status != 201 {
+		t.Errorf("the same tar under the default quota: %d\n%.1500s", p.status, p.body)
+	}
+}

@@ -40,6 +40,10 @@ const (
 	// file (app/media.go answers it with Content-Range: bytes */size).
 	RangeNotSatisfiable Code = "range_not_satisfiable" // 416
 
+	// PreconditionFailed is a download whose If-Match names another
+	// version of the file (app/media.go).
+	PreconditionFailed Code = "precondition_failed" // 412
+
 	// MethodNotAllowed is the router's answer, never a handler's: the path
 	// is a route, but not with this method. It is a kind of its own because
 	// HTTP has one status for it, 405 (with an Allow header).

@@ -489,9 +489,13 @@ func (a *App) handleRestore(w http.ResponseWriter, r *http.Request) {
 	a.render(w, r, http.StatusOK, ui.RestorePersonPage(ui.RestorePerson{Page: pg, PersonID: p.ID, Handle: p.Handle, At: at, Moments: n, Done: true, Source: source.String(), Took: took}))
 }
 
-// personRef matches a person's folder in a replication error, which
-// /healthz (public) must not name.
-var personRef = regexp.MustCompile(`people/[A-Za-z0-9_-]+`)
+// personRef matches a person's folder in a replication error, and
+// absPath an absolute path (the data directory's, a local replica's),
+// which /healthz (public) must not name.
+var (
+	personRef = regexp.MustCompile(`people/[A-Za-z0-9_-]+`)
+	absPath   = regexp.MustCompile(`(^|[\s"'(=])/[^\s:"')]+`)
+)
 
 // replicationHealth is /healthz's replication field (nil when off).
 type replicationHealth struct {
@@ -509,7 +513,7 @@ func (a *App) replicationHealth() *replicationHealth {
 	out := &replicationHealth{Status: "ok", FilesBehind: h.Behind, WorstLagSeconds: h.Worst.Round(time.Millisecond).Seconds()}
 	if !h.Ok {
 		out.Status = "behind"
-		out.Error = personRef.ReplaceAllString(h.LastErr, "people/…")
+		out.Error = absPath.ReplaceAllString(personRef.ReplaceAllString(h.LastErr, "people/…"), "${1}…")
 	}
 	return out
 }

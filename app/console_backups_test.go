@@ -313,7 +313,8 @@ func TestBackupsBehindHealth(t *testing.T) {
 	}
 	h := rs.do(t, "GET", "/healthz", "", nil)
 	rep, _ := h.json["replication"].(map[string]any)
-	if h.status != 200 || h.str("status") != "degraded" || rep["status"] != "behind" || rep["error"] == "" || strings.Contains(string(h.raw), ann.id) {
+	if h.status != 200 || h.str("status") != "degraded" || rep["status"] != "behind" || rep["error"] == "" || strings.Contains(string(h.raw), ann.id) ||
+		strings.Contains(string(h.raw), rs.dir) || strings.Contains(string(h.raw), rs.replicaDir) {
 		t.Errorf("healthz with the target away: %d %s", h.status, h.raw)
 	}
 	if o := get(t, c, rs.URL+"/console"); !strings.Contains(o.body, `id="backup-health" role="alert"`) {

@@ -142,6 +142,51 @@ func TestConsoleRejectsCrossOriginPosts(t *testing.T) {
 	}
 }
 
+// TestConsoleSignInFormsRejectCrossOrigin: the forms used before anyone
+// is signed in are state changes too: a cross-site POST to sign-in (login
+// CSRF: the victim's browser signed in as the attacker), to an admin
+// setup link or to a reset link is 403, sets no cookie and leaves the link
+// usable; the same POSTs from the console's own origin work.
+func TestConsoleSignInFormsRejectCrossOrigin(t *testing.T) {
+	ts := newTestServer(t)
+	ctx := context.Background()
+	mustAdmin(t, ts.store, "root", "admin-password")
+	ann := ts.signup(t, "ann")
+	setup, err := ts.store.CreateLink(ctx, store.LinkAdmin, "", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reset, err := ts.store.CreateLink(ctx, store.LinkReset, ann.id, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forms := []struct {
+		path string
+		form url.Values
+	}{
+		{"/console/login", url.Values{"name": {"root"}, "password": {"admin-password"}}},
+		{"/console/setup/" + setup, url.Values{"name": {"second"}, "password": {"second-password"}}},
+		{"/reset/" + reset, url.Values{"password": {"new-password-ann"}}},
+	}
+	for _, f := range forms {
+		c := consoleClient(t)
+		p := postForm(t, c, ts.URL+f.path, f.form, "Sec-Fetch-Site", "cross-site", "Origin", "https://evil.example")
+		if p.status != http.StatusForbidden || p.header.Get("Set-Cookie") != "" {
+			t.Errorf("cross-site POST %s: %d, Set-Cookie %q; want 403 and no cookie", f.path, p.status, p.header.Get("Set-Cookie"))
+		}
+	}
+	if r := ts.do(t, "POST", "/api/v1/sessions", "", map[string]string{"handle": "ann", "password": "password-ann"}); r.status != 201 {
+		t.Errorf("ann's old password after a cross-site reset: %d", r.status)
+	}
+	for _, f := range forms {
+		c := consoleClient(t)
+		p := postForm(t, c, ts.URL+f.path, f.form, "Sec-Fetch-Site", "same-origin", "Origin", ts.URL)
+		if p.status >= 400 {
+			t.Errorf("same-origin POST %s after the cross-site one: %d\n%.1000s", f.path, p.status, p.body)
+		}
+	}
+}
+
 func signedInAdminOn(t *testing.T, ts *testServer) *http.Client {
 	c := consoleClient(t)
 	if p := postForm(t, c, ts.URL+"/console/login", url.Values{"name": {"root"}, "password": {"admin-password"}}); p.status != 303 {

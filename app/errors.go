@@ -33,6 +33,7 @@ var statusOf = map[nah.Code]int{
 	nah.HeadersTooLarge:     http.StatusRequestHeaderFieldsTooLarge,
 	nah.QuotaExceeded:       http.StatusRequestEntityTooLarge,
 	nah.RangeNotSatisfiable: http.StatusRequestedRangeNotSatisfiable,
+	nah.PreconditionFailed:  http.StatusPreconditionFailed,
 	nah.Unprocessable:       http.StatusUnprocessableEntity,
 }
 

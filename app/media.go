@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
@@ -274,14 +275,51 @@ func (a *App) handleMediaGet(w http.ResponseWriter, r *http.Request) {
 	h.Set("Cache-Control", "private")
 	h.Set("ETag", `"`+m.SHA256+`"`)
 	http.NewResponseController(w).SetWriteDeadline(a.cfg.Transfer.deadline(time.Now(), m.Size))
+	// A suffix range of zero bytes selects nothing (RFC 9110 14.1.2), but
+	// ServeContent answers bytes=-0 with 206 and "bytes 1000-999/1000".
+	if rg := r.Header.Get("Range"); rg != "" {
+		rest, ok := dropZeroSuffixes(rg)
+		if !ok {
+			h.Set("Content-Range", fmt.Sprintf("bytes */%d", m.Size))
+			for _, k := range []string{"Content-Disposition", "Cache-Control", "ETag"} {
+				h.Del(k)
+			}
+			a.writeError(w, r, nah.Errorf(nah.RangeNotSatisfiable, "", "the Range selects no byte of this file (bytes */%d)", m.Size))
+			return
+		}
+		r.Header.Set("Range", rest)
+	}
 	// No modification time: the ETag is the validator (a media file never
 	// changes), and If-Modified-Since would only be a weaker second one.
 	http.ServeContent(&rangeRefusal{ResponseWriter: w, a: a, r: r}, r, "", time.Time{}, f)
 }
 
-// rangeRefusal turns ServeContent's plain-text 416 into the API's error
-// body, keeping its Content-Range. Everything else passes through; ReadFrom
-// keeps the file's sendfile path.
+// dropZeroSuffixes returns a Range header without its zero-length suffix
+// ranges ("-0"), and false when it had nothing else: then no range is
+// satisfiable. A header that is not bytes= is returned as it is.
+func dropZeroSuffixes(rg string) (string, bool) {
+	spec, ok := strings.CutPrefix(rg, "bytes=")
+	if !ok {
+		return rg, true
+	}
+	var keep []string
+	for part := range strings.SplitSeq(spec, ",") {
+		part = strings.TrimSpace(part)
+		if n, ok := strings.CutPrefix(part, "-"); ok && n != "" && strings.Trim(n, "0") == "" {
+			continue
+		}
+		keep = append(keep, part)
+	}
+	if len(keep) == 0 {
+		return "", false
+	}
+	return "bytes=" + strings.Join(keep, ","), true
+}
+
+// rangeRefusal turns ServeContent's plain-text 416, and its bare 412 of a
+// failed If-Match, into the API's error body, keeping the 416's
+// Content-Range. Everything else passes through; ReadFrom keeps the file's
+// sendfile path.
 type rangeRefusal struct {
 	http.ResponseWriter
 	a       *App
@@ -290,7 +328,7 @@ type rangeRefusal struct {
 }
 
 func (w *rangeRefusal) WriteHeader(code int) {
-	if code != http.StatusRequestedRangeNotSatisfiable {
+	if code != http.StatusRequestedRangeNotSatisfiable && code != http.StatusPreconditionFailed {
 		w.ResponseWriter.WriteHeader(code)
 		return
 	}
@@ -298,6 +336,10 @@ func (w *rangeRefusal) WriteHeader(code int) {
 	h := w.Header()
 	for _, k := range []string{"Content-Disposition", "Cache-Control", "ETag"} {
 		h.Del(k)
+	}
+	if code == http.StatusPreconditionFailed {
+		w.a.writeError(w.ResponseWriter, w.r, nah.Errorf(nah.PreconditionFailed, "", "If-Match names another version of this file than the one stored"))
+		return
 	}
 	w.a.writeError(w.ResponseWriter, w.r, nah.Errorf(nah.RangeNotSatisfiable, "", "the Range selects no byte of this file (%s)", h.Get("Content-Range")))
 }

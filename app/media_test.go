@@ -231,6 +231,38 @@ func TestMediaRange(t *testing.T) {
 	}
 }
 
+// TestMediaZeroSuffixAndIfMatch: a Range of zero-length suffixes selects
+// no byte (416 with Content-Range, not a 206 of "bytes 1000-999/1000"),
+// one beside a real range is ignored, and a failed If-Match is 412 with
+// the error body; a matching one sends the file.
+func TestMediaZeroSuffixAndIfMatch(t *testing.T) {
+	ts := newTestServer(t)
+	ann := ts.signup(t, "ann")
+	body := randomBytes(1000)
+	m := ts.mustUpload(t, ann, body)
+	for _, rng := range []string{"bytes=-0", "bytes=-00, -0"} {
+		res, raw := ts.download(t, ann.token, ann.id, m.ID, map[string]string{"Range": rng})
+		if res.StatusCode != 416 || res.Header.Get("Content-Range") != "bytes */1000" || !strings.Contains(string(raw), "range_not_satisfiable") {
+			t.Errorf("Range %s: %d %q %s", rng, res.StatusCode, res.Header.Get("Content-Range"), raw)
+		}
+	}
+	res, raw := ts.download(t, ann.token, ann.id, m.ID, map[string]string{"Range": "bytes=-0,0-9"})
+	if res.StatusCode != 206 || res.Header.Get("Content-Range") != "bytes 0-9/1000" || !bytes.Equal(raw, body[:10]) {
+		t.Errorf("Range bytes=-0,0-9: %d %q, %d bytes", res.StatusCode, res.Header.Get("Content-Range"), len(raw))
+	}
+	res, raw = ts.download(t, ann.token, ann.id, m.ID, map[string]string{"If-Match": `"other"`})
+	var e struct {
+		Error struct{ Code, Message string } `json:"error"`
+	}
+	if err := json.Unmarshal(raw, &e); res.StatusCode != 412 || err != nil || e.Error.Code != "precondition_failed" || e.Error.Message == "" {
+		t.Errorf("If-Match of another file: %d %q", res.StatusCode, raw)
+	}
+	res, raw = ts.download(t, ann.token, ann.id, m.ID, map[string]string{"If-Match": `"` + m.SHA256 + `"`})
+	if res.StatusCode != 200 || !bytes.Equal(raw, body) {
+		t.Errorf("If-Match of this file: %d, %d bytes", res.StatusCode, len(raw))
+	}
+}
+
 // TestMediaAuthorization: a media file is read by its owner and their
 // connections only; every refusal is the same 404 with no byte of it, and
 // only the owner deletes.

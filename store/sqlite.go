@@ -311,3 +311,10 @@ func isUniqueViolation(err error) bool {
 	c := se.Code()
 	return c == sqlite3.SQLITE_CONSTRAINT_UNIQUE || c == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY
 }
+
+// FilesWithin is the most person files whose SQLiteMemoryBound fits in
+// bytes, 0 when not even one does: the inverse the memory plan sizes the
+// open-file cache with.
+func FilesWithin(bytes int64) int {
+	return int(max((bytes-softHeapLimit)/perFileBytes-1-directoryReaders, 0))
+}

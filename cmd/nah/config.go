@@ -159,3 +159,12 @@ func (c config) replicaLog() string {
 	}
 	return c.ReplicaTarget.Redacted()
 }
+
+// setSetting records, for the console, the value a variable resolved to.
+func (c *config) setSetting(name, value string) {
+	for i, s := range c.App.Settings {
+		if s.Name == name {
+			c.App.Settings[i].Value = value
+		}
+	}
+}

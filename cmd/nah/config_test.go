@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -31,7 +32,7 @@ func TestConfigDefaults(t *testing.T) {
 	if c.Addr != defaultAddr || c.MetricsAddr != "" || c.ShutdownTimeout != defaultShutdownTimeout || c.LogLevel != slog.LevelInfo {
 		t.Errorf("process: %+v", c)
 	}
-	if c.Store.Dir != "data" || c.Store.MaxOpenFiles != store.DefaultMaxOpenFiles || c.Store.HeadCacheBytes != store.DefaultHeadCacheBytes ||
+	if c.Store.Dir != "data" || c.Store.MaxOpenFiles != 1024 || c.Store.HeadCacheBytes != store.DefaultHeadCacheBytes ||
 		c.Store.Sync != store.SyncFull {
 		t.Errorf("store: %+v", c.Store)
 	}
@@ -43,7 +44,11 @@ func TestConfigDefaults(t *testing.T) {
 		t.Fatalf("%d settings for %d variables", len(c.App.Settings), len(variables))
 	}
 	for i, s := range c.App.Settings {
-		if v := variables[i]; s != (app.Setting{Name: v.Name, Value: v.Default, Source: "the default"}) {
+		want := variables[i].Default
+		if s.Name == "NAH_MAX_OPEN_FILES" {
+			want = "auto: 1024" // what auto resolved to
+		}
+		if v := variables[i]; s != (app.Setting{Name: v.Name, Value: want, Source: "the default"}) {
 			t.Errorf("setting %d: %+v, want %s=%q from the default", i, s, v.Name, v.Default)
 		}
 	}
@@ -93,7 +98,7 @@ func TestConfigErrors(t *testing.T) {
 		"NAH_ADDR":             {"nowhere", `NAH_ADDR="nowhere": want host:port, such as 127.0.0.1:8090`},
 		"NAH_DATA_DIR":         {"data?", `NAH_DATA_DIR="data?": the path must not contain '?' or '#'`},
 		"NAH_OPEN_SIGNUP":      {"perhaps", `NAH_OPEN_SIGNUP="perhaps": want true or false`},
-		"NAH_MAX_OPEN_FILES":   {"15", `NAH_MAX_OPEN_FILES="15": want a whole number from 16 to 100000`},
+		"NAH_MAX_OPEN_FILES":   {"15", `NAH_MAX_OPEN_FILES="15": want auto or a whole number from 16 to 100000`},
 		"NAH_SYNC":             {"fast", `NAH_SYNC="fast": want full or normal`},
 		"NAH_HEAD_CACHE_MB":    {"-1", `NAH_HEAD_CACHE_MB="-1": want a whole number of megabytes, 0 to turn the cache off`},
 		"NAH_SIGNUP_PER_HOUR":  {"-1", `NAH_SIGNUP_PER_HOUR="-1": want a whole number, 0 for no limit`},
@@ -119,11 +124,11 @@ func TestConfigErrors(t *testing.T) {
 // runtime's share, the head cache, a base and the requests' budget, and a
 // limit too small for the caches is refused, naming what it needs.
 func TestMemoryPlan(t *testing.T) {
-	c, err := readConfig(env(nil))
+	c, err := readConfig(env(map[string]string{"NAH_MAX_OPEN_FILES": "512"}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	sqlite := store.SQLiteMemoryBound(store.DefaultMaxOpenFiles)
+	sqlite := store.SQLiteMemoryBound(512)
 	if c.MemoryLimit != 320<<20 || c.GoMemoryLimit != c.MemoryLimit-sqlite {
 		t.Fatalf("limit %d, Go's share %d, SQLite's %d", c.MemoryLimit, c.GoMemoryLimit, sqlite)
 	}
@@ -131,7 +136,7 @@ func TestMemoryPlan(t *testing.T) {
 	if want := c.GoMemoryLimit - store.DefaultHeadCacheBytes*3/2 - memoryBase - app.DefaultMaxConnections*app.ConnectionBytes - repl; c.App.MemoryBudget != want || want < 60<<20 {
 		t.Fatalf("request budget %d, want %d (and at least 60 MiB by default)", c.App.MemoryBudget, want)
 	}
-	off, err := readConfig(env(map[string]string{"NAH_REPLICA_URL": "off"}))
+	off, err := readConfig(env(map[string]string{"NAH_REPLICA_URL": "off", "NAH_MAX_OPEN_FILES": "512"}))
 	if err != nil || off.App.MemoryBudget != c.App.MemoryBudget+repl {
 		t.Fatalf("with replication off: budget %d, %v; want %d", off.App.MemoryBudget, err, c.App.MemoryBudget+repl)
 	}
@@ -141,7 +146,7 @@ func TestMemoryPlan(t *testing.T) {
 			t.Errorf("NAH_MEMORY_LIMIT=%q: %d, %v; want %d", v, c.MemoryLimit, err, want)
 		}
 	}
-	_, err = readConfig(env(map[string]string{"NAH_MEMORY_LIMIT": "200MiB"}))
+	_, err = readConfig(env(map[string]string{"NAH_MEMORY_LIMIT": "200MiB", "NAH_MAX_OPEN_FILES": "512"}))
 	if err == nil || !strings.Contains(err.Error(), "want at least 274MiB") {
 		t.Fatalf("200MiB with the default caches: %v", err)
 	}
@@ -154,6 +159,42 @@ func TestMemoryPlan(t *testing.T) {
 	}
 	if _, err := readConfig(env(map[string]string{"NAH_MEMORY_LIMIT": "200MiB", "NAH_HEAD_CACHE_MB": "0"})); err != nil {
 		t.Fatalf("200MiB without heads: %v", err)
+	}
+}
+
+// TestAutoOpenFiles: NAH_MAX_OPEN_FILES=auto, the default, keeps every
+// file of people-1k open at the default 320 MiB, grows and shrinks with the
+// limit, and always leaves the requests their reserve and the largest page.
+func TestAutoOpenFiles(t *testing.T) {
+	for _, tc := range []struct {
+		env      map[string]string
+		min, max int
+	}{
+		{nil, 1001, 1100},
+		{map[string]string{"NAH_MEMORY_LIMIT": "1GiB"}, 9000, 11000},
+		{map[string]string{"NAH_MEMORY_LIMIT": "200MiB", "NAH_HEAD_CACHE_MB": "0"}, 512, 800},
+		{map[string]string{"NAH_MEMORY_LIMIT": "1GiB", "NAH_MAX_MOMENT_BYTES": "1048576"}, 5000, 8000},
+		{map[string]string{"NAH_REPLICA_URL": "off"}, 1088, 1500},
+	} {
+		c, err := readConfig(env(tc.env))
+		if err != nil {
+			t.Fatalf("%v: %v", tc.env, err)
+		}
+		n := c.Store.MaxOpenFiles
+		if n < tc.min || n > tc.max || n%64 != 0 {
+			t.Errorf("%v: %d open files, want a multiple of 64 from %d to %d", tc.env, n, tc.min, tc.max)
+		}
+		page := 2 * int64(nah.FeedPageMax) * int64(c.App.MaxMomentBytes)
+		if c.App.MemoryBudget < requestReserve || c.App.MemoryBudget*3/4 < page {
+			t.Errorf("%v: %d files leave the requests %d bytes (page %d)", tc.env, n, c.App.MemoryBudget, page)
+		}
+		if s := c.App.Settings[3]; s.Value != fmt.Sprintf("auto: %d", n) {
+			t.Errorf("%v: the console shows %+v", tc.env, s)
+		}
+	}
+	// Too little memory for even the smallest bound is refused, as before.
+	if _, err := readConfig(env(map[string]string{"NAH_MEMORY_LIMIT": "200MiB"})); err == nil || !strings.Contains(err.Error(), "want at least") {
+		t.Fatalf("200MiB with the default caches: %v", err)
 	}
 }
 
@@ -199,11 +240,11 @@ func TestConfigMaxConnections(t *testing.T) {
 // unless the addresses are set, the ACME cache in the data directory, the
 // redirect listener in the memory plan, and links to the first name.
 func TestConfigHTTPS(t *testing.T) {
-	plain, err := readConfig(env(nil))
+	plain, err := readConfig(env(map[string]string{"NAH_MAX_OPEN_FILES": "512"}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := readConfig(env(map[string]string{"NAH_DOMAIN": " Nah.Example.com, www.nah.example.com., nah.example.com", "NAH_DATA_DIR": "/srv/nah"}))
+	c, err := readConfig(env(map[string]string{"NAH_DOMAIN": " Nah.Example.com, www.nah.example.com., nah.example.com", "NAH_DATA_DIR": "/srv/nah", "NAH_MAX_OPEN_FILES": "512"}))
 	if err != nil {
 		t.Fatal(err)
 	}

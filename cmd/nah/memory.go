@@ -18,8 +18,9 @@ import (
 // is split, in this order, into
 //
 //   - SQLite, outside the Go heap: the shared page cache plus every open
-//     file (store.SQLiteMemoryBound: 32 MB + 517 x 75 KB ~ 70 MB at 512
-//     files); the rest is the Go runtime's, and GOMEMLIMIT is set to it;
+//     file (store.SQLiteMemoryBound: 32 MB + 1,029 x 75 KB ~ 107 MB at the
+//     1,024 files auto gives); the rest is the Go runtime's, and GOMEMLIMIT
+//     is set to it;
 //   - the head cache, a long-lived heap that the collector lets grow by
 //     half again at GOGC 50 (64 MB of heads ~ 96 MB);
 //   - a base of 40 MB: the runtime, the graph of people and connections
@@ -34,7 +35,7 @@ import (
 //   - what is left is the budget that requests take from before they
 //     allocate (app/budget.go), and past which they are answered 503.
 //
-// The default, 320 MiB, leaves 62 MiB for requests with the default caches
+// The default, 320 MiB, leaves 25 MiB for requests with the default caches
 // and keeps 65 MB of the 400 MB limit for the kernel's view of the process
 // (stacks, socket buffers, the allocator's slack).
 const (
@@ -43,9 +44,17 @@ const (
 	minRequestBudget   = 16 << 20
 )
 
+// With NAH_MAX_OPEN_FILES=auto, the default, the open-file bound is what
+// the plan leaves after every other share and the requests' reserve, in
+// steps of 64: 1,024 at 320 MiB, so on people-1k no post opens or closes a
+// file, which was 40 % of a post's CPU (bench/THRESHOLDS.md).
+const (
+	requestReserve = 24 << 20
+	minAutoFiles   = 64
+)
+
 // plan splits MemoryLimit as above.
 func (c *config) plan() error {
-	sqlite := store.SQLiteMemoryBound(c.Store.MaxOpenFiles)
 	heads := max(c.Store.HeadCacheBytes, 0)
 	conns := int64(c.MaxConnections) * app.ConnectionBytes
 	if c.HTTPAddr != "" {
@@ -55,6 +64,14 @@ func (c *config) plan() error {
 	if c.ReplicaTarget != nil {
 		repl = int64(c.ReplicaMaxFiles)*backup.PerFileBytes + backup.DrillBytes
 	}
+	if c.Store.MaxOpenFiles == 0 {
+		// The reserve holds the largest page too (the check below).
+		reserve := max(requestReserve, 2*int64(nah.FeedPageMax)*int64(c.App.MaxMomentBytes)*4/3)
+		n := store.FilesWithin(c.MemoryLimit-heads*3/2-memoryBase-conns-repl-reserve) / 64 * 64
+		c.Store.MaxOpenFiles = min(max(n, minAutoFiles), 100_000)
+		c.setSetting("NAH_MAX_OPEN_FILES", fmt.Sprintf("auto: %d", c.Store.MaxOpenFiles))
+	}
+	sqlite := store.SQLiteMemoryBound(c.Store.MaxOpenFiles)
 	c.GoMemoryLimit = c.MemoryLimit - sqlite
 	c.App.MemoryBudget = c.GoMemoryLimit - heads*3/2 - memoryBase - conns - repl
 	if c.App.MemoryBudget < minRequestBudget {

@@ -63,9 +63,13 @@ var variables = []variable{
 		}
 		return nil
 	}},
-	{"NAH_MAX_OPEN_FILES", strconv.Itoa(store.DefaultMaxOpenFiles), "bound of the open person-file cache (~75 KB each plus a 32 MB page cache shared by all: 512 files ~ 70 MB of SQLite memory, 1000 ~ 107 MB)", func(c *config, v string) (err error) {
+	{"NAH_MAX_OPEN_FILES", "auto", "bound of the open person-file cache (~75 KB each plus a 32 MB page cache shared by all: 512 files ~ 70 MB of SQLite memory, 1000 ~ 107 MB); auto: as many as the memory plan leaves room for, 1024 at the default NAH_MEMORY_LIMIT", func(c *config, v string) (err error) {
+		if strings.EqualFold(v, "auto") {
+			c.Store.MaxOpenFiles = 0 // the memory plan sets it
+			return nil
+		}
 		if c.Store.MaxOpenFiles, err = strconv.Atoi(v); err != nil || c.Store.MaxOpenFiles < 16 || c.Store.MaxOpenFiles > 100_000 {
-			return errors.New("want a whole number from 16 to 100000")
+			return errors.New("want auto or a whole number from 16 to 100000")
 		}
 		return nil
 	}},

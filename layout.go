@@ -9,8 +9,11 @@ import "strings"
 // DirectoryRel is the directory database's path under the data directory.
 const DirectoryRel = "directory.db"
 
+// PersonFileName is a person's file in their folder, and in an export.
+const PersonFileName = "person.db"
+
 // PersonRel is person id's file under the data directory.
-func PersonRel(id string) string { return "people/" + id + "/person.db" }
+func PersonRel(id string) string { return PersonDirRel(id) + "/" + PersonFileName }
 
 // PersonOfRel is the person whose file rel is, or "" if rel is not one:
 // only an id of ValidPersonID's exact shape becomes a path.
@@ -19,7 +22,7 @@ func PersonOfRel(rel string) string {
 	if !ok {
 		return ""
 	}
-	id, ok = strings.CutSuffix(id, "/person.db")
+	id, ok = strings.CutSuffix(id, "/"+PersonFileName)
 	if !ok || !ValidPersonID(id) {
 		return ""
 	}
@@ -39,18 +42,47 @@ func PersonDirRel(id string) string { return PeopleRel + "/" + id }
 // DeletedDirRel is where a deleted person's folder waits for the purge.
 func DeletedDirRel(id string) string { return "deleted/" + id }
 
+// MediaDirName is the folder of a person's media in their folder, and in
+// an export.
+const MediaDirName = "media"
+
+// MediaDirRel is person owner's media folder.
+func MediaDirRel(owner string) string { return PersonDirRel(owner) + "/" + MediaDirName }
+
+// MediaDirsPattern matches every person's media folder (filepath.Glob's
+// syntax, once made local with filepath.FromSlash).
+var MediaDirsPattern = MediaDirRel("*")
+
 // MediaRel is media file media of person owner.
-func MediaRel(owner, media string) string { return PersonDirRel(owner) + "/media/" + media }
+func MediaRel(owner, media string) string { return MediaDirRel(owner) + "/" + media }
 
 // MediaOfRel is the owner and id of media file rel, or "", "" if rel is
 // not one: only ids of their exact shapes become a path.
 func MediaOfRel(rel string) (owner, media string) {
+	owner, media = SplitMediaRel(rel)
+	if !ValidMediaID(media) {
+		return "", ""
+	}
+	return owner, media
+}
+
+// SplitMediaRel is the owner and last element of rel if rel is a file in
+// the media folder of a person id of the exact shape, else "", "". The
+// name is not checked: MediaOfRel also asks for a media id's shape.
+func SplitMediaRel(rel string) (owner, name string) {
 	parts := strings.Split(rel, "/")
-	if len(parts) != 4 || parts[0] != PeopleRel || !ValidPersonID(parts[1]) || parts[2] != "media" || !ValidMediaID(parts[3]) {
+	if len(parts) != 4 || parts[0] != PeopleRel || !ValidPersonID(parts[1]) || parts[2] != MediaDirName || parts[3] == "" {
 		return "", ""
 	}
 	return parts[1], parts[3]
 }
+
+// RestoreFailedRel holds one marker per person whose restore failed,
+// RestoreFailedMarkerRel(id), until a sound file mends them.
+const RestoreFailedRel = "restore-failed"
+
+// RestoreFailedMarkerRel is the marker of person id's failed restore.
+func RestoreFailedMarkerRel(id string) string { return RestoreFailedRel + "/" + id }
 
 // ReplicationRel holds replication's own state: QueueRel its on-disk
 // queue of files to take up, DrillRel the restore drill's scratch.

@@ -1,6 +1,9 @@
 package nah
 
-import "testing"
+import (
+	"path"
+	"testing"
+)
 
 func TestLayout(t *testing.T) {
 	id := NewPersonID()
@@ -34,5 +37,27 @@ func TestLayout(t *testing.T) {
 		if o, _ := MediaOfRel(rel); o != "" {
 			t.Errorf("%q taken as a media file", rel)
 		}
+	}
+	if got := MediaDirRel(id); got != "people/"+id+"/media" {
+		t.Errorf("MediaDirRel(%q) = %q", id, got)
+	}
+	if got := MediaRel(id, m); got != "people/"+id+"/media/"+m {
+		t.Errorf("MediaRel(%q, %q) = %q", id, m, got)
+	}
+	for rel, want := range map[string]bool{MediaDirRel(id): true, PersonDirRel(id): false, MediaRel(id, m): false, PersonRel(id): false} {
+		if ok, err := path.Match(MediaDirsPattern, rel); err != nil || ok != want {
+			t.Errorf("MediaDirsPattern %q matches %q: %v (%v), want %v", MediaDirsPattern, rel, ok, err, want)
+		}
+	}
+	if o, name := SplitMediaRel(MediaRel(id, "upload-x")); o != id || name != "upload-x" {
+		t.Errorf("SplitMediaRel(MediaRel(%q, upload-x)) = %q, %q", id, o, name)
+	}
+	for _, rel := range []string{MediaRel("abc", m), MediaRel(id, ""), PersonRel(id), "people/" + id + "/other/" + m, MediaRel(id, m) + "/x", "deleted/" + id + "/media/" + m} {
+		if o, _ := SplitMediaRel(rel); o != "" {
+			t.Errorf("%q split as a media file", rel)
+		}
+	}
+	if got := RestoreFailedMarkerRel(id); got != "restore-failed/"+id {
+		t.Errorf("RestoreFailedMarkerRel(%q) = %q", id, got)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
-	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -308,10 +307,10 @@ func (a *App) writeBackupTar(ctx context.Context, w io.Writer, rels []string) er
 				return err
 			}
 			if id := store.PersonOfRel(rel); id != "" {
-				if err := dir("people"); err != nil {
+				if err := dir(nah.PeopleRel); err != nil {
 					return err
 				}
-				if err := dir("people/" + id); err != nil {
+				if err := dir(nah.PersonDirRel(id)); err != nil {
 					return err
 				}
 			}
@@ -345,7 +344,8 @@ func (a *App) writeBackupTar(ctx context.Context, w io.Writer, rels []string) er
 			if err != nil {
 				return err
 			}
-			for _, d := range []string{"people", path.Dir(path.Dir(rel)), path.Dir(rel)} {
+			owner, _ := nah.MediaOfRel(rel)
+			for _, d := range []string{nah.PeopleRel, nah.PersonDirRel(owner), nah.MediaDirRel(owner)} {
 				if err := dir(d); err != nil {
 					return err
 				}

@@ -825,15 +825,15 @@ func (d *Drill) checkMedia(ctx context.Context, r *DrillReport, sample []string)
 	}
 	people := map[string]bool{}
 	for _, rel := range sample {
-		people[path.Dir(rel)] = true
+		people[nah.PersonOfRel(rel)] = true
 	}
 	var bytes int64
 	for _, rel := range mirrored {
 		if r.Media >= drillMediaSample || bytes >= drillMediaBytes || ctx.Err() != nil {
 			return
 		}
-		owner := path.Dir(path.Dir(rel)) // people/<id>
-		if !people[owner] {
+		owner, _ := nah.SplitMediaRel(rel)
+		if owner == "" || !people[owner] {
 			continue
 		}
 		f, err := d.OpenMedia(rel)
@@ -864,7 +864,7 @@ func (d *Drill) checkMedia(ctx context.Context, r *DrillReport, sample []string)
 			}
 		}
 		if what != "" {
-			pr := owner + "/person.db"
+			pr := nah.PersonRel(owner)
 			r.Failures = append(r.Failures, DrillFailure{Rel: rel, Who: d.who(ctx, pr), What: "media file " + path.Base(rel) + " " + what})
 			continue
 		}
@@ -873,4 +873,4 @@ func (d *Drill) checkMedia(ctx context.Context, r *DrillReport, sample []string)
 }
 
 // DirectoryRel is the directory database's path under the data directory.
-const DirectoryRel = "directory.db"
+const DirectoryRel = nah.DirectoryRel

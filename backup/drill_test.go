@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nah-app/nah"
 	"github.com/nah-app/nah/backup"
 	"github.com/nah-app/nah/internal/tests3"
 	"github.com/nah-app/nah/store"
@@ -310,5 +311,58 @@ func drillFaults(t *testing.T, tg *backup.Target, root string) {
 	os.Remove(root)
 	if err := os.Rename(root+".away", root); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A drill compares a sampled person's mirrored media with the live file:
+// equal after a sweep, and a mirror changed on the target is reported,
+// naming its owner.
+func TestDrillComparesMedia(t *testing.T) {
+	ctx := context.Background()
+	tg, err := backup.ParseTarget(t.TempDir(), os.Getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tg.Init(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n := openNode(t, t.TempDir(), tg, nodeOpts{maxOpen: 4, maxWatched: 2})
+	id := n.person(t, "pic")
+	n.post(t, id, 1)
+	up, err := n.s.StartUpload(ctx, id, 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := up.Write([]byte("a picture of the sea")); err != nil {
+		t.Fatal(err)
+	}
+	m, err := up.Commit(ctx, "image/png")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw := &backup.Sweeper{Target: tg, Keep: 3, Source: n.s}
+	if _, err := sw.Run(ctx, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, n)
+	d := drillFor(n, tg)
+	r, err := d.Once(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Passed() || r.Media != 1 || r.MediaOK != 1 {
+		t.Fatalf("sound mirror: %d of %d media equal: %s: %+v", r.MediaOK, r.Media, r.Summary(), r.Failures)
+	}
+	mirror := filepath.Join(tg.Dir(), "media", filepath.FromSlash(nah.MediaRel(id, m.ID)))
+	if err := os.WriteFile(mirror, []byte("a picture of the hills"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, err = d.Once(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := failuresByPerson(r)["pic"]
+	if r.Passed() || r.Media != 1 || r.MediaOK != 0 || len(got) != 1 || !strings.Contains(got[0], "media file "+m.ID+" differs on the mirror") {
+		t.Fatalf("changed mirror: %d of %d media equal, failures %+v", r.MediaOK, r.Media, r.Failures)
 	}
 }

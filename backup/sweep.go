@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/nah-app/nah"
 )
 
 // The sweep is the second, independent copy: every database, written
@@ -360,8 +362,7 @@ func MediaFiles(ctx context.Context, t *Target) ([]string, error) {
 	out := keys[:0]
 	for _, k := range keys {
 		rel := strings.TrimPrefix(k, mediaPrefix+"/")
-		parts := strings.Split(rel, "/")
-		if len(parts) == 4 && parts[0] == "people" && validRel("people/"+parts[1]+"/person.db") && parts[2] == "media" && validName(parts[3]) {
+		if owner, name := nah.SplitMediaRel(rel); owner != "" && validName(name) {
 			out = append(out, rel)
 		}
 	}

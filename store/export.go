@@ -243,11 +243,11 @@ func linkMedia(ctx context.Context, db *sql.DB, dir string) (files []ManifestFil
 		return nil, "", err
 	}
 	for i, f := range files {
-		if err := os.Link(filepath.Join(dir, mediaDirName, f.Name), filepath.Join(linkDir, f.Name)); err != nil {
+		if err := os.Link(filepath.Join(dir, nah.MediaDirName, f.Name), filepath.Join(linkDir, f.Name)); err != nil {
 			os.RemoveAll(linkDir)
 			return nil, "", err
 		}
-		files[i].Name = mediaDirName + "/" + f.Name
+		files[i].Name = nah.MediaDirName + "/" + f.Name
 	}
 	return files, linkDir, nil
 }
@@ -268,7 +268,7 @@ func (e *Export) WriteTo(w io.Writer) (int64, error) {
 	tw := tar.NewWriter(cw)
 	h := sha256.New()
 	err := tw.WriteHeader(&tar.Header{
-		Typeflag: tar.TypeReg, Name: "person.db", Mode: 0o600, Size: e.size, ModTime: e.At,
+		Typeflag: tar.TypeReg, Name: nah.PersonFileName, Mode: 0o600, Size: e.size, ModTime: e.At,
 	})
 	if err != nil {
 		return cw.n, err
@@ -284,7 +284,7 @@ func (e *Export) WriteTo(w io.Writer) (int64, error) {
 		return cw.n, fmt.Errorf("export: person.db: copied %d bytes of %d", n, e.size)
 	}
 	m := e.manifest
-	m.Files = []ManifestFile{{Name: "person.db", Size: e.size, SHA256: hex.EncodeToString(h.Sum(nil))}}
+	m.Files = []ManifestFile{{Name: nah.PersonFileName, Size: e.size, SHA256: hex.EncodeToString(h.Sum(nil))}}
 	for _, f := range e.media {
 		sum, err := writeMedia(tw, filepath.Join(e.linkDir, path.Base(f.Name)), f, e.At, buf)
 		if err != nil {

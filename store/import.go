@@ -143,7 +143,7 @@ func (s *Store) ImportPerson(ctx context.Context, r io.Reader, opts ImportOption
 	if err != nil {
 		return ImportResult{}, s.spaceErr(err)
 	}
-	src := filepath.Join(tmp, "person.db")
+	src := filepath.Join(tmp, nah.PersonFileName)
 	handle := m.Person.Handle
 	if opts.Handle != "" {
 		handle = opts.Handle
@@ -215,7 +215,7 @@ func (s *Store) buildImported(ctx context.Context, src *untrustedDB, tmp string,
 	if err := os.Mkdir(dir, privateDir); err != nil {
 		return 0, err
 	}
-	p := filepath.Join(dir, "person.db")
+	p := filepath.Join(dir, nah.PersonFileName)
 	// Not replicated while it is built: it is closed, its WAL checkpointed
 	// away, before anything watches it.
 	dst, err := openDB(p, false, 1, personCacheKiB, s.sync, false)
@@ -234,7 +234,7 @@ func (s *Store) buildImported(ctx context.Context, src *untrustedDB, tmp string,
 	if res.Moments, newest, err = copyMoments(ctx, src, dst, opts.MaxMomentBytes, latest, room, opts.QuotaBytes); err != nil {
 		return 0, err
 	}
-	if err := copyMedia(ctx, src, dst, media, filepath.Join(tmp, mediaDirName), filepath.Join(dir, mediaDirName), latest); err != nil {
+	if err := copyMedia(ctx, src, dst, media, filepath.Join(tmp, nah.MediaDirName), filepath.Join(dir, nah.MediaDirName), latest); err != nil {
 		return 0, err
 	}
 	if written, err := fileBytes(ctx, dst); err != nil {
@@ -402,7 +402,7 @@ func readEntries(r io.Reader, dir string, opts ImportOptions) (*Manifest, map[st
 		if h.Size < 0 {
 			return nil, nil, badExport("entry %s has a negative size", short(h.Name))
 		}
-		id, isMedia := strings.CutPrefix(h.Name, mediaDirName+"/")
+		id, isMedia := strings.CutPrefix(h.Name, nah.MediaDirName+"/")
 		switch {
 		case isMedia:
 			if !seenDB || m != nil {
@@ -421,16 +421,16 @@ func readEntries(r io.Reader, dir string, opts ImportOptions) (*Manifest, map[st
 				return nil, nil, nah.Errorf(nah.QuotaExceeded, "", "the export holds more than the quota of %d bytes", opts.QuotaBytes)
 			}
 			if len(media) == 0 {
-				if err := os.Mkdir(filepath.Join(dir, mediaDirName), privateDir); err != nil {
+				if err := os.Mkdir(filepath.Join(dir, nah.MediaDirName), privateDir); err != nil {
 					return nil, nil, err
 				}
 			}
-			size, sum, err := copyEntry(tr, filepath.Join(dir, mediaDirName, id), h.Size)
+			size, sum, err := copyEntry(tr, filepath.Join(dir, nah.MediaDirName, id), h.Size)
 			if err != nil {
 				return nil, nil, err
 			}
 			media[id] = ManifestFile{Name: h.Name, Size: size, SHA256: sum}
-		case h.Name == "person.db":
+		case h.Name == nah.PersonFileName:
 			if seenDB || m != nil {
 				return nil, nil, badExport("person.db appears twice, or after the manifest")
 			}
@@ -438,7 +438,7 @@ func readEntries(r io.Reader, dir string, opts ImportOptions) (*Manifest, map[st
 			if h.Size > maxBytes {
 				return nil, nil, nah.Errorf(nah.TooLarge, "too_large", "person.db claims %d bytes, over the limit of %d", h.Size, maxBytes)
 			}
-			dbSize, dbSum, err = copyEntry(tr, filepath.Join(dir, "person.db"), h.Size)
+			dbSize, dbSum, err = copyEntry(tr, filepath.Join(dir, nah.PersonFileName), h.Size)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -483,7 +483,7 @@ func readEntries(r io.Reader, dir string, opts ImportOptions) (*Manifest, map[st
 		return nil, nil, nah.Errorf(nah.Invalid, "export_too_new",
 			"the export's schema version is %d and this server knows up to %d: upgrade this server first", m.SchemaVersion, len(personMigrations))
 	}
-	if len(m.Files) == 0 || m.Files[0].Name != "person.db" {
+	if len(m.Files) == 0 || m.Files[0].Name != nah.PersonFileName {
 		return nil, nil, badExport("the manifest must list person.db first")
 	}
 	if want := m.Files[0]; want.Size != dbSize || want.SHA256 != dbSum {

@@ -37,10 +37,7 @@ import (
 // which are a handful of entries at the top of the folder: no walk of the
 // media, however many there are.
 
-const (
-	mediaDirName = "media"
-	uploadPrefix = "upload-"
-)
+const uploadPrefix = "upload-"
 
 // mediaUsage is one person's media on disk and in flight.
 type mediaUsage struct {
@@ -68,7 +65,7 @@ func (s *Store) mediaDir(id string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return filepath.Join(d, mediaDirName), nil
+	return filepath.Join(d, nah.MediaDirName), nil
 }
 
 // withUsage runs fn with person id's usage locked and loaded.
@@ -158,7 +155,7 @@ func removeUnlocked(p string) bool {
 // not keep them. It reads people/*/media only; files without a row wait
 // for their person's next use of media, which needs their database.
 func (s *Store) sweepUploads() {
-	dirs, _ := filepath.Glob(filepath.Join(s.dir, "people", "*", mediaDirName, uploadPrefix+"*"))
+	dirs, _ := filepath.Glob(filepath.Join(s.dir, filepath.FromSlash(nah.MediaDirsPattern), uploadPrefix+"*"))
 	for _, p := range dirs {
 		id := filepath.Base(filepath.Dir(filepath.Dir(p)))
 		n := s.graph.node(id)

@@ -213,7 +213,7 @@ func (s *Store) Totals(ctx context.Context) (Totals, error) {
 	if err != nil {
 		return t, err
 	}
-	media, _ := filepath.Glob(filepath.Join(s.dir, "people", "*", mediaDirName))
+	media, _ := filepath.Glob(filepath.Join(s.dir, filepath.FromSlash(nah.MediaDirsPattern)))
 	for _, m := range media {
 		n, err := dirSize(m)
 		if err != nil {

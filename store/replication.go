@@ -45,7 +45,7 @@ func (s *Store) Path(rel string) string { return filepath.Join(s.dir, filepath.F
 // every person's file (deleted people waiting for their purge included:
 // an undo needs them), sorted.
 func (s *Store) Databases(ctx context.Context) ([]string, error) {
-	es, err := os.ReadDir(filepath.Join(s.dir, "people"))
+	es, err := os.ReadDir(filepath.Join(s.dir, nah.PeopleRel))
 	if err != nil {
 		return nil, err
 	}
@@ -274,7 +274,7 @@ func (s *Store) ReplacePersonFile(ctx context.Context, id string, make func(path
 // it (people/<id>/media/<media id>), for the backup sweep. Media files never
 // change once written, so a copy made once stays true.
 func (s *Store) MediaFiles(ctx context.Context) ([]string, error) {
-	people, err := os.ReadDir(filepath.Join(s.dir, "people"))
+	people, err := os.ReadDir(filepath.Join(s.dir, nah.PeopleRel))
 	if err != nil {
 		return nil, err
 	}
@@ -283,7 +283,7 @@ func (s *Store) MediaFiles(ctx context.Context) ([]string, error) {
 		if !p.IsDir() || !nah.ValidPersonID(p.Name()) {
 			continue
 		}
-		es, err := os.ReadDir(filepath.Join(s.dir, "people", p.Name(), mediaDirName))
+		es, err := os.ReadDir(s.Path(nah.MediaDirRel(p.Name())))
 		if err != nil {
 			continue // no media
 		}

@@ -19,10 +19,9 @@ import (
 // person (a glob took 12-15 ms for 1,000 people, cold start 89.5 ms).
 // Open lists them in FileProblems; a sound person.db heals it.
 
-// restoreFailedDir is the folder of the markers, in the data directory.
-const restoreFailedDir = "restore-failed"
-
-func restoreFailedPath(dir, id string) string { return filepath.Join(dir, restoreFailedDir, id) }
+func restoreFailedPath(dir, id string) string {
+	return filepath.Join(dir, filepath.FromSlash(nah.RestoreFailedMarkerRel(id)))
+}
 
 // maxRestoreFailed bounds the sentence read from a marker: it is shown on
 // the console, and the restore writes a few hundred bytes.
@@ -39,11 +38,11 @@ func MarkRestoreFailed(dir, id, why string) error {
 	if !nah.ValidPersonID(id) {
 		return fmt.Errorf("mark a failed restore: not a person id: %q", id)
 	}
-	folder := filepath.Join(dir, "people", id)
+	folder := filepath.Join(dir, filepath.FromSlash(nah.PersonDirRel(id)))
 	if err := os.MkdirAll(folder, privateDir); err != nil {
 		return err
 	}
-	p := filepath.Join(folder, "person.db")
+	p := filepath.Join(folder, nah.PersonFileName)
 	for _, q := range []string{p, p + "-wal", p + "-shm"} {
 		if err := os.Remove(q); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
@@ -52,7 +51,7 @@ func MarkRestoreFailed(dir, id, why string) error {
 	if err := os.WriteFile(p, []byte(placeholder), privateFile); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Join(dir, restoreFailedDir), privateDir); err != nil {
+	if err := os.MkdirAll(filepath.Join(dir, nah.RestoreFailedRel), privateDir); err != nil {
 		return err
 	}
 	return os.WriteFile(restoreFailedPath(dir, id), []byte(why+"\n"), privateFile)
@@ -72,7 +71,7 @@ var errRestoreFailed = errors.New("nah restore could not restore this person's f
 // marker, at Open. A marker of someone the directory does not know (purged,
 // or a folder from elsewhere) is left alone.
 func (s *Store) loadRestoreFailed() {
-	es, err := os.ReadDir(filepath.Join(s.dir, restoreFailedDir))
+	es, err := os.ReadDir(filepath.Join(s.dir, nah.RestoreFailedRel))
 	if err != nil {
 		return // none: the folder is only made by a restore that failed someone
 	}

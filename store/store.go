@@ -21,6 +21,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nah-app/nah"
 	"github.com/nah-app/nah/store/internal/personfile"
 )
 
@@ -154,10 +155,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if err := os.MkdirAll(filepath.Join(cfg.Dir, "people"), privateDir); err != nil {
+	if err := os.MkdirAll(filepath.Join(cfg.Dir, nah.PeopleRel), privateDir); err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	path := filepath.Join(cfg.Dir, "directory.db")
+	path := filepath.Join(cfg.Dir, nah.DirectoryRel)
 	tightenDataDir(cfg.Dir, cfg.Logger)
 	removeStaleImports(cfg.Dir, cfg.Now(), cfg.Logger)
 	s := &Store{
@@ -232,7 +233,7 @@ const (
 // people/ and directory.db, warning only if directory.db existed. No walk of
 // person folders: people/ at 0700 shuts them off. A failure is logged, not fatal.
 func tightenDataDir(dir string, log *slog.Logger) {
-	_, err := os.Stat(filepath.Join(dir, "directory.db"))
+	_, err := os.Stat(filepath.Join(dir, nah.DirectoryRel))
 	existing := err == nil
 	var changed []string
 	for _, p := range []struct {
@@ -240,10 +241,10 @@ func tightenDataDir(dir string, log *slog.Logger) {
 		mode fs.FileMode
 	}{
 		{dir, privateDir},
-		{filepath.Join(dir, "people"), privateDir},
-		{filepath.Join(dir, "directory.db"), privateFile},
-		{filepath.Join(dir, "directory.db-wal"), privateFile},
-		{filepath.Join(dir, "directory.db-shm"), privateFile},
+		{filepath.Join(dir, nah.PeopleRel), privateDir},
+		{filepath.Join(dir, nah.DirectoryRel), privateFile},
+		{filepath.Join(dir, nah.DirectoryRel+"-wal"), privateFile},
+		{filepath.Join(dir, nah.DirectoryRel+"-shm"), privateFile},
 	} {
 		info, err := os.Stat(p.path)
 		if err != nil || info.Mode().Perm()&^p.mode == 0 {

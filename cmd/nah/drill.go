@@ -116,14 +116,14 @@ func restoreCheckCmd(ctx context.Context, args []string, getenv func(string) str
 // dataDatabases lists the databases of data directory dir as the store's
 // Databases does.
 func dataDatabases(dir string) ([]string, error) {
-	es, err := os.ReadDir(filepath.Join(dir, "people"))
+	es, err := os.ReadDir(filepath.Join(dir, nah.PeopleRel))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
 	out := []string{store.DirectoryRel}
 	for _, e := range es {
 		if e.IsDir() && nah.ValidPersonID(e.Name()) {
-			if _, err := os.Stat(filepath.Join(dir, "people", e.Name(), "person.db")); err == nil {
+			if _, err := os.Stat(filepath.Join(dir, filepath.FromSlash(nah.PersonRel(e.Name())))); err == nil {
 				out = append(out, store.PersonRel(e.Name()))
 			}
 		}

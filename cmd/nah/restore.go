@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nah-app/nah"
 	"github.com/nah-app/nah/backup"
 	"github.com/nah-app/nah/store"
 	"github.com/nah-app/nah/ui"
@@ -367,8 +368,11 @@ func restoreMedia(ctx context.Context, t *backup.Target, dir string, workers int
 	)
 	for _, rel := range rels {
 		out := filepath.Join(dir, filepath.FromSlash(rel))
-		person := filepath.Dir(filepath.Dir(out))
-		if _, err := os.Stat(filepath.Join(person, "person.db")); err != nil {
+		owner, _ := nah.SplitMediaRel(rel)
+		if owner == "" {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(dir, filepath.FromSlash(nah.PersonRel(owner)))); err != nil {
 			continue
 		}
 		sem <- struct{}{}

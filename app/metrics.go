@@ -350,6 +350,17 @@ func (a *App) writePrometheus(w io.Writer) {
 	for _, g := range gauges {
 		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s gauge\n%s %g\n", g.name, g.help, g.name, g.name, g.v)
 	}
+	// What a post costs beyond its insert: the bench divides these by posts.
+	for _, c := range []struct {
+		name, help string
+		v          int64
+	}{
+		{"nah_person_file_opens_total", "Person files opened, since start.", st.FileOpens},
+		{"nah_person_file_closes_total", "Person files closed, since start.", st.FileCloses},
+		{"nah_replica_takeups_total", "Person files handed to replication (a registration and a first sync each), since start.", st.TakeUps},
+	} {
+		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s counter\n%s %d\n", c.name, c.help, c.name, c.name, c.v)
+	}
 	a.writeDigestMetrics(w)
 }
 

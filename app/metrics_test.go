@@ -26,6 +26,7 @@ func TestPrometheusMetrics(t *testing.T) {
 		`nah_http_request_duration_seconds_bucket{route="/api/v1/feed",method="GET",le="+Inf"} 1`,
 		"nah_open_person_files ", "nah_sqlite_memory_bytes ", "nah_goroutines ", "nah_resident_memory_bytes ", "nah_sqlite_connections ",
 		"nah_request_budget_bytes ", "nah_request_budget_used_bytes ", "nah_requests_shed ",
+		"nah_person_file_opens_total 1", "nah_person_file_closes_total 0", "nah_replica_takeups_total ",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("metrics lack %q", want)

@@ -83,6 +83,9 @@ func markdown(r Result) string {
 	}
 	fmt.Fprintf(&b, "\nfeeds/s at 50 readers = %.0f%% of the static ceiling (%d-byte pages); open descriptors after load %d, open person files %d; data directory after a clean stop %.1f MB, non-empty -wal files %d; binary %.1f MB.\n",
 		100*r.CeilingRatio, r.Feed50.MeanBytes, r.OpenFDs, r.OpenPersonFiles, r.DataDirMB, r.WALLeft, r.BinaryMB)
+	if c := r.PostCost; c != nil {
+		fmt.Fprintf(&b, "\nper post of the 16-writer phase: %.2f file opens, %.2f closes, %.2f replication take-ups, %.2f ms of the server's CPU.\n", c.Opens, c.Closes, c.TakeUps, c.CPUms)
+	}
 	return b.String()
 }
 

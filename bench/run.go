@@ -45,7 +45,17 @@ type Result struct {
 	DataDirMB       float64    `json:"data_dir_mb_after_stop"`
 	BinaryMB        float64    `json:"binary_mb"`
 	WALLeft         int        `json:"non_empty_wal_after_stop"`
-	Drill           *DrillLoad `json:"drill,omitempty"` // run -drill: drills kept running through the phases
+	Drill           *DrillLoad `json:"drill,omitempty"`     // run -drill: drills kept running through the phases
+	PostCost        *PostCost  `json:"post_cost,omitempty"` // the 16-writer phase, per post
+}
+
+// PostCost is what one post of the 16-writer phase cost the server beyond
+// its insert, from the server's counters and /proc before and after it.
+type PostCost struct {
+	Opens   float64 `json:"opens"`    // person files opened
+	Closes  float64 `json:"closes"`   // person files closed
+	TakeUps float64 `json:"take_ups"` // files handed to replication
+	CPUms   float64 `json:"cpu_ms"`   // the server's CPU time (user + system)
 }
 
 // commonFlags adds the flags every measuring subcommand takes: the
@@ -157,7 +167,11 @@ func measure(ctx context.Context, bin, data string, f fixture.Fixture, people []
 	}
 	base := "http://" + port
 	cmd := exec.Command(bin, "serve")
-	cmd.Env = append([]string{"NAH_ADDR=" + port, "NAH_DATA_DIR=" + data, "NAH_REPLICA_URL=" + data + ".replica", "NAH_LOG_LEVEL=warn"}, env...)
+	metricsPort, err := freePort()
+	if err != nil {
+		return res, err
+	}
+	cmd.Env = append([]string{"NAH_ADDR=" + port, "NAH_DATA_DIR=" + data, "NAH_REPLICA_URL=" + data + ".replica", "NAH_LOG_LEVEL=warn", "NAH_METRICS_ADDR=" + metricsPort}, env...)
 	cmd.Stderr = os.Stderr
 	t0 := time.Now()
 	if err := cmd.Start(); err != nil {
@@ -197,7 +211,14 @@ func measure(ctx context.Context, bin, data string, f fixture.Fixture, people []
 	fmt.Fprintf(os.Stderr, "post warm-up: everyone posts once, 16 writers\n")
 	res.PostWarmup = warmLoad(ctx, base, people, 16)
 	fmt.Fprintf(os.Stderr, "post, 16 writers, %v\n", d)
+	before := readCost(pid, "http://"+metricsPort+"/metrics")
 	res.Post16 = postLoad(ctx, base, people, 16, d)
+	if after := readCost(pid, "http://"+metricsPort+"/metrics"); before != nil && after != nil && res.Post16.Requests > 0 {
+		n := float64(res.Post16.Requests)
+		res.PostCost = &PostCost{Opens: (after.Opens - before.Opens) / n, Closes: (after.Closes - before.Closes) / n,
+			TakeUps: (after.TakeUps - before.TakeUps) / n, CPUms: (after.CPUms - before.CPUms) / n}
+		fmt.Fprintf(os.Stderr, "per post: %.2f opens, %.2f closes, %.2f take-ups, %.2f ms CPU\n", res.PostCost.Opens, res.PostCost.Closes, res.PostCost.TakeUps, res.PostCost.CPUms)
+	}
 	if stopDrills != nil {
 		dl := stopDrills()
 		res.Drill = &dl
@@ -352,4 +373,44 @@ func copyFixture(ctx context.Context, cache string, f fixture.Fixture) (data str
 	}
 	syscall.Sync()
 	return data, people, cleanup, nil
+}
+
+// readCost reads the server's counts of opens, closes and take-ups from its
+// metrics and its CPU time so far from /proc (nil when either fails).
+func readCost(pid int, metricsURL string) *PostCost {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil
+	}
+	// Fields after the command's closing parenthesis; utime and stime are
+	// the 14th and 15th of the line, in clock ticks of 10 ms (USER_HZ 100).
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 13 {
+		return nil
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	c := &PostCost{CPUms: (ut + st) * 10}
+	r, err := http.Get(metricsURL)
+	if err != nil {
+		return nil
+	}
+	defer r.Body.Close()
+	sc := bufio.NewScanner(r.Body)
+	for sc.Scan() {
+		name, v, ok := strings.Cut(sc.Text(), " ")
+		n, err := strconv.ParseFloat(v, 64)
+		if !ok || err != nil {
+			continue
+		}
+		switch name {
+		case "nah_person_file_opens_total":
+			c.Opens = n
+		case "nah_person_file_closes_total":
+			c.Closes = n
+		case "nah_replica_takeups_total":
+			c.TakeUps = n
+		}
+	}
+	return c
 }

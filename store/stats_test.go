@@ -2,7 +2,9 @@ package store
 
 import (
 	"context"
+	"sync"
 	"testing"
+	"time"
 )
 
 // TestStats: the gauges the console and metrics read agree with the cache
@@ -32,5 +34,53 @@ func TestStats(t *testing.T) {
 	}
 	if st.SQLiteBytes <= 0 || st.SQLitePeakBytes < st.SQLiteBytes {
 		t.Fatalf("SQLite memory %d, peak %d", st.SQLiteBytes, st.SQLitePeakBytes)
+	}
+}
+
+// TestFileCounts: the counts a post's cost is read from (the bench divides
+// them by posts) agree with what the cache and replication saw: every open
+// either still open or closed, every close seen by the close seam, every
+// take-up a Watch of the replicator.
+func TestFileCounts(t *testing.T) {
+	var mu sync.Mutex
+	var watches, closes int
+	hooks := testHooks{
+		Watch:      func(context.Context, string) error { mu.Lock(); watches++; mu.Unlock(); return nil },
+		AfterClose: func(string) { mu.Lock(); closes++; mu.Unlock() },
+		MaxWatched: 2,
+	}
+	s := MustOpen(t, hooks.config(Config{Dir: t.TempDir(), MaxOpenFiles: 3}))
+	ctx := context.Background()
+	var ids []string
+	for _, h := range []string{"ann", "bob", "cat", "dan", "eve", "fay"} {
+		ids = append(ids, mustPerson(t, s, h).ID)
+	}
+	for round := range 3 {
+		for _, id := range ids {
+			if _, err := s.CreateMoment(ctx, id, []byte{byte(round)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Closes and take-ups run off the posts' path: wait until they settle.
+	var st Stats
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		st = s.Stats()
+		mu.Lock()
+		settled := st.FileCloses == int64(closes) && st.TakeUps == int64(watches) && st.FileOpens-st.FileCloses == int64(st.OpenFiles)
+		mu.Unlock()
+		if settled || time.Now().After(deadline) {
+			break
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if st.FileOpens-st.FileCloses != int64(st.OpenFiles) || st.FileCloses != int64(closes) || st.TakeUps != int64(watches) {
+		t.Fatalf("opens %d, closes %d (seam saw %d), open now %d, take-ups %d (replicator saw %d)",
+			st.FileOpens, st.FileCloses, closes, st.OpenFiles, st.TakeUps, watches)
+	}
+	// Six people through three handles, three rounds: files churned.
+	if st.FileOpens < 18 || st.TakeUps < 3 {
+		t.Fatalf("opens %d, take-ups %d: six people through three handles should churn", st.FileOpens, st.TakeUps)
 	}
 }

@@ -333,6 +333,9 @@ type Stats struct {
 	// ReplicationQueueWait how long the oldest of them has waited.
 	ReplicationQueue     int
 	ReplicationQueueWait time.Duration
+	// FileOpens, FileCloses and TakeUps count, since start, person files
+	// opened, closed and handed to replication.
+	FileOpens, FileCloses, TakeUps int64
 }
 
 // Stats returns the store's gauges now.
@@ -340,6 +343,7 @@ func (s *Store) Stats() Stats {
 	open := s.files.Len()
 	sqlNow, sqlPeak := SQLiteMemory()
 	queue, wait := s.files.Queue()
+	n := s.files.Counts()
 	return Stats{
 		OpenFiles:            open,
 		MaxOpenFiles:         s.files.Max(),
@@ -353,6 +357,9 @@ func (s *Store) Stats() Stats {
 		DiskFull:             s.DiskFull(),
 		ReplicationQueue:     queue,
 		ReplicationQueueWait: wait,
+		FileOpens:            n.Opens,
+		FileCloses:           n.Closes,
+		TakeUps:              n.TakeUps,
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nah-app/nah"
@@ -52,6 +53,8 @@ type Cache struct {
 	log  *slog.Logger
 	q    *queue
 	wal  walSet
+
+	opens, closes, takeUps atomic.Int64 // since start: Counts
 
 	mu      sync.Mutex
 	lru     list.List // front is most recent; values are *File
@@ -142,6 +145,7 @@ func (c *Cache) Acquire(ctx context.Context, id string, create bool) (*File, err
 		<-wait // the same file is still being closed: replication must see close, then open
 	}
 	f.DB, f.err = f.open(context.WithoutCancel(ctx), &c.cfg, create)
+	c.opens.Add(1)
 	if f.err != nil {
 		c.mu.Lock()
 		if c.byID[id] == f {
@@ -317,6 +321,16 @@ func (c *Cache) Len() int {
 // Max is the bound of idle open files.
 func (c *Cache) Max() int { return c.cfg.Max }
 
+// Counts are what the cache has done since start: files opened, closed, and
+// handed to replication (take-ups: a registration and a first sync each).
+// Per post they say what a post costs beyond its insert.
+type Counts struct{ Opens, Closes, TakeUps int64 }
+
+// Counts returns the cache's counts now.
+func (c *Cache) Counts() Counts {
+	return Counts{Opens: c.opens.Load(), Closes: c.closes.Load(), TakeUps: c.takeUps.Load()}
+}
+
 // Watched is how many files in the cache replication watches (the set
 // MaxWatched bounds).
 func (c *Cache) Watched() int {
@@ -338,6 +352,7 @@ func (c *Cache) Closed() bool {
 // transaction on it) and outlives Litestream's close: it is checkpointed
 // once replication let go if it is large or the cache is closing (bigWAL).
 func (c *Cache) closeFile(f *File) {
+	c.closes.Add(1)
 	if err := f.DB.Close(); err != nil {
 		// The data is safe in the WAL; the next open recovers it.
 		c.log.Error("close person file", "path", f.Path, "err", err)

@@ -64,6 +64,7 @@ func (c *Cache) syncClosed(ph *File) bool {
 		return true // gone: deleted (a restore watches it again) or purged
 	}
 	ok := true
+	c.takeUps.Add(1)
 	if err := c.repl.Watch(context.Background(), p); err != nil {
 		c.log.Warn("replication: watch", "path", p, "err", err)
 	}

@@ -46,6 +46,7 @@ func (c *Cache) watchFile(ctx context.Context, f *File, wait bool) {
 	c.closeLater(victims)
 	run := func() {
 		defer close(done)
+		c.takeUps.Add(1)
 		if err := c.repl.Watch(context.WithoutCancel(ctx), f.Path); err != nil {
 			c.log.Warn("replication: watch", "path", f.Path, "err", err)
 		}

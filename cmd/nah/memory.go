@@ -21,10 +21,9 @@ import (
 //   - replication: backup.PerFileBytes a watched file, and backup.DrillBytes;
 //   - connections: app.ConnectionBytes each, and the redirect listener's 64;
 //   - the rest is the requests' budget (app/budget.go); past it, 503.
-//
-// The default, 320 MiB, leaves 25 MiB for requests and 65 MB of the 400 MB
-// limit for the kernel's view (stacks, socket buffers, the allocator's slack).
 const (
+	// defaultMemoryLimit leaves 25 MiB for requests and 65 MB of the 400 MB
+	// limit for the kernel's view (stacks, socket buffers, allocator slack).
 	defaultMemoryLimit = 320 << 20
 	memoryBase         = 40 << 20
 	minRequestBudget   = 16 << 20

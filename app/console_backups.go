@@ -24,7 +24,7 @@ import (
 	"github.com/nah-app/nah/ui"
 )
 
-// The console's Backups page (issue 9): replication's health and each
+// The console's Backups page: replication's health and each
 // file's state, the last and next sweep, "sync now", a full backup to
 // download, and a person's restore to a time. Replication itself is
 // package backup's; this file only shows it and calls it.
@@ -213,17 +213,10 @@ func (a *App) handleBackupSync(w http.ResponseWriter, r *http.Request) {
 	a.render(w, r, http.StatusOK, ui.BackupsPage(v))
 }
 
-// handleBackupDownload streams a .tar.gz of every database, laid out as a
-// data directory (directory.db, people/<id>/person.db): `tar xzf` gives a
-// directory that `nah serve` opens. Each file is a consistent copy made
-// with SQLite's backup API (store.Backup: one read transaction, no writer
-// waits), made one at a time and unlinked once sent, so the disk holds
-// one extra copy at most and memory holds gzip's state, never the archive.
-// Files are each consistent on their own; the directory's cached counts
-// of a person posting meanwhile may trail their file, which the store
-// mends at its next read. Errors before the first byte go to the console's
-// error page; after it, the connection is cut, so the client sees a broken
-// download rather than an archive that looks whole.
+// handleBackupDownload streams a .tar.gz laid out as a data directory that
+// `nah serve` opens, one SQLite backup-API copy at a time (one extra copy on
+// disk at most, gzip's state in memory). An error after the first byte cuts
+// the connection, so a broken download never looks like a whole archive.
 func (a *App) handleBackupDownload(w http.ResponseWriter, r *http.Request) {
 	pg := page(r, "Backups", "backups")
 	name := "nah-backup-" + time.Now().UTC().Format("20060102T150405Z") + ".tar.gz"
@@ -421,16 +414,10 @@ func (a *App) handleRestoreConfirm(w http.ResponseWriter, r *http.Request) {
 	a.render(w, r, http.StatusOK, ui.RestorePersonPage(ui.RestorePerson{Page: pg, PersonID: p.ID, Handle: p.Handle, At: at, Moments: n}))
 }
 
-// handleRestore restores one person's file to a time while the server
-// runs: the store closes their file (replication lets go of it through the
-// store's hooks) and holds off their requests, the replica's copy as at
-// the time is made beside it and checked whole, Litestream's local state
-// of the old file is cleared (it describes a file that is gone), and the
-// copy takes the file's place and is watched at once (ReplacePersonFile).
-// Everyone else goes on meanwhile. A failure leaves the old file; so does a
-// history that does not restore to a sound database, even with a sound
-// sweep to fall back on (nah restore takes it, saying so): here the live
-// file may well be newer than that sweep.
+// handleRestore restores one person's file to a time while everyone else goes
+// on (ReplacePersonFile: closed, copy checked whole, Litestream's state cleared,
+// swapped in, watched). Any failure leaves the old file, and so does a broken
+// history even with a sound sweep: the live file may be newer than the sweep.
 func (a *App) handleRestore(w http.ResponseWriter, r *http.Request) {
 	pg := page(r, "Restore a person", "backups")
 	r.Body = http.MaxBytesReader(w, r.Body, smallBody)

@@ -15,48 +15,10 @@ import (
 	"github.com/nah-app/nah"
 )
 
-// Open connections are bounded, because each one costs memory whether or
-// not it does anything. Measured with cmd/nah (connections each idle after
-// one GET /healthz, the server's VmRSS before and after): 22-26 KB resident
-// per idle keep-alive connection (net/http's 4 KB bufio reader and 4 KB
-// writer, the connection's goroutine and its stack, the conn and response
-// state, and the heap headroom GOGC=50 leaves): 2,000 held 45-50 MB, 4,000
-// 86 MB, each for IdleTimeout. Under churn at the bound (4,000 connections
-// made one after another, each making room by closing one idle) the
-// garbage of the closed ones adds about as much again until collected:
-// 23 MB resident at a bound of 512, 38-41 MB at 1,024.
-//
-// DefaultMaxConnections is 512: at most ~25 MB, a sixteenth of the 400 MB
-// the process must stay under, and far more connections than a family
-// server's phones hold at once (one each while the app is in use; idle
-// ones make room anyway, so the bound counts busy connections, and a
-// 2-core server has long been overloaded before 512 requests are in
-// progress at once).
-//
-// At the bound, a new connection gets room in this order:
-//
-//  1. The connection idle longest (a keep-alive connection between
-//     requests, that has not started sending the next) is closed. That is
-//     what IdleTimeout would do later anyway, and HTTP clients retry an
-//     idempotent request on a reused connection that the server closed; a
-//     connection leaves the idle list at its next request's first byte
-//     (limitedConn.Read), so a POST in flight is never cut. Idle
-//     connections, an attacker's thousands as much as a phone's one, never
-//     keep a new client out.
-//  2. With none idle (each is in a request, or has yet to send its first,
-//     which ReadHeaderTimeout bounds at 5 s), the new connection enters a
-//     small overflow (a sixteenth of the bound) where its request is
-//     answered 503 with Retry-After and the connection closed: a clear
-//     answer at once, given by net/http, so that the request is read
-//     first (a close with the request unread resets the connection and
-//     the answer is lost).
-//  3. Past the overflow too, it is closed at once.
-//
-// netutil.LimitListener instead leaves new connections in the kernel's
-// accept queue while the bound is reached: no answer, and a wait as long as
-// the slots stay taken, which with nothing closing idle connections first
-// is forever for a client that sends a request every IdleTimeout. As for
-// memory, the rule is to shed at once rather than queue.
+// Open connections are bounded: an idle one holds 22-26 KB, 23 MB in all under
+// churn at the default 512 (cmd/nah's VmRSS; bench/THRESHOLDS.md "Connections").
+// At the bound the idlest is closed for the new one; with none idle, net/http
+// reads its request and answers 503 from an overflow of bound/16; past it, a close.
 const (
 	// ConnectionBytes is what one open connection costs the memory plan
 	// (cmd/nah): 45 KB, the churn figure above (23 MB at a bound of 512).

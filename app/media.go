@@ -16,16 +16,10 @@ import (
 	"github.com/nah-app/nah/store"
 )
 
-// Media (issue 11): uploads streamed to disk through one pooled buffer,
-// downloads served from the file by http.ServeContent (Range, ETag,
-// If-None-Match), deletes. The store keeps the files, their rows and the
-// quota (store/media.go); this file bounds the transfers and answers.
-//
-// Identical bytes uploaded twice are two media, each with its own id: no
-// deduplication. Phones encrypt what they upload, so the same photo sent
-// twice is rarely the same bytes; and with deduplication, a phone that
-// deleted "its" copy would delete the one another moment still refers to.
-// A phone that wants to skip a re-upload has the sha256 of each answer.
+// Media: uploads streamed to disk through one pooled buffer, downloads by
+// http.ServeContent (Range, ETag), deletes; the store keeps files, rows and
+// quota (store/media.go). The same bytes uploaded twice are two media, never
+// deduplicated (README "Media": a delete would remove another's copy).
 
 const (
 	// transferCost is what an upload or download in flight holds besides

@@ -21,21 +21,10 @@ import (
 	"github.com/nah-app/nah/store"
 )
 
-// The digest benchmark (issue 12): the load that is not spread out. 5,000
-// people all chose 08:00 UTC; 2,046 of them have something new. The
-// fixture is families of six, everyone connected to the other five: in
-// 341 families two people posted since yesterday's digest (so all six
-// have something new from someone else), in the other 492 families and
-// for the 2 people left over nobody did. Everyone has one device and
-// posted once two days ago, and yesterday's digest is marked done.
-//
-// It runs in-process, on copies of one seeded data directory: the loop's
-// Run against a fake relay (an httptest.Server that answers 202 at once),
-// all at once and then spread over 10 s, reporting the wall time and the
-// p95 per person with something new (count, claim, push, finish). Then,
-// on a third copy, the real HTTP server serves 50 feed readers for 10 s
-// before the minute and for the 10 s of a spread run: the feed's p95
-// during a digest minute against the feed threshold.
+// The digest benchmark: 5,000 people all due at 08:00 UTC, families of six,
+// two posters in 341 families so 2,046 have something new. In-process, on
+// copies of one seeded directory: Run against a relay answering 202, all at
+// once then spread over 10 s, then 50 feed readers' p95 during a spread run.
 
 const (
 	digestPeople  = 5000

@@ -28,7 +28,7 @@ import (
 	"github.com/nah-app/nah/bench/fixture"
 )
 
-// The hostile mix (issue 8): every attack that was reproduced against the
+// The hostile mix: every attack that was reproduced against the
 // server, all at once, while honest readers read their feeds. What counts
 // is the honest readers' p95, the server's peak resident memory, and that
 // no attack ever gets a 500.

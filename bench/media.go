@@ -21,7 +21,7 @@ import (
 	"github.com/nah-app/nah/bench/fixture"
 )
 
-// The media benchmark (issue 11): N people upload a file of -size MiB at
+// The media benchmark: N people upload a file of -size MiB at
 // once, then N download them at once, against a fresh server process per
 // N, so that each N has its own peak resident memory (VmHWM): memory must
 // stay flat in N, since a transfer holds a 32 KiB buffer and never a file.

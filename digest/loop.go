@@ -2,26 +2,14 @@
 // each minute, finds the people whose local digest minute it is, counts
 // what is new for them from their connections, and sends one push per
 // device through the push relay, spread over the first seconds of the
-// minute.
+// minute. It has its own clock, start, stop and relay client, reads and
+// writes only through store, and app reads its Status and Totals.
 //
-// It is a package of its own because it is a process of its own beside the
-// HTTP server: it has a clock, a start and a stop, and a client of another
-// service (the relay), none of which app's request handling should carry.
-// It reads and writes only through store, knows nothing of HTTP serving,
-// and app reads its Status for the console and its Totals for the metrics.
-//
-// Exactly once a day. Each person's slot (schedule.go) is claimed in the
-// directory before any push of it is sent, and marked done once every
-// device has answered or been given up; both writes are grouped with other
-// people's into one transaction. A slot already claimed on the same local
-// day is never claimed again, so a restart neither sends twice what was
-// done nor skips what was not begun: the run after a restart takes every
-// slot of the last hour that is not claimed. A slot claimed but not done
-// (the process was killed between the two writes) is sent again with the
-// same digest id, which the relay uses to drop a push it already
-// delivered; in the worst case, a relay that ignores the id, the people
-// whose pushes were in flight at the kill get theirs twice. A slot more
-// than an hour old is not sent at all.
+// Exactly once a day (README "Daily digests"): a slot (schedule.go) is
+// claimed in the directory before its pushes and marked done after, batched
+// into one transaction; a claimed slot is never claimed again that local
+// day, one claimed but not done is resent with the same digest id, and a
+// slot more than an hour old is not sent.
 package digest
 
 import (

@@ -20,19 +20,14 @@ import (
 	"github.com/nah-app/nah"
 )
 
-// A person's export is a tar of their database, their media and a
-// manifest (issues 10 and 11):
+// A person's export is a tar, its manifest last so that its checksums are
+// computed in the one read of each entry (an import extracts all before it
+// trusts any, so it loses nothing):
 //
 //	person.db      a consistent copy of the person file
 //	media/<id>     each media file with a row in that copy, by id
 //	manifest.json  who, when, which schema, their connections, and a
 //	               sha256 of every entry before it
-//
-// The manifest is the last entry so that its checksums are computed while
-// the entries before it stream, in one read of each: the alternative, a
-// manifest first, reads the copy twice. A reader of the tar (an import)
-// must extract everything before it can trust anything anyway, so it
-// loses nothing by finding the manifest at the end.
 
 // ExportFormat is Manifest.Format: what tells a nah export from any tar.
 const ExportFormat = "nah-export"
@@ -102,18 +97,10 @@ type backuper interface {
 	NewBackup(dstURI string) (*sqlite.Backup, error)
 }
 
-// ExportPerson copies person id's database with SQLite's online backup API
-// and gathers the manifest; serverVersion goes into the manifest as is.
-//
-// The copy is made through a second, read-only connection to the file, in
-// one backup step: that step is one read transaction, which in WAL mode
-// blocks no writer, and since it is one step it is never restarted by a
-// write from the file's own connection (a backup stepped a few pages at a
-// time is, and under steady posting might never finish). Copying through
-// the file's own connection instead would hold the one connection that
-// every post needs for the whole copy. The copy goes to a temporary file
-// in the person's folder (same disk, same permissions), which is unlinked
-// once opened for reading.
+// ExportPerson copies person id's database and gathers the manifest (with
+// serverVersion as is). The copy is one backup step over a second, read-only
+// connection: one read transaction that blocks no writer, never restarted by
+// a write (stepped, under steady posting it might never finish).
 func (s *Store) ExportPerson(ctx context.Context, id, serverVersion string) (*Export, error) {
 	p, err := s.FindPersonByID(ctx, id)
 	if err != nil {
@@ -159,16 +146,10 @@ func (s *Store) ExportPerson(ctx context.Context, id, serverVersion string) (*Ex
 	return e, nil
 }
 
-// backupFile copies the database at p into a new file beside it and
-// returns that file open for reading (and already unlinked), with the
-// copy's schema version. An export holds p open in the file cache, so the
-// read-only connection opened here is never the file's last one: its close
-// does not checkpoint, and the cache's own close stays the one that tells
-// replication. The sweep copies a file nobody has open without the cache
-// (Store.Backup): then this connection may be the last and empty a small
-// WAL as it closes, which is harmless; an open of the same file during the
-// copy goes through the cache as usual, and replication could let go of it
-// only after 64 newer files were watched, far longer than a copy lasts.
+// backupFile copies the database at p into an unlinked file beside it, open
+// for reading, with its schema version. An export holds p in the cache, so
+// this close never checkpoints or tells replication; the sweep's (Store.Backup)
+// may be the last and empty a small WAL, which is harmless.
 func backupFile(ctx context.Context, p string) (_ *os.File, schema int, err error) {
 	removeStaleExports(filepath.Dir(p))
 	tmp, err := os.CreateTemp(filepath.Dir(p), "export-*.db")

@@ -10,27 +10,10 @@ import (
 	"github.com/nah-app/nah"
 )
 
-// The feed, newest poster first (SPEC section 3).
-//
-// A person's circle (themselves and their connections) comes from memory with
-// each one's newest-moment time. Visiting the circle newest poster first, the
-// page of the limit+1 newest keys is merged from each person's head (their
-// newest moments, bodies included, see head.go) or else from their file's
-// covering index; once the page is full, the first person whose newest
-// moment is older than the page's oldest key ends the visit, because nobody
-// after them can have anything newer. Bodies are read from files only for
-// the moments on the page that no head held. So a page of 30 reads at most
-// 31 files however large the circle, and usually none.
-//
-// A person deleted while a feed runs has no file any more: withFile is the
-// one place the feed learns it, and such a person simply has nothing to show.
-//
-// A person whose file cannot be used (it cannot be read, or a full disk kept
-// it from opening; see faults.go) is left out of everyone else's feed: the
-// page is built again without them, so it is exactly the page of the rest
-// of the circle, and its cursor is a position among their moments like any
-// other. The owner of the feed, or the person whose moments are asked for,
-// gets the error instead: their own page would otherwise be false.
+// The feed (SPEC 3) visits the circle newest poster first, stopping at the
+// first whose newest moment is older than the full page: 30 moments read at
+// most 31 files, usually none (head.go). A deleted person shows nothing; an
+// unusable file is its owner's error, and others' pages are rebuilt without it.
 
 // Page is one page of moments, newest first. Take one with NewPage, fill it
 // with Feed and give it back with Release: its buffers are pooled, since
@@ -251,17 +234,10 @@ func (s *Store) withFile(ctx context.Context, id string, fn func(f *personFile) 
 	return false, err
 }
 
-// page fills p.top with up to limit+1 items older than before and newer
-// than after from the
-// people in p.circle, then reads from files the bodies of the first limit
-// of them that did not come from a head.
-//
-// Heads come first: every visited person's cached newest moments are merged
-// before any file is read, since a head's last item can only be proved
-// irrelevant once the page is full. Then, for each person whose head is
-// incomplete, the file is read for moments older than the head's last item,
-// but only if that item would not close the page. The page only ever gets
-// newer, so a person skipped early stays skippable.
+// page fills p.top with up to limit+1 items between before and after from
+// p.circle, merging every head before any file is read, then reads bodies
+// not from a head. An incomplete head's file is read only if its last item
+// would not close the page: the page only gets newer, so a skip stays valid.
 func (s *Store) page(ctx context.Context, p *Page, before, after *nah.Cursor, limit int) error {
 	want := limit + 1
 	slices.SortFunc(p.circle, func(x, y candidate) int {

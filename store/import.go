@@ -19,7 +19,7 @@ import (
 	"github.com/nah-app/nah"
 )
 
-// An import (issue 10, "move") recreates a person from their export,
+// An import ("move") recreates a person from their export,
 // another server's tar (export.go). Everything in the tar is untrusted: it
 // is copied into a temporary folder under the data directory, checked whole
 // (entries, sizes, checksums, schema, SQLite's integrity check), and only
@@ -105,16 +105,10 @@ func badExport(format string, args ...any) error {
 	return nah.Errorf(nah.Invalid, "invalid_export", "not a usable nah export: "+format, args...)
 }
 
-// ImportPerson reads an export's tar from r and creates its person under a
-// new id, with the export's handle (or opts.Handle) and creation time, every
-// moment with its own id, time and body, and a one-time reset link. A
-// password hash that matches nothing is stored: the person sets a password
-// through the link. On any failure nothing is left: no temporary folder, no
-// person folder, no directory row.
-//
-// The store's in-memory graph learns of the person at once; another process
-// on the same data directory (a running server, when this runs from the
-// command line) does not until it restarts.
+// ImportPerson creates an export's person from r under a new id (handle from
+// opts.Handle or the export), every moment as it was, no usable password and
+// a one-time reset link. A failure leaves nothing behind. Only this process's
+// graph learns of the person; another on the same directory does at restart.
 func (s *Store) ImportPerson(ctx context.Context, r io.Reader, opts ImportOptions) (ImportResult, error) {
 	if opts.MaxBytes <= 0 {
 		opts.MaxBytes = DefaultImportMaxBytes

@@ -16,30 +16,16 @@ import (
 	"github.com/nah-app/nah"
 )
 
-// Media (issue 11): a person's uploaded files, under people/<id>/media/<media
-// id>, with a row each in the person's database (migrations/person/0002).
-//
-// An upload streams into media/upload-*.tmp, which it holds under an
-// exclusive lock (tryLock) for as long as it lives, hashing on the way; it
-// is fsynced, renamed to its id, the folder fsynced, and only then is the
-// row committed. So a row never points to a missing file, whatever crashes
-// when. What a crash can leave is a temporary file (no lock held: its
-// process is gone) or a renamed file without a row; both are removed by
-// sweepMedia, at the person's first use of media in a process (loadUsage)
-// and, for temporary files, at start (sweepUploads). A delete commits the
-// row's removal first and unlinks the file after, for the same reason.
-//
-// Quota: each person's node keeps what their media take (the sum of their
-// rows' sizes, loaded once from the file) and what uploads in flight have
-// reserved; an upload reserves each chunk before writing it, under the
-// person's lock, so concurrent uploads of one person can never together
-// pass the quota. Storage used is that counter plus the database's files,
-// which are a handful of entries at the top of the folder: no walk of the
-// media, however many there are.
+// Media: files under people/<id>/media/<id>, a row each (migrations/person/0002).
+// An upload streams to a locked upload-*.tmp, fsynced, renamed, folder fsynced,
+// then its row is committed; a delete drops the row first: no row ever points to
+// a missing file, and sweepMedia and sweepUploads remove what a crash leaves.
 
 const uploadPrefix = "upload-"
 
-// mediaUsage is one person's media on disk and in flight.
+// mediaUsage is one person's media on disk and in flight. Each chunk is
+// reserved under the person's lock before it is written, so concurrent
+// uploads never together pass the quota, and usage never walks the media.
 type mediaUsage struct {
 	mu      sync.Mutex // held to load, reserve, commit and delete
 	loaded  bool

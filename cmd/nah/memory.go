@@ -14,31 +14,16 @@ import (
 	"github.com/nah-app/nah/store"
 )
 
-// The memory plan. NAH_MEMORY_LIMIT is what the whole process may use; it
-// is split, in this order, into
-//
-//   - SQLite, outside the Go heap: the shared page cache plus every open
-//     file (store.SQLiteMemoryBound: 32 MB + 1,029 x 75 KB ~ 107 MB at the
-//     1,024 files auto gives); the rest is the Go runtime's, and GOMEMLIMIT
-//     is set to it;
-//   - the head cache, a long-lived heap that the collector lets grow by
-//     half again at GOGC 50 (64 MB of heads ~ 96 MB);
-//   - a base of 40 MB: the runtime, the graph of people and connections
-//     (6 MB for 10,000 people), token and rate-limit caches, metrics;
-//   - replication: each watched file costs ~404 KiB at peak
-//     (backup.PerFileBytes: Litestream's own connection, read transaction
-//     and LTX encoder), 25 MiB at the default NAH_REPLICA_MAX_FILES of 64,
-//     and the restore drill's 4 MiB (backup.DrillBytes);
-//   - the open connections, idle or not: app.ConnectionBytes (45 KB)
-//     each, 22.5 MB at the default 512, and with HTTPS the redirect
-//     listener's 64 (2.9 MB);
-//   - what is left is the budget that requests take from before they
-//     allocate (app/budget.go), and past which they are answered 503.
-//
-// The default, 320 MiB, leaves 25 MiB for requests with the default caches
-// and keeps 65 MB of the 400 MB limit for the kernel's view of the process
-// (stacks, socket buffers, the allocator's slack).
+// The memory plan splits NAH_MEMORY_LIMIT, in this order (README, its row):
+//   - SQLite, outside the Go heap (store.SQLiteMemoryBound); GOMEMLIMIT is the rest;
+//   - the head cache, and half again for the collector at GOGC 50;
+//   - a base of 40 MB: runtime, graph (6 MB for 10,000 people), caches, metrics;
+//   - replication: backup.PerFileBytes a watched file, and backup.DrillBytes;
+//   - connections: app.ConnectionBytes each, and the redirect listener's 64;
+//   - the rest is the requests' budget (app/budget.go); past it, 503.
 const (
+	// defaultMemoryLimit leaves 25 MiB for requests and 65 MB of the 400 MB
+	// limit for the kernel's view (stacks, socket buffers, allocator slack).
 	defaultMemoryLimit = 320 << 20
 	memoryBase         = 40 << 20
 	minRequestBudget   = 16 << 20

@@ -450,8 +450,7 @@ func (s *Store) reconcileMedia(ctx context.Context, id string, u *mediaUsage) er
 	if err != nil {
 		return err
 	}
-	rows := make(map[string]bool)
-	var sum int64
+	u.loaded = false // read again by loadUsage below, or at the next use
 	err = s.useFile(ctx, id, true, func(f *personFile) error {
 		r, err := f.db.QueryContext(ctx, `SELECT id, size FROM media`)
 		if err != nil {
@@ -465,19 +464,13 @@ func (s *Store) reconcileMedia(ctx context.Context, id string, u *mediaUsage) er
 				r.Close()
 				return err
 			}
-			if st, err := os.Lstat(filepath.Join(dir, mid)); err == nil && st.Mode().IsRegular() && st.Size() == size {
-				rows[mid] = true
-				sum += size
-			} else {
+			if st, err := os.Lstat(filepath.Join(dir, mid)); err != nil || !st.Mode().IsRegular() || st.Size() != size {
 				gone = append(gone, mid)
 			}
 		}
 		r.Close()
-		if err := r.Err(); err != nil {
+		if err := r.Err(); err != nil || len(gone) == 0 {
 			return err
-		}
-		if len(gone) == 0 {
-			return nil
 		}
 		tx, err := f.db.BeginTx(ctx, nil)
 		if err != nil {
@@ -493,10 +486,7 @@ func (s *Store) reconcileMedia(ctx context.Context, id string, u *mediaUsage) er
 		return tx.Commit()
 	})
 	if err != nil {
-		u.loaded = false // read again at the next use
 		return err
 	}
-	s.sweepMedia(dir, rows)
-	u.bytes, u.count, u.loaded = sum, len(rows), true
-	return nil
+	return s.loadUsage(ctx, id, u) // the rows left, and a sweep of files without one
 }

@@ -211,7 +211,7 @@ func TestIdempotentUpload(t *testing.T) {
 		pw   *io.PipeWriter
 		done chan *http.Response
 	)
-	for round := range 5 {
+	for round := range 20 {
 		key = fmt.Sprintf("video-%d", round)
 		var pr *io.PipeReader
 		pr, pw = io.Pipe()
@@ -240,7 +240,9 @@ func TestIdempotentUpload(t *testing.T) {
 		<-done
 	}
 	if busy.StatusCode != 409 || !strings.Contains(string(raw), "idempotency_key_in_use") || busy.Header.Get("Retry-After") != "1" {
-		t.Errorf("retry while the first streams: %d %v %s", busy.StatusCode, busy.Header, raw)
+		// Fatal: every round's first upload was already waited for, so the
+		// wait below would never end.
+		t.Fatalf("retry while the first streams: %d %v %s", busy.StatusCode, busy.Header, raw)
 	}
 	pw.Write(small[500:])
 	pw.Close()

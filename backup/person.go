@@ -51,5 +51,14 @@ func (r *Replicator) RestorePerson(ctx context.Context, files PersonFiles, id st
 		}
 		return r.clearState(path)
 	})
-	return res, err
+	if err != nil {
+		return res, err
+	}
+	// Litestream has the new file once the swap returns; the replica may
+	// not yet (it ships within its sync interval), and until it does a
+	// whole restore would bring back what this one replaced.
+	if err := r.Sync(ctx, r.path(rel)); err != nil {
+		return res, nah.Errorf(nah.Unavailable, "", "the restored file is in place, but the replica does not have it yet (%v): it catches up once the target answers", err)
+	}
+	return res, nil
 }

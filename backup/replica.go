@@ -123,6 +123,11 @@ func (r *Replicator) rel(path string) (string, error) {
 	return filepath.ToSlash(rel), nil
 }
 
+// path is rel's path on this machine.
+func (r *Replicator) path(rel string) string {
+	return filepath.Join(r.cfg.DataDir, filepath.FromSlash(rel))
+}
+
 // Watch starts replicating the database at path, which was written (or
 // is about to be) and which the caller has open or keeps anyone in this
 // process from opening until Unwatch: every write before Watch returns is

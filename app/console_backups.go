@@ -17,7 +17,6 @@ import (
 
 	"github.com/nah-app/nah"
 	"github.com/nah-app/nah/backup"
-	"github.com/nah-app/nah/store"
 	"github.com/nah-app/nah/ui"
 )
 
@@ -57,7 +56,7 @@ func (a *App) backupHealth() ui.BackupHealth {
 		out.Problem = replicationProblem(h.LastErr, t.IsS3())
 	}
 	if !t.IsS3() {
-		out.SameDisk = sameDisk(filepath.Dir(a.store.Path(store.DirectoryRel)), t.Dir())
+		out.SameDisk = sameDisk(filepath.Dir(a.store.Path(nah.DirectoryRel)), t.Dir())
 	}
 	if b.Sweep != nil && b.Every > 0 {
 		last, _ := b.Sweep.Last()
@@ -142,7 +141,7 @@ func (a *App) backupsView(r *http.Request) (ui.Backups, error) {
 	now := time.Now() // replication's clock is the wall clock, not a.now
 	for _, f := range files[min((v.PageNum-1)*backupFilesPerPage, len(files)):min(v.PageNum*backupFilesPerPage, len(files))] {
 		row := ui.BackupFile{Path: f.Path, Watched: f.Watched, Local: f.TXID, Replicated: f.Replicated, Lag: f.Lag(now), LastSync: f.LastSync, Err: f.Err}
-		if id := store.PersonOfRel(f.Path); id != "" {
+		if id := nah.PersonOfRel(f.Path); id != "" {
 			row.PersonID, row.Handle = id, id
 			if p, err := a.store.FindPersonByID(r.Context(), id); err == nil {
 				row.Handle = p.Handle

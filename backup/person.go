@@ -49,7 +49,7 @@ func (r *Replicator) RestorePerson(ctx context.Context, files PersonFiles, id st
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrReplica, err)
 		}
-		return r.clearState(path)
+		return r.clearState(r.path(rel))
 	})
 	if err != nil {
 		return res, err

@@ -3,6 +3,7 @@ package backup
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -116,8 +117,18 @@ func TestRestoredPersonReplicatesOn(t *testing.T) {
 	post(20, "late")
 	sync()
 	compact()
+	state := r.metaPath(nah.PersonRel(p.ID))
+	if n := countFiles(t, state, time.Now()); n == 0 {
+		t.Fatal("no local state of ann's file before the restore: the test tries nothing")
+	}
+	swap := time.Now()
 	if _, err := r.RestorePerson(ctx, s, p.ID, at); err != nil {
 		t.Fatal(err)
+	}
+	// Litestream's local state of the replaced file describes a file that
+	// is gone: none of it stays (what is there now was written since).
+	if n := countFiles(t, state, swap); n > 0 {
+		t.Errorf("%d files of Litestream's local state of the replaced file are still there", n)
 	}
 	restored := live()
 	if len(restored) != 5 {
@@ -130,4 +141,30 @@ func TestRestoredPersonReplicatesOn(t *testing.T) {
 	compact()
 	replica("after her new posts", time.Time{}, live())
 	replica("as at a time between the restore and her new posts", between, restored)
+}
+
+// countFiles counts the regular files under dir last written before t.
+func countFiles(t *testing.T, dir string, before time.Time) int {
+	t.Helper()
+	n := 0
+	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !e.Type().IsRegular() {
+			return nil
+		}
+		st, err := e.Info()
+		if err != nil {
+			return err
+		}
+		if st.ModTime().Before(before) {
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

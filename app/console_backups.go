@@ -1,13 +1,10 @@
 package app
 
 import (
-	"archive/tar"
-	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net/http"
 	"path/filepath"
 	"regexp"
@@ -20,7 +17,6 @@ import (
 
 	"github.com/nah-app/nah"
 	"github.com/nah-app/nah/backup"
-	"github.com/nah-app/nah/store"
 	"github.com/nah-app/nah/ui"
 )
 
@@ -37,15 +33,6 @@ const (
 	// NAH_REPLICA_MAX_FILES and the directory) waits for the target, and a
 	// target that is down must not hold the operator's page longer.
 	syncNowTimeout = 30 * time.Second
-	// downloadCost is what a full backup in flight holds besides its
-	// request's base cost: gzip at level 2 allocates 794 KiB (measured:
-	// level 1 takes 1,186 KiB, levels 2 to 9 the same 794), tar's header
-	// blocks and io.Copy's 32 KiB buffer, rounded up. Each database's copy
-	// is on disk (store.Backup), one at a time.
-	downloadCost = 1 << 20
-	// downloadLevel: level 2 compresses SQLite pages nearly as well as the
-	// default at a fraction of the CPU, on two shared cores.
-	downloadLevel = 2
 	// restoreTimeout bounds a person's restore: the download of their
 	// history or copy, the integrity check and the swap.
 	restoreTimeout = 5 * time.Minute
@@ -69,7 +56,7 @@ func (a *App) backupHealth() ui.BackupHealth {
 		out.Problem = replicationProblem(h.LastErr, t.IsS3())
 	}
 	if !t.IsS3() {
-		out.SameDisk = sameDisk(filepath.Dir(a.store.Path(store.DirectoryRel)), t.Dir())
+		out.SameDisk = sameDisk(filepath.Dir(a.store.Path(nah.DirectoryRel)), t.Dir())
 	}
 	if b.Sweep != nil && b.Every > 0 {
 		last, _ := b.Sweep.Last()
@@ -154,7 +141,7 @@ func (a *App) backupsView(r *http.Request) (ui.Backups, error) {
 	now := time.Now() // replication's clock is the wall clock, not a.now
 	for _, f := range files[min((v.PageNum-1)*backupFilesPerPage, len(files)):min(v.PageNum*backupFilesPerPage, len(files))] {
 		row := ui.BackupFile{Path: f.Path, Watched: f.Watched, Local: f.TXID, Replicated: f.Replicated, Lag: f.Lag(now), LastSync: f.LastSync, Err: f.Err}
-		if id := store.PersonOfRel(f.Path); id != "" {
+		if id := nah.PersonOfRel(f.Path); id != "" {
 			row.PersonID, row.Handle = id, id
 			if p, err := a.store.FindPersonByID(r.Context(), id); err == nil {
 				row.Handle = p.Handle
@@ -213,10 +200,9 @@ func (a *App) handleBackupSync(w http.ResponseWriter, r *http.Request) {
 	a.render(w, r, http.StatusOK, ui.BackupsPage(v))
 }
 
-// handleBackupDownload streams a .tar.gz laid out as a data directory that
-// `nah serve` opens, one SQLite backup-API copy at a time (one extra copy on
-// disk at most, gzip's state in memory). An error after the first byte cuts
-// the connection, so a broken download never looks like a whole archive.
+// handleBackupDownload streams the full backup (backup.WriteArchive). An
+// error after the first byte cuts the connection, so a broken download
+// never looks like a whole archive.
 func (a *App) handleBackupDownload(w http.ResponseWriter, r *http.Request) {
 	pg := page(r, "Backups", "backups")
 	name := "nah-backup-" + time.Now().UTC().Format("20060102T150405Z") + ".tar.gz"
@@ -232,24 +218,40 @@ func (a *App) handleBackupDownload(w http.ResponseWriter, r *http.Request) {
 		a.consoleError(w, r, pg, errOverloaded())
 		return
 	}
-	if err := a.takeOrOverloaded(downloadCost); err != nil {
+	if err := a.takeOrOverloaded(backup.ArchiveBytes); err != nil {
 		a.consoleError(w, r, pg, err)
 		return
 	}
-	defer a.mem.give(downloadCost)
-	rels, err := a.store.Databases(r.Context())
-	if err != nil {
-		a.consoleError(w, r, pg, err)
-		return
-	}
-	setDownloadHeaders(w, name)
-	w.WriteHeader(http.StatusOK)
-	if err := a.writeBackupTar(r.Context(), newPacedWriter(w, a.cfg.Transfer), rels); err != nil {
+	defer a.mem.give(backup.ArchiveBytes)
+	out := &firstWrite{w: newPacedWriter(w, a.cfg.Transfer), start: func() {
+		setDownloadHeaders(w, name)
+		w.WriteHeader(http.StatusOK)
+	}}
+	if err := backup.WriteArchive(r.Context(), out, a.store); err != nil {
+		if !out.started {
+			a.consoleError(w, r, pg, err)
+			return
+		}
 		if !errors.Is(r.Context().Err(), context.Canceled) {
 			a.log.Error("full backup: streaming failed", "err", err)
 		}
 		panic(http.ErrAbortHandler)
 	}
+}
+
+// firstWrite calls start (the headers) before its first byte goes to w.
+type firstWrite struct {
+	w       io.Writer
+	start   func()
+	started bool
+}
+
+func (f *firstWrite) Write(b []byte) (int, error) {
+	if !f.started {
+		f.started = true
+		f.start()
+	}
+	return f.w.Write(b)
 }
 
 // extendWrite lets the answer to w be written for d from now, beyond the
@@ -266,97 +268,6 @@ func setDownloadHeaders(w http.ResponseWriter, name string) {
 	h.Set("Content-Type", "application/gzip")
 	h.Set("Content-Disposition", `attachment; filename="`+name+`"`)
 	h.Set("Cache-Control", "no-store")
-}
-
-// writeBackupTar writes the archive of rels to w. A person deleted and
-// purged since the list was made is left out; any other failure ends it.
-func (a *App) writeBackupTar(ctx context.Context, w io.Writer, rels []string) error {
-	zw, err := gzip.NewWriterLevel(w, downloadLevel)
-	if err != nil {
-		return err
-	}
-	tw := tar.NewWriter(zw)
-	now := time.Now()
-	dirs := map[string]bool{}
-	dir := func(name string) error {
-		if dirs[name] {
-			return nil
-		}
-		dirs[name] = true
-		return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: name + "/", Mode: 0o700, ModTime: now})
-	}
-	for _, rel := range rels {
-		f, err := a.store.Backup(ctx, rel)
-		if nah.ErrorCode(err) == nah.NotFound {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("%s: %w", rel, err)
-		}
-		err = func() error {
-			defer f.Close()
-			st, err := f.Stat()
-			if err != nil {
-				return err
-			}
-			if id := store.PersonOfRel(rel); id != "" {
-				if err := dir(nah.PeopleRel); err != nil {
-					return err
-				}
-				if err := dir(nah.PersonDirRel(id)); err != nil {
-					return err
-				}
-			}
-			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: rel, Mode: 0o600, Size: st.Size(), ModTime: now}); err != nil {
-				return err
-			}
-			_, err = io.Copy(tw, f)
-			return err
-		}()
-		if err != nil {
-			return fmt.Errorf("%s: %w", rel, err)
-		}
-	}
-	// Media files never change once written: each is copied as it is. One
-	// deleted since the list was made is left out.
-	media, err := a.store.MediaFiles(ctx)
-	if err != nil {
-		return err
-	}
-	for _, rel := range media {
-		f, err := a.store.OpenMediaFile(rel)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		err = func() error {
-			defer f.Close()
-			st, err := f.Stat()
-			if err != nil {
-				return err
-			}
-			owner, _ := nah.MediaOfRel(rel)
-			for _, d := range []string{nah.PeopleRel, nah.PersonDirRel(owner), nah.MediaDirRel(owner)} {
-				if err := dir(d); err != nil {
-					return err
-				}
-			}
-			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: rel, Mode: 0o600, Size: st.Size(), ModTime: st.ModTime()}); err != nil {
-				return err
-			}
-			_, err = io.Copy(tw, f)
-			return err
-		}()
-		if err != nil {
-			return fmt.Errorf("%s: %w", rel, err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return err
-	}
-	return zw.Close()
 }
 
 // restoreRequest reads the person (an id, or a handle typed on the
@@ -414,10 +325,8 @@ func (a *App) handleRestoreConfirm(w http.ResponseWriter, r *http.Request) {
 	a.render(w, r, http.StatusOK, ui.RestorePersonPage(ui.RestorePerson{Page: pg, PersonID: p.ID, Handle: p.Handle, At: at, Moments: n}))
 }
 
-// handleRestore restores one person's file to a time while everyone else goes
-// on (ReplacePersonFile: closed, copy checked whole, Litestream's state cleared,
-// swapped in, watched). Any failure leaves the old file, and so does a broken
-// history even with a sound sweep: the live file may be newer than the sweep.
+// handleRestore restores one person's file to a time while everyone else
+// goes on (backup's RestorePerson); any failure leaves the old file.
 func (a *App) handleRestore(w http.ResponseWriter, r *http.Request) {
 	pg := page(r, "Restore a person", "backups")
 	r.Body = http.MaxBytesReader(w, r.Body, smallBody)
@@ -426,43 +335,13 @@ func (a *App) handleRestore(w http.ResponseWriter, r *http.Request) {
 		a.consoleError(w, r, pg, err)
 		return
 	}
-	b := a.cfg.Backups
 	a.extendWrite(w, restoreTimeout)
 	ctx, cancel := context.WithTimeout(r.Context(), restoreTimeout)
 	defer cancel()
 	start := time.Now()
-	rel := store.PersonRel(p.ID)
-	var source backup.Restored
-	err = a.store.ReplacePersonFile(ctx, p.ID, func(path string) error {
-		var err error
-		source, err = backup.RestoreFile(ctx, b.Repl.Target(), rel, path, at)
-		if source.HistoryErr != nil {
-			// A sweep's copy taken because the history failed would lose
-			// what was written after it: never in place of a live file
-			// without a word. The operator hears what failed and what the
-			// sweep would cost.
-			msg := fmt.Sprintf("The replica's history of %s's file does not restore to a sound database as at %s (%v), so nothing was changed: %s's file is as it was.", p.Handle, ui.WhenT(at), source.HistoryErr, p.Handle)
-			switch {
-			case source.Fallback() && source.Behind() > 0:
-				msg += fmt.Sprintf(" The nightly copy of %s is sound but %s older than that history's newest position (%s); it was not used.", ui.WhenT(source.SweepAt), ui.Round(source.Behind()), ui.WhenT(source.HistoryAt))
-			case source.Fallback():
-				msg += fmt.Sprintf(" The nightly copy of %s is sound; it was not used.", ui.WhenT(source.SweepAt))
-			default:
-				msg += " No sound nightly copy of it exists either."
-			}
-			return nah.Errorf(nah.Unavailable, "", "%s", msg)
-		}
-		if errors.Is(err, backup.ErrNothing) {
-			return nah.Errorf(nah.NotFound, "", "The replica holds no copy of %s's file as at %s: nothing was changed.", p.Handle, ui.WhenT(at))
-		}
-		if err != nil {
-			return nah.Errorf(nah.Unavailable, "", "The replica could not give back %s's file as at %s: %v. Nothing was changed.", p.Handle, ui.WhenT(at), err)
-		}
-		// Inside make the file is closed and not watched.
-		return b.Repl.ClearState(a.store.Path(rel))
-	})
+	source, err := a.cfg.Backups.Repl.RestorePerson(ctx, a.store, p.ID, at)
 	if err != nil {
-		a.consoleError(w, r, pg, err)
+		a.consoleError(w, r, pg, restoreError(p, at, source, err))
 		return
 	}
 	took := time.Since(start)
@@ -474,6 +353,31 @@ func (a *App) handleRestore(w http.ResponseWriter, r *http.Request) {
 	a.log.Info("person restored to a time", "person", p.ID, "at", at, "source", source.String(), "moments", n, "took", took.Round(time.Millisecond))
 	pg.Title = "Restored " + p.Handle
 	a.render(w, r, http.StatusOK, ui.RestorePersonPage(ui.RestorePerson{Page: pg, PersonID: p.ID, Handle: p.Handle, At: at, Moments: n, Done: true, Source: source.String(), Took: took}))
+}
+
+// restoreError is a failed restore of p to at as the operator reads it:
+// what failed, and that nothing was changed. A broken history says what
+// the nightly copy it did not use would have cost.
+func restoreError(p nah.Person, at time.Time, source backup.Restored, err error) error {
+	switch {
+	case !errors.Is(err, backup.ErrReplica):
+		return err // the store's: no such person, a copy not of this server, the swap
+	case errors.Is(err, backup.ErrUnsoundHistory):
+		msg := fmt.Sprintf("The replica's history of %s's file does not restore to a sound database as at %s (%v), so nothing was changed: %s's file is as it was.", p.Handle, ui.WhenT(at), source.HistoryErr, p.Handle)
+		switch {
+		case source.Fallback() && source.Behind() > 0:
+			msg += fmt.Sprintf(" The nightly copy of %s is sound but %s older than that history's newest position (%s); it was not used.", ui.WhenT(source.SweepAt), ui.Round(source.Behind()), ui.WhenT(source.HistoryAt))
+		case source.Fallback():
+			msg += fmt.Sprintf(" The nightly copy of %s is sound; it was not used.", ui.WhenT(source.SweepAt))
+		default:
+			msg += " No sound nightly copy of it exists either."
+		}
+		return nah.Errorf(nah.Unavailable, "", "%s", msg)
+	case errors.Is(err, backup.ErrNothing):
+		return nah.Errorf(nah.NotFound, "", "The replica holds no copy of %s's file as at %s: nothing was changed.", p.Handle, ui.WhenT(at))
+	}
+	why := strings.TrimPrefix(err.Error(), backup.ErrReplica.Error()+": ")
+	return nah.Errorf(nah.Unavailable, "", "The replica could not give back %s's file as at %s: %s. Nothing was changed.", p.Handle, ui.WhenT(at), why)
 }
 
 // personRef matches a person's folder in a replication error, and

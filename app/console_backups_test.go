@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nah-app/nah"
 	"github.com/nah-app/nah/backup"
 	"github.com/nah-app/nah/internal/testutil"
 	"github.com/nah-app/nah/store"
@@ -62,7 +63,7 @@ func newReplicatedServer(t *testing.T, edit ...func(*serverConfig)) *replicatedS
 		c.Dir = dir
 		c.Replicator, c.MaxWatched = r, 64
 	}}, edit...)...)
-	if err := r.Watch(ctx, ts.store.Path(store.DirectoryRel)); err != nil {
+	if err := r.Watch(ctx, ts.store.Path(nah.DirectoryRel)); err != nil {
 		t.Fatal(err)
 	}
 	b := &backup.Backups{
@@ -542,7 +543,7 @@ func TestBackupRestorePersonToTime(t *testing.T) {
 	again := rs.post(t, ann, []byte("after the restore"))
 	mustSync(t, rs.backups)
 	p := filepath.Join(t.TempDir(), "ann.db")
-	if _, err := backup.RestoreFile(context.Background(), rs.backups.Repl.Target(), store.PersonRel(ann.id), p, time.Time{}); err != nil {
+	if _, err := backup.RestoreFile(context.Background(), rs.backups.Repl.Target(), nah.PersonRel(ann.id), p, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := store.IntegrityCheck(context.Background(), p); err != nil {
@@ -550,11 +551,11 @@ func TestBackupRestorePersonToTime(t *testing.T) {
 	}
 	latest := filepath.Join(t.TempDir(), "data")
 	os.MkdirAll(filepath.Join(latest, "people", ann.id), 0o700)
-	if err := os.Rename(p, filepath.Join(latest, filepath.FromSlash(store.PersonRel(ann.id)))); err != nil {
+	if err := os.Rename(p, filepath.Join(latest, filepath.FromSlash(nah.PersonRel(ann.id)))); err != nil {
 		t.Fatal(err)
 	}
 	// The directory of the live server, copied, names ann.
-	dirCopy, err := rs.store.Backup(context.Background(), store.DirectoryRel)
+	dirCopy, err := rs.store.Backup(context.Background(), nah.DirectoryRel)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -648,7 +649,7 @@ func TestBackupRestoreRefusesCorruptHistory(t *testing.T) {
 	}
 	mustSync(t, rs.backups)
 	before := momentIDs(t, rs.store, ann.id)
-	rel := store.PersonRel(ann.id)
+	rel := nah.PersonRel(ann.id)
 	dst := filepath.Join(rs.replicaDir, filepath.FromSlash(rel))
 	if err := os.RemoveAll(dst); err != nil {
 		t.Fatal(err)
@@ -703,7 +704,7 @@ func TestRestoredPersonIsReplicated(t *testing.T) {
 	}
 	mustSync(t, rs.backups)
 	p := filepath.Join(t.TempDir(), "person.db")
-	src, err := backup.RestoreFile(context.Background(), rs.backups.Repl.Target(), store.PersonRel(ann.id), p, time.Time{})
+	src, err := backup.RestoreFile(context.Background(), rs.backups.Repl.Target(), nah.PersonRel(ann.id), p, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nah-app/nah"
 	"github.com/nah-app/nah/backup"
 	"github.com/nah-app/nah/store"
 )
@@ -25,7 +26,7 @@ func TestDrillInConsoleAndHealth(t *testing.T) {
 		List: s.Databases, Live: s.LiveRead, Read: store.ReadFile, Check: store.IntegrityCheck,
 		Queued: s.ReplicationQueued, LastWrite: s.LastWrite,
 		Name: func(ctx context.Context, rel string) string {
-			p, err := s.FindPersonByID(ctx, store.PersonOfRel(rel))
+			p, err := s.FindPersonByID(ctx, nah.PersonOfRel(rel))
 			if err != nil {
 				return ""
 			}

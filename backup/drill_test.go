@@ -26,7 +26,7 @@ func drillFor(n *node, tg *backup.Target) *backup.Drill {
 		List: n.s.Databases, Live: n.s.LiveRead, Read: store.ReadFile, Check: store.IntegrityCheck,
 		Queued: n.s.ReplicationQueued, LastWrite: n.s.LastWrite,
 		Name: func(ctx context.Context, rel string) string {
-			p, err := n.s.FindPersonByID(ctx, store.PersonOfRel(rel))
+			p, err := n.s.FindPersonByID(ctx, nah.PersonOfRel(rel))
 			if err != nil {
 				return ""
 			}

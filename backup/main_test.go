@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nah-app/nah"
 	"github.com/nah-app/nah/backup"
 	"github.com/nah-app/nah/internal/tests3"
 	"github.com/nah-app/nah/internal/testutil"
@@ -87,7 +88,7 @@ func openNode(t testing.TB, dir string, tg *backup.Target, o nodeOpts) *node {
 		r.Close(ctx)
 		t.Fatal(err)
 	}
-	if err := r.Watch(ctx, s.Path(store.DirectoryRel)); err != nil {
+	if err := r.Watch(ctx, s.Path(nah.DirectoryRel)); err != nil {
 		t.Fatal(err)
 	}
 	n := &node{dir: dir, s: s, r: r}

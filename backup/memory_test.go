@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nah-app/nah"
 	"github.com/nah-app/nah/backup"
 	"github.com/nah-app/nah/store"
 )
@@ -81,7 +82,7 @@ func TestReplicationMemoryPerFile(t *testing.T) {
 	}
 	watch := func(from, to int) {
 		for _, id := range ids[from:to] {
-			if err := r.Watch(ctx, s.Path(store.PersonRel(id))); err != nil {
+			if err := r.Watch(ctx, s.Path(nah.PersonRel(id))); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	pathpkg "path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -13,6 +12,8 @@ import (
 	"time"
 
 	"github.com/benbjohnson/litestream"
+
+	"github.com/nah-app/nah"
 )
 
 // What one watched file costs, measured under this project's SQLite
@@ -121,6 +122,11 @@ func (r *Replicator) rel(path string) (string, error) {
 		return "", fmt.Errorf("replication: %s is outside the data directory", path)
 	}
 	return filepath.ToSlash(rel), nil
+}
+
+// path is rel's path on this machine.
+func (r *Replicator) path(rel string) string {
+	return filepath.Join(r.cfg.DataDir, filepath.FromSlash(rel))
 }
 
 // Watch starts replicating the database at path, which was written (or
@@ -442,22 +448,23 @@ func (h warnOnly) WithAttrs(as []slog.Attr) slog.Handler { return warnOnly{h.Han
 
 func (h warnOnly) WithGroup(name string) slog.Handler { return warnOnly{h.Handler.WithGroup(name)} }
 
-// Forget removes what replication holds of database path, which was
+// Forget removes what replication holds of database rel, which was
 // deleted for good (a purged person): its local state and its history on
 // the target. The sweeps that hold it expire with them (NAH_SWEEP_KEEP).
+// Only a database path of the layout is forgotten: nothing else is removed.
 func (r *Replicator) Forget(ctx context.Context, rel string) error {
-	p := filepath.Join(r.cfg.DataDir, filepath.FromSlash(rel))
-	if r.ls.FindDB(p) != nil {
+	if !nah.ValidDatabaseRel(rel) {
+		return fmt.Errorf("replication: forget %q: not a database of nah", rel)
+	}
+	if r.ls.FindDB(r.path(rel)) != nil {
 		return fmt.Errorf("replication: %s is still watched", rel)
 	}
 	r.mu.Lock()
 	delete(r.files, rel)
 	r.mu.Unlock()
-	meta := r.metaPath(rel)
-	if err := os.RemoveAll(meta); err != nil {
+	if err := os.RemoveAll(r.metaPath(rel)); err != nil {
 		return err
 	}
-	os.Remove(filepath.Dir(meta)) // people/<id>/, now empty: not even the id stays
 	client, err := r.cfg.Target.client(rel)
 	if err != nil {
 		return err
@@ -465,13 +472,18 @@ func (r *Replicator) Forget(ctx context.Context, rel string) error {
 	if err := client.DeleteAll(ctx); err != nil {
 		return err
 	}
-	if strings.HasPrefix(rel, "people/") { // their media's mirror
-		if err := r.cfg.Target.store().remove(ctx, mediaPrefix+"/"+pathpkg.Dir(rel)); err != nil {
-			return err
-		}
+	id := nah.PersonOfRel(rel)
+	if id == "" {
+		return nil
+	}
+	// A person's folder goes whole: their media's mirror, and the folders
+	// left empty, so that not even their id stays.
+	os.Remove(r.metaPath(nah.PersonDirRel(id)))
+	if err := r.cfg.Target.store().remove(ctx, mediaPrefix+"/"+nah.PersonDirRel(id)); err != nil {
+		return err
 	}
 	if d := r.cfg.Target.Dir(); d != "" {
-		os.Remove(filepath.Dir(filepath.Join(d, filepath.FromSlash(rel))))
+		os.Remove(filepath.Join(d, filepath.FromSlash(nah.PersonDirRel(id))))
 	}
 	return nil
 }

@@ -280,9 +280,9 @@ func sweepsFor(ctx context.Context, t *Target, rel string, at time.Time) ([]swee
 	return out, nil
 }
 
-// ClearState removes Litestream's local state of one database: after a
+// clearState removes Litestream's local state of one database: after a
 // restore swapped the file, the old state describes a file that is gone.
-func (r *Replicator) ClearState(path string) error {
+func (r *Replicator) clearState(path string) error {
 	rel, err := r.rel(path)
 	if err != nil {
 		return err

@@ -37,7 +37,7 @@ func replicated(t *testing.T) (s *store.Store, r *backup.Replicator, target *bac
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Watch(ctx, s.Path(store.DirectoryRel)); err != nil {
+	if err := r.Watch(ctx, s.Path(nah.DirectoryRel)); err != nil {
 		t.Fatal(err)
 	}
 	return s, r, target, data, dir
@@ -75,7 +75,7 @@ func TestRestoreFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rel := store.PersonRel(p.ID)
+	rel := nah.PersonRel(p.ID)
 	var third time.Time
 	for i := range 5 {
 		if _, err := s.CreateMoment(ctx, p.ID, []byte{byte(i)}); err != nil {
@@ -98,7 +98,7 @@ func TestRestoreFile(t *testing.T) {
 	}
 
 	rels, err := backup.Databases(ctx, target)
-	if err != nil || strings.Join(rels, " ") != store.DirectoryRel+" "+rel {
+	if err != nil || strings.Join(rels, " ") != nah.DirectoryRel+" "+rel {
 		t.Fatalf("Databases: %v %v", rels, err)
 	}
 	out := t.TempDir()
@@ -221,7 +221,7 @@ func TestRestoreFileCorruptHistory(t *testing.T) {
 	if err := store.ConfigureSQLite(); err != nil {
 		t.Fatal(err)
 	}
-	rel := store.PersonRel(evidenceID)
+	rel := nah.PersonRel(evidenceID)
 	newest, _ := time.Parse(time.RFC3339Nano, evidenceNewest)
 	target, dir, live := corruptTarget(t)
 	out := filepath.Join(t.TempDir(), "person.db")

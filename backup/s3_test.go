@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nah-app/nah"
 	"github.com/nah-app/nah/backup"
 	"github.com/nah-app/nah/internal/tests3"
 	"github.com/nah-app/nah/store"
@@ -79,9 +80,9 @@ func TestS3RoundTrip(t *testing.T) {
 	}
 	settle(t, n)
 
-	rels := []string{store.DirectoryRel}
+	rels := []string{nah.DirectoryRel}
 	for _, id := range ids {
-		rels = append(rels, store.PersonRel(id))
+		rels = append(rels, nah.PersonRel(id))
 	}
 	for rel, src := range restoreAll(t, n, tg, rels) {
 		if src != "history" {
@@ -100,7 +101,7 @@ func TestS3RoundTrip(t *testing.T) {
 	}
 	var qrels []string
 	for _, id := range quiet {
-		qrels = append(qrels, store.PersonRel(id))
+		qrels = append(qrels, nah.PersonRel(id))
 	}
 	for rel, src := range restoreAll(t, n, tg, qrels) {
 		if !strings.HasPrefix(src, "sweep ") {
@@ -227,9 +228,9 @@ func targetAwayAndBack(t *testing.T, tg *backup.Target, down, up func()) {
 	}
 	t.Logf("caught up %v after the target came back", time.Since(start).Round(100*time.Millisecond))
 	settle(t, n)
-	rels := []string{store.DirectoryRel}
+	rels := []string{nah.DirectoryRel}
 	for _, id := range append(ids, newcomer) {
-		rels = append(rels, store.PersonRel(id))
+		rels = append(rels, nah.PersonRel(id))
 	}
 	restoreAll(t, n, tg, rels)
 }

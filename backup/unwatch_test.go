@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nah-app/nah"
 	"github.com/nah-app/nah/backup"
 	"github.com/nah-app/nah/internal/tests3"
 	"github.com/nah-app/nah/store"
@@ -25,7 +26,7 @@ func TestLetGoWhileTargetAwayIsQuick(t *testing.T) {
 	tg := s3Target(t, srv, "letgo", "")
 	n := openNode(t, t.TempDir(), tg, nodeOpts{maxOpen: 1, maxWatched: 4})
 	ann, bob := n.person(t, "ann"), n.person(t, "bob")
-	annRel := store.PersonRel(ann)
+	annRel := nah.PersonRel(ann)
 	watched := func() bool {
 		for _, f := range n.r.Status() {
 			if f.Path == annRel {
@@ -61,7 +62,7 @@ func TestLetGoOfASlowTargetGetsTheLastSync(t *testing.T) {
 	tg := s3Target(t, srv, "slow", proxy.url)
 	n := openNode(t, t.TempDir(), tg, nodeOpts{maxOpen: 1, maxWatched: 4})
 	ann, bob := n.person(t, "ann"), n.person(t, "bob")
-	annRel := store.PersonRel(ann)
+	annRel := nah.PersonRel(ann)
 	state := func() (backup.FileStatus, bool) {
 		for _, f := range n.r.Status() {
 			if f.Path == annRel {

@@ -24,10 +24,10 @@ const drillCacheKiB = 256
 // locks) under the read; the connection is closed before the file is let
 // go of. WAL mode: writers to the file go on while fn reads.
 func (s *Store) LiveRead(ctx context.Context, rel string, fn func(tx *sql.Tx) error) error {
-	if rel == DirectoryRel {
+	if rel == nah.DirectoryRel {
 		return readTx(ctx, s.Path(rel), fn)
 	}
-	id := PersonOfRel(rel)
+	id := nah.PersonOfRel(rel)
 	if id == "" {
 		return fmt.Errorf("store: not a database: %q", rel)
 	}
@@ -71,7 +71,7 @@ func readTx(ctx context.Context, p string, fn func(tx *sql.Tx) error) error {
 // watched and waits in the replication queue: its replica is behind until
 // a replicator takes it up.
 func (s *Store) ReplicationQueued(rel string) bool {
-	id := PersonOfRel(rel)
+	id := nah.PersonOfRel(rel)
 	if id == "" {
 		return false
 	}

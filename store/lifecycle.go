@@ -302,8 +302,8 @@ func (s *Store) purgeHidden(ctx context.Context, id string) error {
 	s.dirtyMu.Unlock()
 	if s.repl != nil { // replication's copies of their file go too
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		if err := s.repl.Forget(fctx, PersonRel(id)); err != nil {
-			s.log.Warn("replication: forget a purged person", "path", PersonRel(id), "err", err)
+		if err := s.repl.Forget(fctx, nah.PersonRel(id)); err != nil {
+			s.log.Warn("replication: forget a purged person", "path", nah.PersonRel(id), "err", err)
 		}
 		cancel()
 	}

@@ -29,15 +29,6 @@ type Replicator interface {
 // server runs. Paths are relative to the data directory, slash-separated:
 // directory.db and people/<id>/person.db.
 
-// DirectoryRel, PersonRel and PersonOfRel are the root's (layout.go).
-const DirectoryRel = nah.DirectoryRel
-
-// PersonRel is person id's file under the data directory.
-func PersonRel(id string) string { return nah.PersonRel(id) }
-
-// PersonOfRel is the person whose file rel is, or "" if rel is not one.
-func PersonOfRel(rel string) string { return nah.PersonOfRel(rel) }
-
 // Path is rel's path on this machine.
 func (s *Store) Path(rel string) string { return filepath.Join(s.dir, filepath.FromSlash(rel)) }
 
@@ -49,13 +40,13 @@ func (s *Store) Databases(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := []string{DirectoryRel}
+	out := []string{nah.DirectoryRel}
 	for _, e := range es {
 		if !e.IsDir() || !nah.ValidPersonID(e.Name()) {
 			continue
 		}
-		if _, err := os.Stat(s.Path(PersonRel(e.Name()))); err == nil {
-			out = append(out, PersonRel(e.Name()))
+		if _, err := os.Stat(s.Path(nah.PersonRel(e.Name()))); err == nil {
+			out = append(out, nah.PersonRel(e.Name()))
 		}
 	}
 	sort.Strings(out)
@@ -68,11 +59,11 @@ func (s *Store) Databases(ctx context.Context) ([]string, error) {
 // for reading and already unlinked. A person's file is copied through the
 // open-file cache, like an export.
 func (s *Store) Backup(ctx context.Context, rel string) (*os.File, error) {
-	if rel == DirectoryRel {
+	if rel == nah.DirectoryRel {
 		f, _, err := backupFile(ctx, s.Path(rel))
 		return f, err
 	}
-	id := PersonOfRel(rel)
+	id := nah.PersonOfRel(rel)
 	if id == "" {
 		return nil, fmt.Errorf("store: not a database: %q", rel)
 	}
@@ -108,7 +99,7 @@ func (s *Store) Backup(ctx context.Context, rel string) (*os.File, error) {
 // a write would: for a file whose last sync failed while the target was
 // away, so that it catches up once the target is back.
 func (s *Store) Rewatch(ctx context.Context, rel string) error {
-	id := PersonOfRel(rel)
+	id := nah.PersonOfRel(rel)
 	if id == "" {
 		return fmt.Errorf("store: not a person's file: %q", rel)
 	}

@@ -125,7 +125,7 @@ func TestReplacePersonFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The copy as of now: the backup API, as a restore from a sweep would.
-	snap, err := s.Backup(ctx, PersonRel(ann.ID))
+	snap, err := s.Backup(ctx, nah.PersonRel(ann.ID))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +235,7 @@ func TestBackupOfAClosedFileLeavesTheCache(t *testing.T) {
 	if n := s.files.Len(); n != 0 {
 		t.Fatalf("%d files open before the copy", n)
 	}
-	f, err := s.Backup(ctx, PersonRel(ann.ID))
+	f, err := s.Backup(ctx, nah.PersonRel(ann.ID))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -397,7 +397,7 @@ func TestReplicationQueueSurvivesAKill(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		mu.Lock()
-		n := watched[s.Path(PersonRel(bob.ID))]
+		n := watched[s.Path(nah.PersonRel(bob.ID))]
 		mu.Unlock()
 		if n == 1 {
 			break
@@ -476,7 +476,7 @@ func TestReplacePersonFileRefusesForeignSchema(t *testing.T) {
 		"no migration": `PRAGMA user_version = 0`,
 	} {
 		t.Run(name, func(t *testing.T) {
-			snap, err := s.Backup(ctx, PersonRel(ann.ID))
+			snap, err := s.Backup(ctx, nah.PersonRel(ann.ID))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -650,7 +650,7 @@ func TestReplaceSyncsTheFolder(t *testing.T) {
 	s := MustOpen(t, Config{Dir: dir})
 	ctx := context.Background()
 	ann := mustPerson(t, s, "ann")
-	snap, err := s.Backup(ctx, PersonRel(ann.ID))
+	snap, err := s.Backup(ctx, nah.PersonRel(ann.ID))
 	if err != nil {
 		t.Fatal(err)
 	}

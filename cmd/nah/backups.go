@@ -85,7 +85,7 @@ func startBackups(ctx context.Context, cfg config, s *store.Store, r *backup.Rep
 		// Nothing is lost meanwhile: the snapshot holds what was written
 		// before it, and the directory is let go of only at shutdown,
 		// after this goroutine ends.
-		if err := r.Watch(ctx, s.Path(store.DirectoryRel)); err != nil {
+		if err := r.Watch(ctx, s.Path(nah.DirectoryRel)); err != nil {
 			log.Warn("replication: the directory", "err", err)
 		}
 		b.Run(ctx)

@@ -28,7 +28,7 @@ func newDrill(cfg config, s *store.Store, r *backup.Replicator, log *slog.Logger
 		List: s.Databases, Live: s.LiveRead, Read: store.ReadFile, Check: store.IntegrityCheck,
 		Queued: s.ReplicationQueued, LastWrite: s.LastWrite,
 		Name: func(ctx context.Context, rel string) string {
-			p, err := s.FindPersonByID(ctx, store.PersonOfRel(rel))
+			p, err := s.FindPersonByID(ctx, nah.PersonOfRel(rel))
 			if err != nil {
 				return ""
 			}
@@ -65,7 +65,7 @@ func restoreCheckCmd(ctx context.Context, args []string, getenv func(string) str
 	if err != nil {
 		return usageError{fmt.Sprintf("-data %q: %v", *data, err)}
 	}
-	if _, err := os.Stat(filepath.Join(dir, store.DirectoryRel)); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, nah.DirectoryRel)); err != nil {
 		return usageError{fmt.Sprintf("-data %q: not a data directory: %v", *data, err)}
 	}
 	if err := store.ConfigureSQLite(); err != nil {
@@ -86,8 +86,8 @@ func restoreCheckCmd(ctx context.Context, args []string, getenv func(string) str
 		},
 		Read: store.ReadFile, Check: store.IntegrityCheck,
 		Name: func(ctx context.Context, rel string) (handle string) {
-			store.ReadFile(ctx, path(store.DirectoryRel), func(tx *sql.Tx) error {
-				return tx.QueryRowContext(ctx, `SELECT handle FROM people WHERE id = ?`, store.PersonOfRel(rel)).Scan(&handle)
+			store.ReadFile(ctx, path(nah.DirectoryRel), func(tx *sql.Tx) error {
+				return tx.QueryRowContext(ctx, `SELECT handle FROM people WHERE id = ?`, nah.PersonOfRel(rel)).Scan(&handle)
 			})
 			return handle
 		},
@@ -120,11 +120,11 @@ func dataDatabases(dir string) ([]string, error) {
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
-	out := []string{store.DirectoryRel}
+	out := []string{nah.DirectoryRel}
 	for _, e := range es {
 		if e.IsDir() && nah.ValidPersonID(e.Name()) {
 			if _, err := os.Stat(filepath.Join(dir, filepath.FromSlash(nah.PersonRel(e.Name())))); err == nil {
-				out = append(out, store.PersonRel(e.Name()))
+				out = append(out, nah.PersonRel(e.Name()))
 			}
 		}
 	}

@@ -21,6 +21,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nah-app/nah"
 	"github.com/nah-app/nah/app"
 	"github.com/nah-app/nah/digest"
 	"github.com/nah-app/nah/store"
@@ -186,7 +187,7 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer, re
 			if err := repl.Close(context.Background()); err != nil {
 				log.Error("stop replication", "err", err)
 			}
-			if err := store.CheckpointClosed(s.Path(store.DirectoryRel)); err != nil {
+			if err := store.CheckpointClosed(s.Path(nah.DirectoryRel)); err != nil {
 				log.Error("checkpoint the directory", "err", err)
 			}
 		}

@@ -218,10 +218,10 @@ func restoreAll(ctx context.Context, t *backup.Target, dir string, when time.Tim
 	}
 	hasDir := false
 	for _, r := range rels {
-		hasDir = hasDir || r == store.DirectoryRel
+		hasDir = hasDir || r == nah.DirectoryRel
 	}
 	if !hasDir {
-		return res, fmt.Errorf("%s holds no %s (the accounts of everyone): nothing restored", t.Redacted(), store.DirectoryRel)
+		return res, fmt.Errorf("%s holds no %s (the accounts of everyone): nothing restored", t.Redacted(), nah.DirectoryRel)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return res, err
@@ -251,7 +251,7 @@ func restoreAll(ctx context.Context, t *backup.Target, dir string, when time.Tim
 					res.skipped++
 				case err != nil && ctx.Err() != nil:
 					// Stopped: the restore as a whole reports it.
-				case err != nil && rel == store.DirectoryRel:
+				case err != nil && rel == nah.DirectoryRel:
 					dirErr = err
 					cancel()
 				case err != nil:
@@ -298,7 +298,7 @@ feed:
 		sort.Slice(l, func(i, j int) bool { return l[i].rel < l[j].rel })
 	}
 	if dirErr != nil {
-		return res, fmt.Errorf("%s, the accounts of everyone, could not be restored, and without it none of the rest can be used (%s is incomplete: remove it): %w", store.DirectoryRel, dir, dirErr)
+		return res, fmt.Errorf("%s, the accounts of everyone, could not be restored, and without it none of the rest can be used (%s is incomplete: remove it): %w", nah.DirectoryRel, dir, dirErr)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return res, fmt.Errorf("restore failed (%s is incomplete: remove it before trying again): %w", dir, err)
@@ -326,7 +326,7 @@ feed:
 // (its history and sweeps deleted, say): else they would read as someone
 // with nothing, and their next post would start an empty file.
 func markMissing(ctx context.Context, t *backup.Target, dir string, when time.Time, have map[string]bool, res *restoreResult) error {
-	ids, err := store.PeopleOf(ctx, filepath.Join(dir, store.DirectoryRel))
+	ids, err := store.PeopleOf(ctx, filepath.Join(dir, nah.DirectoryRel))
 	if err != nil {
 		return err
 	}
@@ -335,7 +335,7 @@ func markMissing(ctx context.Context, t *backup.Target, dir string, when time.Ti
 		why += " as old as " + when.Format(time.RFC3339)
 	}
 	for _, id := range ids {
-		rel := store.PersonRel(id)
+		rel := nah.PersonRel(id)
 		if have[rel] {
 			continue
 		}
@@ -416,7 +416,7 @@ func restoreOne(ctx context.Context, t *backup.Target, dir, rel string, when tim
 	case o.err == nil:
 	case ctx.Err() != nil:
 		return o, 0, ctx.Err()
-	case rel == store.DirectoryRel:
+	case rel == nah.DirectoryRel:
 		return o, 0, o.err
 	case errors.Is(o.err, backup.ErrNothing) && !when.IsZero():
 		os.Remove(folder) // only if empty

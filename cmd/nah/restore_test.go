@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nah-app/nah"
 	"github.com/nah-app/nah/backup"
 	"github.com/nah-app/nah/internal/testutil"
 	"github.com/nah-app/nah/store"
@@ -636,7 +637,7 @@ func TestRestoreCorruptHistory(t *testing.T) {
 		p.post(t, cat, fmt.Sprint("cat ", i))
 	}
 	p.stop(t)
-	annRel, catRel := store.PersonRel(annID), store.PersonRel(catID)
+	annRel, catRel := nah.PersonRel(annID), nah.PersonRel(catID)
 
 	t.Run("no sweep", func(t *testing.T) {
 		r, out := copyReplica(t, repl), filepath.Join(t.TempDir(), "restored")
@@ -708,7 +709,7 @@ func TestRestoreCorruptHistory(t *testing.T) {
 
 	t.Run("directory", func(t *testing.T) {
 		r, out := copyReplica(t, repl), filepath.Join(t.TempDir(), "restored")
-		plantCorruptHistory(t, r, store.DirectoryRel)
+		plantCorruptHistory(t, r, nah.DirectoryRel)
 		o, e, code := nahRun(t, "restore", "-from", r, "-to", out)
 		t.Logf("nah restore: exit %d\n%s%s", code, o, e)
 		if code != 1 || !strings.Contains(e, "directory.db, the accounts of everyone, could not be restored") || strings.Contains(o, "Every file passed") {

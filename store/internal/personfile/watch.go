@@ -12,8 +12,17 @@ import (
 func (c *Cache) Watch(ctx context.Context, f *File) { c.watchFile(ctx, f, false) }
 
 // WatchWait is Watch, returning once replication has the file (its first
-// sync done): for a swapped file, whose restore is done only then.
-func (c *Cache) WatchWait(ctx context.Context, f *File) { c.watchFile(ctx, f, true) }
+// sync done): for a swapped file, whose restore is done only then. A watch
+// of f already under way (a replicator's) is waited for.
+func (c *Cache) WatchWait(ctx context.Context, f *File) {
+	c.watchFile(ctx, f, true)
+	if w := f.watching(); w != nil {
+		select {
+		case <-w:
+		case <-ctx.Done():
+		}
+	}
+}
 
 // watchFile is Watch; with wait set the Watch runs in the caller's
 // goroutine (a replicator's), which is then paced by it.

@@ -1,0 +1,64 @@
+package backup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nah-app/nah"
+)
+
+// PersonFiles is what a restore of one person needs of the store
+// (*store.Store): their file swapped for another while everyone else goes
+// on. ReplacePersonFile hides the person, closes their file (replication
+// lets go of it), calls make with the path the new file must be made at,
+// swaps it in, reconciles their media and returns once replication has the
+// new file; a failing make leaves the old file.
+type PersonFiles interface {
+	ReplacePersonFile(ctx context.Context, id string, make func(path string) error) error
+}
+
+// ErrReplica is wrapped by every failure of RestorePerson to get a sound
+// copy from the replica (ErrNothing and ErrUnsoundHistory among them); the
+// live file is then as it was.
+var ErrReplica = errors.New("the replica could not give back the file")
+
+// ErrUnsoundHistory is RestorePerson's refusal when the replica's history
+// of the file does not restore to a sound database: Restored says why and
+// what the sweep's copy, which it does not use, would have cost.
+var ErrUnsoundHistory = errors.New("the history does not restore to a sound database")
+
+// RestorePerson restores person id's live file to its state at at (zero:
+// newest) from the replica, while the server runs. What is verified is
+// RestoreFile's full integrity check, once, as for `nah restore` (a second
+// check cost a quarter of a whole restore); the store then checks only the
+// copy's schema, as an import's. A sweep's copy taken because the history
+// failed is refused (ErrUnsoundHistory): the live file may be newer than
+// it. Litestream's local state of the old file goes before the new one is
+// watched, and the restore is done once the replica has the new file.
+func (r *Replicator) RestorePerson(ctx context.Context, files PersonFiles, id string, at time.Time) (Restored, error) {
+	var res Restored
+	rel := nah.PersonRel(id)
+	err := files.ReplacePersonFile(ctx, id, func(path string) error {
+		var err error
+		res, err = RestoreFile(ctx, r.Target(), rel, path, at)
+		if res.HistoryErr != nil {
+			return fmt.Errorf("%w: %s: %w: %w", ErrReplica, rel, ErrUnsoundHistory, res.HistoryErr)
+		}
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrReplica, err)
+		}
+		return r.clearState(r.path(rel))
+	})
+	if err != nil {
+		return res, err
+	}
+	// Litestream has the new file once the swap returns; the replica may
+	// not yet (it ships within its sync interval), and until it does a
+	// whole restore would bring back what this one replaced.
+	if err := r.Sync(ctx, r.path(rel)); err != nil {
+		return res, nah.Errorf(nah.Unavailable, "", "the restored file is in place, but the replica does not have it yet (%v): it catches up once the target answers", err)
+	}
+	return res, nil
+}

@@ -276,6 +276,9 @@ func (s *Store) purgeHidden(ctx context.Context, id string) error {
 	if err := os.RemoveAll(s.mustPersonDir(id)); err != nil {
 		return err
 	}
+	if err := os.RemoveAll(s.replacedDir(id)); err != nil {
+		return err
+	}
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
 		for _, q := range []string{
 			`DELETE FROM sessions WHERE person_id = ?1`,
@@ -326,6 +329,9 @@ func (s *Store) sweepLoop() {
 	for {
 		if _, err := s.PurgeDeleted(context.Background()); err != nil {
 			s.log.Error("purge deleted people", "err", err)
+		}
+		if _, err := s.PurgeReplaced(context.Background()); err != nil {
+			s.log.Error("purge the files restores replaced", "err", err)
 		}
 		select {
 		case <-t.C:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -33,7 +34,7 @@ func (s *Store) keepReplaced(id, p string) error {
 	}
 	err := func() error {
 		kept := filepath.Join(tmp, nah.PersonFileName)
-		if err := os.Link(p, kept); err != nil {
+		if err := linkOrCopy(p, kept); err != nil {
 			return err
 		}
 		now := s.now()
@@ -50,7 +51,7 @@ func (s *Store) keepReplaced(id, p string) error {
 		}
 		for _, e := range es {
 			if e.Type().IsRegular() && nah.ValidMediaID(e.Name()) {
-				if err := os.Link(filepath.Join(media, e.Name()), filepath.Join(tmp, nah.MediaDirName, e.Name())); err != nil {
+				if err := linkOrCopy(filepath.Join(media, e.Name()), filepath.Join(tmp, nah.MediaDirName, e.Name())); err != nil {
 					return err
 				}
 			}
@@ -99,8 +100,8 @@ func (s *Store) UndoReplacePersonFile(ctx context.Context, id string, then func(
 		if _, ok := s.ReplacedUntil(id); !ok { // purged while this waited for lifeMu
 			return errNothingToUndo()
 		}
-		// A link: the kept file stays should the swap fail.
-		if err := os.Link(filepath.Join(s.replacedDir(id), nah.PersonFileName), tmp); err != nil {
+		// A link or a copy: the kept file stays should the swap fail.
+		if err := linkOrCopy(filepath.Join(s.replacedDir(id), nah.PersonFileName), tmp); err != nil {
 			return err
 		}
 		if then == nil {
@@ -126,7 +127,7 @@ func (s *Store) undoneReplaced(id string) {
 			if _, err := os.Lstat(to); err == nil || !nah.ValidMediaID(e.Name()) {
 				continue
 			}
-			if err := os.Link(filepath.Join(dir, nah.MediaDirName, e.Name()), to); err != nil {
+			if err := linkOrCopy(filepath.Join(dir, nah.MediaDirName, e.Name()), to); err != nil {
 				s.log.Warn("undo a restore: bring a media file back", "person", id, "media", e.Name(), "err", err)
 			}
 		}
@@ -172,4 +173,35 @@ func (s *Store) PurgeReplaced(ctx context.Context) (int, error) {
 		s.lifeMu.Unlock()
 	}
 	return n, nil
+}
+
+// link is os.Link; tests make it fail.
+var link = os.Link
+
+// linkOrCopy makes to the same file as from: a hard link (no space, no
+// time), or a synced copy where the file system has no hard links.
+func linkOrCopy(from, to string) error {
+	if err := link(from, to); err == nil {
+		return nil
+	}
+	in, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, privateFile)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, in)
+	if err == nil {
+		err = out.Sync()
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(to)
+	}
+	return err
 }

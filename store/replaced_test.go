@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,7 +21,24 @@ import (
 // there after a restart, swapped back whole by an undo, and purged by the
 // sweep once the grace has passed, after which there is nothing to undo;
 // a person's purge takes theirs.
-func TestReplacedFileKeptForUndo(t *testing.T) {
+func TestReplacedFileKeptForUndo(t *testing.T) { keptForUndo(t) }
+
+// TestReplacedFileKeptForUndoWithoutHardLinks: the same on a file system
+// that refuses hard links (the kept file and media are then copies).
+func TestReplacedFileKeptForUndoWithoutHardLinks(t *testing.T) {
+	links := 0
+	link = func(string, string) error {
+		links++
+		return &os.LinkError{Op: "link", Err: syscall.EPERM}
+	}
+	t.Cleanup(func() { link = os.Link })
+	keptForUndo(t)
+	if links == 0 {
+		t.Error("no hard link was tried")
+	}
+}
+
+func keptForUndo(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	clock := testutil.NewClock(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC))

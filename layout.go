@@ -42,6 +42,14 @@ func PersonDirRel(id string) string { return PeopleRel + "/" + id }
 // DeletedDirRel is where a deleted person's folder waits for the purge.
 func DeletedDirRel(id string) string { return "deleted/" + id }
 
+// ReplacedDirRel is where the file a restore of person id to a time
+// replaced waits, with links to their media then, for an undo until the
+// delete grace ends: outside people/, so no export, sweep or backup lists it.
+func ReplacedDirRel(id string) string { return ReplacedRel + "/" + id }
+
+// ReplacedRel holds one ReplacedDirRel folder per person.
+const ReplacedRel = "replaced"
+
 // MediaDirName is the folder of a person's media in their folder, and in
 // an export.
 const MediaDirName = "media"

@@ -61,6 +61,8 @@ func (a *App) consoleRoutes(r chi.Router) {
 			r.Get("/console/backups/download", a.handleBackupDownload)
 			r.Get("/console/backups/restore", a.handleRestoreConfirm)
 			r.Post("/console/backups/restore", a.handleRestore)
+			r.Get("/console/people/{id}/undo-restore", a.handleUndoRestoreConfirm)
+			r.Post("/console/people/{id}/undo-restore", a.handleUndoRestore)
 		})
 	})
 	r.Handle("/static/*", ui.StaticHandler())
@@ -193,4 +195,5 @@ var flashes = map[string]string{
 	"saved":    "Saved.",
 	"deleted":  "Deleted: their sessions and connections are gone; the deletion can be undone here until the purge.",
 	"restored": "Restored with their moments. Their sessions stay revoked and their connections are gone; they sign in with their password.",
+	"undone":   "The restore is undone: their file is back as it was just before it.",
 }

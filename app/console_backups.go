@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/a-h/templ"
+	"github.com/go-chi/chi/v5"
 
 	"github.com/nah-app/nah"
 	"github.com/nah-app/nah/backup"
@@ -352,7 +353,64 @@ func (a *App) handleRestore(w http.ResponseWriter, r *http.Request) {
 	}
 	a.log.Info("person restored to a time", "person", p.ID, "at", at, "source", source.String(), "moments", n, "took", took.Round(time.Millisecond))
 	pg.Title = "Restored " + p.Handle
-	a.render(w, r, http.StatusOK, ui.RestorePersonPage(ui.RestorePerson{Page: pg, PersonID: p.ID, Handle: p.Handle, At: at, Moments: n, Done: true, Source: source.String(), Took: took}))
+	until, _ := a.store.ReplacedUntil(p.ID)
+	a.render(w, r, http.StatusOK, ui.RestorePersonPage(ui.RestorePerson{Page: pg, PersonID: p.ID, Handle: p.Handle, At: at, Moments: n, Done: true, Source: source.String(), Took: took, UndoUntil: until}))
+}
+
+// undoRequest reads the person whose last restore to a time is to be
+// undone, and until when its replaced file is kept.
+func (a *App) undoRequest(r *http.Request) (nah.Person, time.Time, error) {
+	if a.cfg.Backups == nil {
+		return nah.Person{}, time.Time{}, backupsOff()
+	}
+	p, err := a.store.FindPersonByID(r.Context(), chi.URLParam(r, "id"))
+	if err != nil {
+		return p, time.Time{}, err
+	}
+	until, ok := a.store.ReplacedUntil(p.ID)
+	if !ok {
+		return p, until, nah.Errorf(nah.NotFound, "", "There is no restore of %s to undo: the file a restore replaces is kept for the delete grace (%s) after it.", p.Handle, ui.Round(a.store.DeleteGrace()))
+	}
+	return p, until, nil
+}
+
+// handleUndoRestoreConfirm is the confirmation step of undoing a person's
+// last restore to a time. It changes nothing.
+func (a *App) handleUndoRestoreConfirm(w http.ResponseWriter, r *http.Request) {
+	pg := page(r, "Undo a restore", "people")
+	p, until, err := a.undoRequest(r)
+	if err != nil {
+		a.consoleError(w, r, pg, err)
+		return
+	}
+	n, err := a.store.MomentCount(r.Context(), p.ID)
+	if err != nil && nah.ErrorCode(err) != nah.Unavailable {
+		a.consoleError(w, r, pg, err)
+		return
+	}
+	pg.Title = "Undo the restore of " + p.Handle
+	a.render(w, r, http.StatusOK, ui.UndoRestorePage(ui.UndoRestore{Page: pg, PersonID: p.ID, Handle: p.Handle, Moments: n, Until: until}))
+}
+
+// handleUndoRestore swaps back the file a person's last restore replaced
+// (backup's UndoRestore), then shows their page.
+func (a *App) handleUndoRestore(w http.ResponseWriter, r *http.Request) {
+	pg := page(r, "Undo a restore", "people")
+	p, _, err := a.undoRequest(r)
+	if err != nil {
+		a.consoleError(w, r, pg, err)
+		return
+	}
+	a.extendWrite(w, restoreTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), restoreTimeout)
+	defer cancel()
+	start := time.Now()
+	if err := a.cfg.Backups.Repl.UndoRestore(ctx, a.store, p.ID); err != nil {
+		a.consoleError(w, r, pg, err)
+		return
+	}
+	a.log.Info("restore of a person undone", "person", p.ID, "took", time.Since(start).Round(time.Millisecond))
+	http.Redirect(w, r, "/console/people/"+p.ID+"?m=undone", http.StatusSeeOther)
 }
 
 // restoreError is a failed restore of p to at as the operator reads it:

@@ -116,6 +116,9 @@ func (a *App) personPage(w http.ResponseWriter, r *http.Request, status int, sec
 		v.SecretNote = resetNote(p.Handle)
 	}
 	v.DeleteError = deleteErr
+	if until, ok := a.store.ReplacedUntil(id); ok && a.cfg.Backups != nil {
+		v.UndoUntil = until
+	}
 	ss, err1 := a.store.Sessions(r.Context(), id, sessionsPerPage)
 	cs, err2 := a.store.Connections(r.Context(), id)
 	var err3, err5 error

@@ -5,13 +5,15 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/nah-app/nah"
 )
 
 // TestPurgeForgetsTheReplica: a person purged goes from the replica too:
 // their file's history, their media's mirror and replication's local state
-// of them, folders included; someone else's stay.
+// of them, folders included; someone else's stay. The purge takes well
+// under the directory's 10 s busy timeout.
 func TestPurgeForgetsTheReplica(t *testing.T) {
 	rs := newReplicatedServer(t, func(c *serverConfig) { c.DeleteGrace = -1 })
 	ann, bob := rs.signup(t, "ann"), rs.signup(t, "bob")
@@ -35,8 +37,14 @@ func TestPurgeForgetsTheReplica(t *testing.T) {
 			t.Fatalf("before the purge, ann's %s: %v", what, err)
 		}
 	}
+	start := time.Now()
 	if r := rs.do(t, "DELETE", "/api/v1/me", ann.token, map[string]string{"password": "password-ann"}); r.status != 204 {
 		t.Fatalf("delete: %d %s", r.status, r.raw)
+	}
+	// The purge's checkpoint of the directory, which Litestream holds a
+	// read on, once waited the whole 10 s busy timeout.
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("the deletion, purged at once, took %v", took)
 	}
 	for what, p := range places(ann.id) {
 		if _, err := os.Stat(p); !os.IsNotExist(err) {

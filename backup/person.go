@@ -15,8 +15,11 @@ import (
 // lets go of it), calls make with the path the new file must be made at,
 // swaps it in, reconciles their media and returns once replication has the
 // new file; a failing make leaves the old file.
+// UndoReplacePersonFile swaps back the file the last of those swaps
+// replaced, in the same way, calling then before it is swapped in.
 type PersonFiles interface {
 	ReplacePersonFile(ctx context.Context, id string, make func(path string) error) error
+	UndoReplacePersonFile(ctx context.Context, id string, then func(path string) error) error
 }
 
 // ErrReplica is wrapped by every failure of RestorePerson to get a sound
@@ -54,11 +57,29 @@ func (r *Replicator) RestorePerson(ctx context.Context, files PersonFiles, id st
 	if err != nil {
 		return res, err
 	}
-	// Litestream has the new file once the swap returns; the replica may
-	// not yet (it ships within its sync interval), and until it does a
-	// whole restore would bring back what this one replaced.
-	if err := r.Sync(ctx, r.path(rel)); err != nil {
-		return res, nah.Errorf(nah.Unavailable, "", "the restored file is in place, but the replica does not have it yet (%v): it catches up once the target answers", err)
+	return res, r.shipped(ctx, rel)
+}
+
+// UndoRestore swaps back the file person id's last restore replaced, kept
+// by the store until the delete grace ends, by the same path as
+// RestorePerson: hidden while swapped, Litestream's local state cleared,
+// media reconciled, done once the replica has it.
+func (r *Replicator) UndoRestore(ctx context.Context, files PersonFiles, id string) error {
+	rel := nah.PersonRel(id)
+	err := files.UndoReplacePersonFile(ctx, id, func(string) error { return r.clearState(r.path(rel)) })
+	if err != nil {
+		return err
 	}
-	return res, nil
+	return r.shipped(ctx, rel)
+}
+
+// shipped returns once the replica has the file rel just swapped in.
+// Litestream has it once the swap returns; the replica may not yet (it
+// ships within its sync interval), and until it does a whole restore
+// would bring back what the swap replaced.
+func (r *Replicator) shipped(ctx context.Context, rel string) error {
+	if err := r.Sync(ctx, r.path(rel)); err != nil {
+		return nah.Errorf(nah.Unavailable, "", "the file is in place, but the replica does not have it yet (%v): it catches up once the target answers", err)
+	}
+	return nil
 }

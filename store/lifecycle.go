@@ -276,6 +276,9 @@ func (s *Store) purgeHidden(ctx context.Context, id string) error {
 	if err := os.RemoveAll(s.mustPersonDir(id)); err != nil {
 		return err
 	}
+	if err := os.RemoveAll(s.replacedDir(id)); err != nil {
+		return err
+	}
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
 		for _, q := range []string{
 			`DELETE FROM sessions WHERE person_id = ?1`,
@@ -310,10 +313,32 @@ func (s *Store) purgeHidden(ctx context.Context, id string) error {
 	// The WAL still holds the deleted rows' old pages until a checkpoint;
 	// a reader in progress may keep it from completing, and then the next
 	// one (or the close) does.
-	if _, err := s.w.ExecContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
+	if err := s.checkpointDirectory(ctx); err != nil {
 		s.log.Warn("checkpoint after a purge", "err", err)
 	}
 	return nil
+}
+
+// purgeCheckpointWait bounds how long the checkpoint after a purge waits
+// for readers. Litestream keeps a read transaction open on the directory
+// it watches, so the busy timeout's 10 s would hold every write of the
+// directory (the one writer connection) that long at each purge.
+const purgeCheckpointWait = 100 // ms
+
+// checkpointDirectory empties the directory's WAL, waiting at most
+// purgeCheckpointWait for its readers.
+func (s *Store) checkpointDirectory(ctx context.Context) error {
+	c, err := s.w.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if _, err := c.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout = %d", purgeCheckpointWait)); err != nil {
+		return err
+	}
+	_, err = c.ExecContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`)
+	_, rerr := c.ExecContext(context.WithoutCancel(ctx), fmt.Sprintf("PRAGMA busy_timeout = %d", busyTimeout))
+	return errors.Join(err, rerr)
 }
 
 // sweepLoop purges deleted people when due: at start, then every minute.
@@ -326,6 +351,9 @@ func (s *Store) sweepLoop() {
 	for {
 		if _, err := s.PurgeDeleted(context.Background()); err != nil {
 			s.log.Error("purge deleted people", "err", err)
+		}
+		if _, err := s.PurgeReplaced(context.Background()); err != nil {
+			s.log.Error("purge the files restores replaced", "err", err)
 		}
 		select {
 		case <-t.C:

@@ -164,7 +164,14 @@ func IntegrityCheck(ctx context.Context, p string) error {
 // takes the old one's place, the old -wal and -shm go, and the person's
 // cached head and newest time are read again from the new file. Everyone
 // else goes on posting and reading. A failing make leaves the old file.
+//
+// The replaced file is kept for an undo (UndoReplacePersonFile) until the
+// delete grace ends, unless deletions purge at once.
 func (s *Store) ReplacePersonFile(ctx context.Context, id string, make func(path string) error) error {
+	return s.replacePersonFile(ctx, id, make, false)
+}
+
+func (s *Store) replacePersonFile(ctx context.Context, id string, make func(path string) error, undo bool) error {
 	if !nah.ValidPersonID(id) || s.graph.node(id) == nil {
 		return nah.ErrNoPerson()
 	}
@@ -208,12 +215,21 @@ func (s *Store) ReplacePersonFile(ctx context.Context, id string, make func(path
 			return err
 		}
 	}
+	if !undo && s.deleteGrace > 0 {
+		if err := s.keepReplaced(id, p); err != nil {
+			os.Remove(tmp)
+			return fmt.Errorf("keep the replaced file for an undo: %w", err)
+		}
+	}
 	if err := os.Rename(tmp, p); err != nil {
 		os.Remove(tmp)
 		return err
 	}
 	if err := syncDir(filepath.Dir(p)); err != nil { // the rename is durable before the restore is reported
 		s.log.Warn("restore: sync the folder after the swap", "path", p, "err", err)
+	}
+	if undo {
+		s.undoneReplaced(id)
 	}
 	n := s.graph.node(id)
 	if n == nil {

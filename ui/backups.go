@@ -82,6 +82,15 @@ type RestorePerson struct {
 	Done             bool
 	Source           string // "history" or "sweep <stamp>"
 	Took             time.Duration
+	UndoUntil        time.Time // once Done: until when an undo can put the replaced file back; zero: never
+}
+
+// UndoRestore is the confirmation step of undoing a person's restore.
+type UndoRestore struct {
+	Page
+	PersonID, Handle string
+	Moments          int // now, as restored
+	Until            time.Time
 }
 
 // WhenT formats a time for a table, or "never".

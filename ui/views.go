@@ -129,6 +129,9 @@ type Person struct {
 	LastDigestAt int64
 	// DeleteError is a refused deletion, shown in its form.
 	DeleteError string
+	// UndoUntil is when the file their last restore to a time replaced
+	// stops being kept for an undo; zero when there is none.
+	UndoUntil time.Time
 }
 
 // Deleted lists the people deleted and not yet purged.

@@ -86,6 +86,9 @@ func markdown(r Result) string {
 	if c := r.PostCost; c != nil {
 		fmt.Fprintf(&b, "\nper post of the 16-writer phase: %.2f file opens, %.2f closes, %.2f replication take-ups, %.2f ms of the server's CPU.\n", c.Opens, c.Closes, c.TakeUps, c.CPUms)
 	}
+	if l := r.ReplicaLag; l != nil {
+		fmt.Fprintf(&b, "\nreplica lag: at most %.1f s during the 16-writer phase (%d files queued at most), back to 0 %.1f s after it (-1: not within a minute).\n", l.DuringMaxS, l.QueuedMax, l.CaughtUpS)
+	}
 	return b.String()
 }
 

@@ -19,8 +19,8 @@ import (
 // What one watched file costs, measured under this project's SQLite
 // settings (../shared/notes/litestream-nah.md): Litestream keeps its own
 // connection, a raw descriptor, a long read transaction and an LTX encoder
-// per file: ~384 KiB settled, ~404 KiB at peak, 4 goroutines and 4
-// descriptors. store/sqlite.go adds it to the open-file arithmetic; the
+// per file: ~384 KiB settled, ~404 KiB at peak, 2 goroutines (its monitors
+// are off: syncLoop) and 5 descriptors (TestReplicationMemoryPerFile). store/sqlite.go adds it to the open-file arithmetic; the
 // watched set is bounded by Config.MaxFiles.
 const PerFileBytes = 404 << 10
 
@@ -238,23 +238,6 @@ func (r *Replicator) syncRel(ctx context.Context, rel string) error {
 	return nil
 }
 
-// Lag is the age of the oldest write to a watched file that the target
-// lacks (zero when none waits): what the syncers owe.
-func (r *Replicator) Lag() time.Duration {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var oldest time.Time
-	for _, since := range r.dirty {
-		if oldest.IsZero() || since.Before(oldest) {
-			oldest = since
-		}
-	}
-	if oldest.IsZero() {
-		return 0
-	}
-	return time.Since(oldest)
-}
-
 // rel is path's place under the data directory, slash-separated.
 func (r *Replicator) rel(path string) (string, error) {
 	rel, err := filepath.Rel(r.cfg.DataDir, path)
@@ -321,16 +304,20 @@ func (r *Replicator) Watch(ctx context.Context, path string) error {
 		return r.failed(rel, fmt.Errorf("target failing: %w", down))
 	}
 	// Syncing now sets the file up (a snapshot if it changed while nobody
-	// watched) and ships what was written before: a file written and let go
-	// of without it would leave the write out of the replica, no error said.
+	// watched): a file written and let go of before would leave the write
+	// out of the replica, no error said. The upload is the syncers' (the
+	// file is pending from now), so that a take-up does not wait for it.
 	sctx, cancel := context.WithTimeout(ctx, watchTimeout)
 	defer cancel()
-	if _, err := r.ls.SyncDB(sctx, path, true); err != nil {
+	if _, err := r.ls.SyncDB(sctx, path, false); err != nil {
 		r.setDown(err)
 		return r.failed(rel, err)
 	}
 	r.mu.Lock()
 	st.Watched, st.Err = true, ""
+	if _, ok := r.dirty[rel]; !ok {
+		r.dirty[rel] = time.Now()
+	}
 	r.mu.Unlock()
 	return nil
 }
@@ -524,14 +511,15 @@ func (f FileStatus) Behind() bool {
 	return f.Replicated < f.TXID || f.Err != "" || !f.Pending.IsZero()
 }
 
-// Lag is how long ago the file was last in step with the target (zero if
-// it is in step now), or since it was first watched if it never was; for
-// a file only written since, the age of its oldest write not shipped.
+// Lag is the age of the file's oldest write the target lacks when the
+// syncers know it (Pending), else how long ago the file was last in step
+// with the target (zero if it is in step now), or since it was first
+// watched if it never was.
 func (f FileStatus) Lag(now time.Time) time.Duration {
 	switch {
 	case !f.Behind():
 		return 0
-	case f.Replicated >= f.TXID && f.Err == "":
+	case !f.Pending.IsZero():
 		return now.Sub(f.Pending)
 	case f.LastSync.IsZero():
 		return now.Sub(f.Since)

@@ -105,7 +105,8 @@ type fileState struct {
 	unwatchDone chan struct{} // closed when the last Unwatch finished
 	// op is held by whatever calls Litestream on the file (register, sync,
 	// let go): a sync after Litestream closed the file would open it again.
-	op sync.Mutex
+	op    sync.Mutex
+	ships int // shipped without a take-up (Ship), this run
 }
 
 // Open starts replication; the target must be Init'ed. Nothing is watched

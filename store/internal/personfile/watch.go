@@ -124,9 +124,38 @@ func (c *Cache) replicate() {
 			c.q.unmark(id)
 			continue
 		}
+		if c.ship(f) {
+			c.Release(f)
+			c.q.unmark(id)
+			continue
+		}
 		c.watchFile(context.Background(), f, true)
 		c.Release(f)
 	}
+}
+
+// Shipper is a Replicator that can ship the new writes of a file it does
+// not watch without taking it up (backup's Replicator.Ship), saying false
+// when it cannot prove the file's history carries on.
+type Shipper interface {
+	Ship(ctx context.Context, path string) (bool, error)
+}
+
+// ship ships f, held by the caller and not watched, without a take-up if
+// replication can; false: it must be taken up.
+func (c *Cache) ship(f *File) bool {
+	s, ok := c.repl.(Shipper)
+	if !ok || f.watching() != nil {
+		return false
+	}
+	shipped, err := s.Ship(context.Background(), f.Path)
+	if err != nil {
+		c.log.Warn("replication: ship", "path", f.Path, "err", err)
+	}
+	if shipped {
+		c.ships.Add(1)
+	}
+	return shipped
 }
 
 // hiddenRetry is how long a replicator waits before it looks again at a

@@ -57,6 +57,7 @@ type PostCost struct {
 	Opens   float64 `json:"opens"`    // person files opened
 	Closes  float64 `json:"closes"`   // person files closed
 	TakeUps float64 `json:"take_ups"` // files handed to replication
+	Ships   float64 `json:"ships"`    // files shipped without a take-up
 	CPUms   float64 `json:"cpu_ms"`   // the server's CPU time (user + system)
 }
 
@@ -221,8 +222,8 @@ func measure(ctx context.Context, bin, data string, f fixture.Fixture, people []
 	if after := readCost(pid, "http://"+metricsPort+"/metrics"); before != nil && after != nil && res.Post16.Requests > 0 {
 		n := float64(res.Post16.Requests)
 		res.PostCost = &PostCost{Opens: (after.Opens - before.Opens) / n, Closes: (after.Closes - before.Closes) / n,
-			TakeUps: (after.TakeUps - before.TakeUps) / n, CPUms: (after.CPUms - before.CPUms) / n}
-		fmt.Fprintf(os.Stderr, "per post: %.2f opens, %.2f closes, %.2f take-ups, %.2f ms CPU\n", res.PostCost.Opens, res.PostCost.Closes, res.PostCost.TakeUps, res.PostCost.CPUms)
+			TakeUps: (after.TakeUps - before.TakeUps) / n, Ships: (after.Ships - before.Ships) / n, CPUms: (after.CPUms - before.CPUms) / n}
+		fmt.Fprintf(os.Stderr, "per post: %.2f opens, %.2f closes, %.2f take-ups, %.2f ships, %.2f ms CPU\n", res.PostCost.Opens, res.PostCost.Closes, res.PostCost.TakeUps, res.PostCost.Ships, res.PostCost.CPUms)
 	}
 	if lag := <-lagRes; lag.SamplesTaken > 0 {
 		res.ReplicaLag = &lag
@@ -419,6 +420,8 @@ func readCost(pid int, metricsURL string) *PostCost {
 			c.Closes = n
 		case "nah_replica_takeups_total":
 			c.TakeUps = n
+		case "nah_replica_ships_total":
+			c.Ships = n
 		}
 	}
 	return c

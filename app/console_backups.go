@@ -52,7 +52,7 @@ func (a *App) backupHealth() ui.BackupHealth {
 	}
 	h := b.Health()
 	t := b.Repl.Target()
-	out := ui.BackupHealth{Ok: h.Ok, Target: t.Redacted(), LastSync: h.LastSync, Behind: h.Behind, Worst: h.Worst, Raw: h.LastErr}
+	out := ui.BackupHealth{Ok: h.Ok, Target: t.Redacted(), LastSync: h.LastSync, Behind: h.Behind, Worst: h.Worst, Lag: h.Lag, Raw: h.LastErr}
 	if !h.Ok {
 		out.Problem = replicationProblem(h.LastErr, t.IsS3())
 	}
@@ -448,9 +448,10 @@ var (
 
 // replicationHealth is /healthz's replication field (nil when off).
 type replicationHealth struct {
-	Status          string  `json:"status"` // ok or behind
-	FilesBehind     int     `json:"files_behind"`
-	WorstLagSeconds float64 `json:"worst_lag_seconds"`
+	Status          string  `json:"status"`       // ok or behind
+	FilesBehind     int     `json:"files_behind"` // queued ones included
+	FilesQueued     int     `json:"files_queued"`
+	WorstLagSeconds float64 `json:"worst_lag_seconds"` // Health.Lag
 	Error           string  `json:"error,omitempty"`
 }
 
@@ -459,7 +460,7 @@ func (a *App) replicationHealth() *replicationHealth {
 		return nil
 	}
 	h := a.cfg.Backups.Health()
-	out := &replicationHealth{Status: "ok", FilesBehind: h.Behind, WorstLagSeconds: h.Worst.Round(time.Millisecond).Seconds()}
+	out := &replicationHealth{Status: "ok", FilesBehind: h.Behind, FilesQueued: h.Queued, WorstLagSeconds: h.Lag.Round(time.Millisecond).Seconds()}
 	if !h.Ok {
 		out.Status = "behind"
 		out.Error = absPath.ReplaceAllString(personRef.ReplaceAllString(h.LastErr, "people/…"), "${1}…")
@@ -491,6 +492,7 @@ func (a *App) replicationGauges() []gauge {
 		{"nah_replica_files_behind", "Databases whose target lacks some of their transactions.", float64(h.Behind)},
 		{"nah_replica_files_failing", "Databases whose last watch or final sync to the target failed.", float64(failing)},
 		{"nah_replica_worst_lag_seconds", "Seconds since the database furthest behind was last in step with the target.", h.Worst.Seconds()},
+		{"nah_replica_lag_seconds", "Age of the oldest acknowledged write the target lacks, files waiting to be taken up included: the replica's lag.", h.Lag.Seconds()},
 	}
 	if b.Sweep != nil {
 		last, _ := b.Sweep.Last()

@@ -770,3 +770,72 @@ func TestBackupsFailedSyncClears(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestReplicaLagIsTheOldestWriteNotShipped: with the target away, the lag
+// that /healthz, the metrics and the Backups page give is the age of the
+// oldest acknowledged post the replica lacks, not how long ago its file
+// was last in step; once the target is back and the files synced, the lag
+// is zero again.
+func TestReplicaLagIsTheOldestWriteNotShipped(t *testing.T) {
+	rs := newReplicatedServer(t)
+	rs.backups.Queue = rs.store.ReplicationQueue
+	ann := rs.signup(t, "ann")
+	rs.post(t, ann, []byte("before"))
+	mustSync(t, rs.backups)
+	h := rs.do(t, "GET", "/healthz", "", nil)
+	rep, _ := h.json["replication"].(map[string]any)
+	if rep["worst_lag_seconds"] != 0.0 || rep["files_queued"] != 0.0 {
+		t.Fatalf("healthz in step: %s", h.raw)
+	}
+
+	// Ann's file was last in step before this pause; the post after it is
+	// what the replica lacks, so the lag counts from the post, through the
+	// failed sync of the syncers' next tick (a second).
+	time.Sleep(2 * time.Second)
+	if err := os.RemoveAll(rs.replicaDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(rs.replicaDir, []byte("not a directory"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	posted := time.Now()
+	rs.post(t, ann, []byte("while the target is away"))
+	time.Sleep(1500 * time.Millisecond)
+	var lag time.Duration
+	for _, f := range rs.backups.Repl.Status() {
+		if f.Path == nah.PersonRel(ann.id) {
+			lag = f.Lag(time.Now())
+		}
+	}
+	if since := time.Since(posted); lag < time.Second || lag > since {
+		t.Errorf("ann's file lags %s, want the age of the post (%s)", lag, since)
+	}
+	h = rs.do(t, "GET", "/healthz", "", nil)
+	rep, _ = h.json["replication"].(map[string]any)
+	if w, _ := rep["worst_lag_seconds"].(float64); w < 1 || rep["status"] != "behind" {
+		t.Errorf("healthz with a post not shipped for 1.5 s: %s", h.raw)
+	}
+	var metrics strings.Builder
+	rs.app.writePrometheus(&metrics)
+	if !regexp.MustCompile(`(?m)^nah_replica_lag_seconds [1-9]`).MatchString(metrics.String()) {
+		t.Errorf("metrics lack a lag of a second or more:\n%s", metrics.String())
+	}
+
+	if err := os.Remove(rs.replicaDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(rs.replicaDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	mustSync(t, rs.backups)
+	h = rs.do(t, "GET", "/healthz", "", nil)
+	rep, _ = h.json["replication"].(map[string]any)
+	if rep["worst_lag_seconds"] != 0.0 {
+		t.Errorf("healthz once every post is shipped: %s", h.raw)
+	}
+	metrics.Reset()
+	rs.app.writePrometheus(&metrics)
+	if !strings.Contains(metrics.String(), "nah_replica_lag_seconds 0\n") {
+		t.Errorf("metrics once every post is shipped:\n%s", metrics.String())
+	}
+}

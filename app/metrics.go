@@ -358,6 +358,7 @@ func (a *App) writePrometheus(w io.Writer) {
 		{"nah_person_file_opens_total", "Person files opened, since start.", st.FileOpens},
 		{"nah_person_file_closes_total", "Person files closed, since start.", st.FileCloses},
 		{"nah_replica_takeups_total", "Person files handed to replication (a registration and a first sync each), since start.", st.TakeUps},
+		{"nah_replica_ships_total", "Written person files shipped to the replica without a take-up (their new WAL frames as one LTX file), since start.", st.Ships},
 	} {
 		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s counter\n%s %d\n", c.name, c.help, c.name, c.name, c.v)
 	}

@@ -29,6 +29,10 @@ type Backups struct {
 	CatchUpEvery time.Duration
 	// Drill is the restore drill (drill.go), nil when there is none.
 	Drill *Drill
+	// Queue, if set, is how many written files wait for replication to
+	// take them up and how long the oldest has waited (the store's queue):
+	// behind, though not yet watched.
+	Queue func() (n int, oldest time.Duration)
 
 	mu        sync.Mutex
 	nextSweep time.Time
@@ -162,14 +166,19 @@ func (b *Backups) SyncNow(ctx context.Context) error {
 
 // Health sums replication up for the overview and /healthz.
 type Health struct {
-	Target   string
-	Files    int           // files replicated this run
-	Watched  int           // watched now
-	Behind   int           // files behind the target
-	Worst    time.Duration // the largest lag
-	LastErr  string        // an error of a file behind, if any
-	Ok       bool          // nothing behind by more than Backups.Behind
-	LastSync time.Time     // the newest sync that reached the target
+	Target  string
+	Files   int           // files replicated this run
+	Watched int           // watched now
+	Behind  int           // files behind the target
+	Worst   time.Duration // the largest lag of a file replication has
+	// Queued files wait to be taken up (counted in Behind); Lag is the age
+	// of the oldest acknowledged write the target lacks, queued ones
+	// included: the replica's promise.
+	Queued   int
+	Lag      time.Duration
+	LastErr  string    // an error of a file behind, if any
+	Ok       bool      // nothing behind by more than Backups.Behind
+	LastSync time.Time // the newest sync that reached the target
 	Sweep    SweepResult
 	Sweeping bool
 }
@@ -193,6 +202,15 @@ func (b *Backups) Health() Health {
 			h.LastErr = f.Err
 		}
 		if f.Err != "" || lag > b.Behind {
+			h.Ok = false
+		}
+	}
+	h.Lag = h.Worst
+	if b.Queue != nil {
+		n, oldest := b.Queue()
+		h.Queued, h.Behind = n, h.Behind+n
+		h.Lag = max(h.Lag, oldest)
+		if oldest > b.Behind {
 			h.Ok = false
 		}
 	}

@@ -19,18 +19,22 @@ import (
 // What one watched file costs, measured under this project's SQLite
 // settings (../shared/notes/litestream-nah.md): Litestream keeps its own
 // connection, a raw descriptor, a long read transaction and an LTX encoder
-// per file: ~384 KiB settled, ~404 KiB at peak, 4 goroutines and 4
-// descriptors. store/sqlite.go adds it to the open-file arithmetic; the
+// per file: ~384 KiB settled, ~404 KiB at peak, 2 goroutines (its monitors
+// are off: syncLoop) and 5 descriptors (TestReplicationMemoryPerFile). store/sqlite.go adds it to the open-file arithmetic; the
 // watched set is bounded by Config.MaxFiles.
 const PerFileBytes = 404 << 10
 
 // Timing of the replication of one file.
 const (
-	// monitorInterval is how often Litestream looks at a watched file's WAL,
-	// and syncInterval how often it ships what it found: a moment reaches
-	// the replica about two seconds after it is posted.
-	monitorInterval = time.Second
-	syncInterval    = time.Second
+	// syncEvery is how often the syncers ship the watched files written
+	// since their last sync (and the directory): a moment reaches the
+	// replica within about a second of its post when nothing waits.
+	syncEvery = time.Second
+	// syncers is how many files are shipped at once. Litestream's own
+	// per-file monitors (two goroutines ticking every second for each
+	// watched file, 9 % of the server's CPU under 16 writers,
+	// bench/THRESHOLDS.md) are off: a file is synced only when written.
+	syncers = 2
 	// l0CheckInterval: Litestream lists every watched file's level 0 and 1
 	// on the replica at this interval (upstream issue 1468), LIST calls that
 	// cost money on S3 and find nothing new on an idle file.
@@ -77,6 +81,14 @@ type Replicator struct {
 	// entering the watched set wait outside it, and files leaving it get no
 	// retries. Probe, which the catch-up loop calls, clears it.
 	down error
+	// dirty is the watched files written since their last sync began, with
+	// the time of the oldest such write: what the syncers ship next, and
+	// the lag they owe. Bounded by the watched set.
+	dirty map[string]time.Time
+
+	stop      chan struct{}
+	closeOnce sync.Once
+	stopped   sync.WaitGroup
 }
 
 // fileState is what the Backups page shows of one file. The map is bounded
@@ -91,6 +103,10 @@ type fileState struct {
 	Since       time.Time // when it was first watched in this run
 	Unwatched   time.Time
 	unwatchDone chan struct{} // closed when the last Unwatch finished
+	// op is held by whatever calls Litestream on the file (register, sync,
+	// let go): a sync after Litestream closed the file would open it again.
+	op    sync.Mutex
+	ships int // shipped without a take-up (Ship), this run
 }
 
 // Open starts replication; the target must be Init'ed. Nothing is watched
@@ -112,7 +128,115 @@ func Open(ctx context.Context, cfg Config) (*Replicator, error) {
 	if err := ls.Open(ctx); err != nil {
 		return nil, fmt.Errorf("replication: %w", err)
 	}
-	return &Replicator{cfg: cfg, ls: ls, log: ls.Logger, started: time.Now(), files: make(map[string]*fileState)}, nil
+	r := &Replicator{cfg: cfg, ls: ls, log: ls.Logger, started: time.Now(), files: make(map[string]*fileState),
+		dirty: make(map[string]time.Time), stop: make(chan struct{})}
+	r.stopped.Go(r.syncLoop)
+	return r, nil
+}
+
+// Wrote records that the database at path was just written: if it is
+// watched, the syncers ship it within syncEvery (else the store's queue
+// has it taken up, which ships it).
+func (r *Replicator) Wrote(path string) {
+	rel, err := r.rel(path)
+	if err != nil {
+		return
+	}
+	r.mu.Lock()
+	if _, ok := r.dirty[rel]; !ok {
+		r.dirty[rel] = time.Now()
+	}
+	r.mu.Unlock()
+}
+
+// syncLoop ships, every syncEvery, the watched files written since their
+// last sync, oldest write first, syncers at a time; and the directory,
+// which the store writes without telling. While the target is failing it
+// waits: the catch-up loop probes it and catches the files up.
+func (r *Replicator) syncLoop() {
+	t := time.NewTicker(syncEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-t.C:
+		}
+		if r.TargetErr() != nil {
+			continue
+		}
+		type item struct {
+			rel   string
+			since time.Time
+		}
+		r.mu.Lock()
+		batch := make([]item, 0, len(r.dirty)+1)
+		for rel, since := range r.dirty {
+			batch = append(batch, item{rel, since})
+		}
+		r.mu.Unlock()
+		sort.Slice(batch, func(i, j int) bool { return batch[i].since.Before(batch[j].since) })
+		for _, db := range r.ls.DBs() {
+			if rel, err := r.rel(db.Path()); err == nil && !strings.HasPrefix(rel, "people/") {
+				batch = append(batch, item{rel: rel})
+			}
+		}
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, syncers)
+		for _, it := range batch {
+			select {
+			case <-r.stop:
+				wg.Wait()
+				return
+			case sem <- struct{}{}:
+			}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				ctx, cancel := context.WithTimeout(context.Background(), unwatchTimeout)
+				defer cancel()
+				if err := r.syncRel(ctx, it.rel); err != nil {
+					r.log.Warn("replication: sync", "path", it.rel, "err", err)
+				}
+			})
+		}
+		wg.Wait()
+	}
+}
+
+// syncRel ships watched file rel's changes and waits for the target. The
+// file's pending writes are taken out of dirty first, and put back (with
+// the older time) if the sync fails; a file not watched has none.
+func (r *Replicator) syncRel(ctx context.Context, rel string) error {
+	path := filepath.Join(r.cfg.DataDir, filepath.FromSlash(rel))
+	r.mu.Lock()
+	st := r.files[rel]
+	since, pending := r.dirty[rel]
+	delete(r.dirty, rel)
+	r.mu.Unlock()
+	if st == nil {
+		return nil
+	}
+	st.op.Lock()
+	defer st.op.Unlock()
+	if r.ls.FindDB(path) == nil {
+		return nil // let go of after a last sync, which shipped the writes
+	}
+	_, err := r.ls.SyncDB(ctx, path, true)
+	if err != nil {
+		r.setDown(err)
+		if pending {
+			r.mu.Lock()
+			if later, ok := r.dirty[rel]; !ok || since.Before(later) {
+				r.dirty[rel] = since
+			}
+			r.mu.Unlock()
+		}
+		return r.failed(rel, err)
+	}
+	r.mu.Lock()
+	st.Err = ""
+	r.mu.Unlock()
+	return nil
 }
 
 // rel is path's place under the data directory, slash-separated.
@@ -151,16 +275,19 @@ func (r *Replicator) Watch(ctx context.Context, path string) error {
 	if wait != nil {
 		<-wait // its last final sync must end before it is registered again
 	}
+	st.op.Lock()
+	defer st.op.Unlock()
 	client, err := r.cfg.Target.client(rel)
 	if err != nil {
 		return r.failed(rel, err)
 	}
 	db := litestream.NewDB(path)
 	db.SetMetaPath(filepath.Join(r.cfg.MetaDir, filepath.FromSlash(rel)))
-	db.MonitorInterval = monitorInterval
+	// No monitors: the syncers sync it when it is written (syncLoop).
+	db.MonitorInterval = 0
 	db.BusyTimeout = 10 * time.Second
 	rep := litestream.NewReplicaWithClient(db, client)
-	rep.SyncInterval = syncInterval
+	rep.MonitorEnabled = false
 	db.Replica = rep
 	if err := resumeCheck(ctx, db); err != nil {
 		return r.failed(rel, err)
@@ -173,15 +300,14 @@ func (r *Replicator) Watch(ctx context.Context, path string) error {
 	r.mu.Unlock()
 	if down != nil {
 		// No post waits on a failing target: the file is registered (all
-		// local) without the first sync, and Litestream sets it up by
-		// itself once the target answers (the catch-up loop hurries it).
-		// Until then it is behind.
+		// local) without the first sync, which the catch-up loop makes once
+		// the target answers. Until then it is behind.
 		return r.failed(rel, fmt.Errorf("target failing: %w", down))
 	}
-	// Litestream sets a file up at its first monitor tick, a second after
-	// registering; a file written and closed before that tick would leave
-	// the write out of the replica without an error. Syncing now sets it
-	// up (and takes a snapshot if it changed while nobody watched).
+	// Syncing now sets the file up (a snapshot if it changed while nobody
+	// watched): a file written and let go of before would leave the write
+	// out of the replica, no error said. The upload is the syncers' (the
+	// file is pending from now), so that a take-up does not wait for it.
 	sctx, cancel := context.WithTimeout(ctx, watchTimeout)
 	defer cancel()
 	if _, err := r.ls.SyncDB(sctx, path, false); err != nil {
@@ -190,6 +316,9 @@ func (r *Replicator) Watch(ctx context.Context, path string) error {
 	}
 	r.mu.Lock()
 	st.Watched, st.Err = true, ""
+	if _, ok := r.dirty[rel]; !ok {
+		r.dirty[rel] = time.Now()
+	}
 	r.mu.Unlock()
 	return nil
 }
@@ -232,6 +361,8 @@ func (r *Replicator) Unwatch(path string) error {
 	st.unwatchDone = done
 	r.mu.Unlock()
 	defer close(done)
+	st.op.Lock()
+	defer st.op.Unlock()
 
 	r.record(rel, db)
 	timeout := unwatchTimeout
@@ -245,6 +376,9 @@ func (r *Replicator) Unwatch(path string) error {
 		r.setDown(err)
 	}
 	r.mu.Lock()
+	// Shipped by the last sync, or behind with its error: the catch-up
+	// loop brings it back.
+	delete(r.dirty, rel)
 	st.Watched, st.Unwatched = false, time.Now()
 	if db.Replica != nil {
 		st.Replicated = uint64(db.Replica.Pos().TXID)
@@ -336,8 +470,11 @@ func (r *Replicator) record(rel string, db *litestream.DB) {
 func (r *Replicator) SyncAll(ctx context.Context) error {
 	dbs := r.ls.DBs()
 	for i, db := range dbs {
-		if _, err := r.ls.SyncDB(ctx, db.Path(), true); err != nil {
-			r.setDown(err)
+		rel, err := r.rel(db.Path())
+		if err != nil {
+			continue
+		}
+		if err := r.syncRel(ctx, rel); err != nil {
 			if left := len(dbs) - i - 1; left > 0 {
 				return fmt.Errorf("%w (%d more files not tried)", err, left)
 			}
@@ -351,11 +488,11 @@ func (r *Replicator) SyncAll(ctx context.Context) error {
 // Sync ships one watched file's changes now and waits for the target; a
 // file not watched has nothing waiting.
 func (r *Replicator) Sync(ctx context.Context, path string) error {
-	if r.ls.FindDB(path) == nil {
-		return nil
+	rel, err := r.rel(path)
+	if err != nil {
+		return err
 	}
-	_, err := r.ls.SyncDB(ctx, path, true)
-	return err
+	return r.syncRel(ctx, rel)
 }
 
 // FileStatus is one database's replication as the Backups page shows it.
@@ -367,17 +504,24 @@ type FileStatus struct {
 	LastSync   time.Time
 	Since      time.Time // first watched in this run
 	Err        string
+	Pending    time.Time // the oldest write the syncers have yet to ship (zero: none)
 }
 
 // Behind says whether the target lacks some of the file's transactions.
-func (f FileStatus) Behind() bool { return f.Replicated < f.TXID || f.Err != "" }
+func (f FileStatus) Behind() bool {
+	return f.Replicated < f.TXID || f.Err != "" || !f.Pending.IsZero()
+}
 
-// Lag is how long ago the file was last in step with the target (zero if
-// it is in step now), or since it was first watched if it never was.
+// Lag is the age of the file's oldest write the target lacks when the
+// syncers know it (Pending), else how long ago the file was last in step
+// with the target (zero if it is in step now), or since it was first
+// watched if it never was.
 func (f FileStatus) Lag(now time.Time) time.Duration {
 	switch {
 	case !f.Behind():
 		return 0
+	case !f.Pending.IsZero():
+		return now.Sub(f.Pending)
 	case f.LastSync.IsZero():
 		return now.Sub(f.Since)
 	}
@@ -395,7 +539,7 @@ func (r *Replicator) Status() []FileStatus {
 	r.mu.Lock()
 	out := make([]FileStatus, 0, len(r.files))
 	for rel, st := range r.files {
-		out = append(out, FileStatus{Path: rel, Watched: st.Watched, TXID: st.TXID, Replicated: st.Replicated, LastSync: st.LastSync, Since: st.Since, Err: st.Err})
+		out = append(out, FileStatus{Path: rel, Watched: st.Watched, TXID: st.TXID, Replicated: st.Replicated, LastSync: st.LastSync, Since: st.Since, Err: st.Err, Pending: r.dirty[rel]})
 	}
 	r.mu.Unlock()
 	rank := func(f FileStatus) int {
@@ -429,6 +573,8 @@ func (r *Replicator) Target() *Target { return r.cfg.Target }
 // Close stops replication: every file still watched gets a last sync. The
 // caller must have closed its own handles on them first.
 func (r *Replicator) Close(ctx context.Context) error {
+	r.closeOnce.Do(func() { close(r.stop) })
+	r.stopped.Wait()
 	for _, db := range r.ls.DBs() {
 		if err := r.Unwatch(db.Path()); err != nil {
 			r.log.Warn("replication: last sync", "err", err)

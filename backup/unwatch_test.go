@@ -36,6 +36,11 @@ func TestLetGoWhileTargetAwayIsQuick(t *testing.T) {
 		return false
 	}
 	n.post(t, ann, 0)
+	// Her file was let go of in step when bob's was made (one open file),
+	// so the post was shipped: taken up here, as a write to a new file is.
+	if err := n.s.Rewatch(context.Background(), annRel); err != nil {
+		t.Fatal(err)
+	}
 	if !eventually(10*time.Second, watched) {
 		t.Fatalf("ann's file was not taken up: %+v", n.r.Status())
 	}
@@ -72,6 +77,9 @@ func TestLetGoOfASlowTargetGetsTheLastSync(t *testing.T) {
 		return backup.FileStatus{}, false
 	}
 	n.post(t, ann, 0)
+	if err := n.s.Rewatch(context.Background(), annRel); err != nil { // shipped, as above
+		t.Fatal(err)
+	}
 	if !eventually(10*time.Second, func() bool { f, ok := state(); return ok && f.Watched && !f.Behind() }) {
 		t.Fatalf("ann's file was not taken up: %+v", n.r.Status())
 	}

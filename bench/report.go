@@ -84,7 +84,10 @@ func markdown(r Result) string {
 	fmt.Fprintf(&b, "\nfeeds/s at 50 readers = %.0f%% of the static ceiling (%d-byte pages); open descriptors after load %d, open person files %d; data directory after a clean stop %.1f MB, non-empty -wal files %d; binary %.1f MB.\n",
 		100*r.CeilingRatio, r.Feed50.MeanBytes, r.OpenFDs, r.OpenPersonFiles, r.DataDirMB, r.WALLeft, r.BinaryMB)
 	if c := r.PostCost; c != nil {
-		fmt.Fprintf(&b, "\nper post of the 16-writer phase: %.2f file opens, %.2f closes, %.2f replication take-ups, %.2f ms of the server's CPU.\n", c.Opens, c.Closes, c.TakeUps, c.CPUms)
+		fmt.Fprintf(&b, "\nper post of the 16-writer phase: %.2f file opens, %.2f closes, %.2f replication take-ups, %.2f ships, %.2f ms of the server's CPU.\n", c.Opens, c.Closes, c.TakeUps, c.Ships, c.CPUms)
+	}
+	if l := r.ReplicaLag; l != nil {
+		fmt.Fprintf(&b, "\nreplica lag: at most %.1f s during the 16-writer phase (%d files queued at most), back to 0 %.1f s after it (-1: not within a minute).\n", l.DuringMaxS, l.QueuedMax, l.CaughtUpS)
 	}
 	return b.String()
 }

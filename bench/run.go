@@ -47,6 +47,8 @@ type Result struct {
 	WALLeft         int        `json:"non_empty_wal_after_stop"`
 	Drill           *DrillLoad `json:"drill,omitempty"`     // run -drill: drills kept running through the phases
 	PostCost        *PostCost  `json:"post_cost,omitempty"` // the 16-writer phase, per post
+
+	ReplicaLag *ReplicaLag `json:"replica_lag,omitempty"` // during the 16-writer phase and after
 }
 
 // PostCost is what one post of the 16-writer phase cost the server beyond
@@ -55,6 +57,7 @@ type PostCost struct {
 	Opens   float64 `json:"opens"`    // person files opened
 	Closes  float64 `json:"closes"`   // person files closed
 	TakeUps float64 `json:"take_ups"` // files handed to replication
+	Ships   float64 `json:"ships"`    // files shipped without a take-up
 	CPUms   float64 `json:"cpu_ms"`   // the server's CPU time (user + system)
 }
 
@@ -212,12 +215,19 @@ func measure(ctx context.Context, bin, data string, f fixture.Fixture, people []
 	res.PostWarmup = warmLoad(ctx, base, people, 16)
 	fmt.Fprintf(os.Stderr, "post, 16 writers, %v\n", d)
 	before := readCost(pid, "http://"+metricsPort+"/metrics")
+	stopLag := make(chan struct{})
+	lagRes := watchLag("http://"+metricsPort+"/metrics", stopLag)
 	res.Post16 = postLoad(ctx, base, people, 16, d)
+	close(stopLag)
 	if after := readCost(pid, "http://"+metricsPort+"/metrics"); before != nil && after != nil && res.Post16.Requests > 0 {
 		n := float64(res.Post16.Requests)
 		res.PostCost = &PostCost{Opens: (after.Opens - before.Opens) / n, Closes: (after.Closes - before.Closes) / n,
-			TakeUps: (after.TakeUps - before.TakeUps) / n, CPUms: (after.CPUms - before.CPUms) / n}
-		fmt.Fprintf(os.Stderr, "per post: %.2f opens, %.2f closes, %.2f take-ups, %.2f ms CPU\n", res.PostCost.Opens, res.PostCost.Closes, res.PostCost.TakeUps, res.PostCost.CPUms)
+			TakeUps: (after.TakeUps - before.TakeUps) / n, Ships: (after.Ships - before.Ships) / n, CPUms: (after.CPUms - before.CPUms) / n}
+		fmt.Fprintf(os.Stderr, "per post: %.2f opens, %.2f closes, %.2f take-ups, %.2f ships, %.2f ms CPU\n", res.PostCost.Opens, res.PostCost.Closes, res.PostCost.TakeUps, res.PostCost.Ships, res.PostCost.CPUms)
+	}
+	if lag := <-lagRes; lag.SamplesTaken > 0 {
+		res.ReplicaLag = &lag
+		fmt.Fprintf(os.Stderr, "replica lag: at most %.1f s during the phase (%d files queued at most), back to 0 %.1f s after\n", lag.DuringMaxS, lag.QueuedMax, lag.CaughtUpS)
 	}
 	if stopDrills != nil {
 		dl := stopDrills()
@@ -410,6 +420,8 @@ func readCost(pid int, metricsURL string) *PostCost {
 			c.Closes = n
 		case "nah_replica_takeups_total":
 			c.TakeUps = n
+		case "nah_replica_ships_total":
+			c.Ships = n
 		}
 	}
 	return c

@@ -67,6 +67,11 @@ func readTx(ctx context.Context, p string, fn func(tx *sql.Tx) error) error {
 	return fn(tx)
 }
 
+// ReplicationQueue is how many written person files wait for replication
+// to take them up, and how long the oldest has waited: their writes are
+// not on the replica yet.
+func (s *Store) ReplicationQueue() (n int, oldest time.Duration) { return s.files.Queue() }
+
 // ReplicationQueued says whether person file rel was written while not
 // watched and waits in the replication queue: its replica is behind until
 // a replicator takes it up.

@@ -336,6 +336,8 @@ type Stats struct {
 	// FileOpens, FileCloses and TakeUps count, since start, person files
 	// opened, closed and handed to replication.
 	FileOpens, FileCloses, TakeUps int64
+	// Ships count written files shipped to the replica without a take-up.
+	Ships int64
 }
 
 // Stats returns the store's gauges now.
@@ -360,6 +362,7 @@ func (s *Store) Stats() Stats {
 		FileOpens:            n.Opens,
 		FileCloses:           n.Closes,
 		TakeUps:              n.TakeUps,
+		Ships:                n.Ships,
 	}
 }
 

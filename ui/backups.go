@@ -15,8 +15,11 @@ type BackupHealth struct {
 	LastSync time.Time // the newest copy that reached the target (zero: none yet)
 	Behind   int       // files whose newest changes are not on the target yet
 	Worst    time.Duration
-	Problem  string // what is wrong, as a sentence (empty when Ok)
-	Raw      string // the error as the backup tool gave it, folded away
+	// Lag is the age of the oldest change people made that the target
+	// lacks, files waiting to be taken up included (zero: none).
+	Lag     time.Duration
+	Problem string // what is wrong, as a sentence (empty when Ok)
+	Raw     string // the error as the backup tool gave it, folded away
 	// SameDisk: the copies are on the data's own disk, which one failure
 	// would take with them.
 	SameDisk bool
@@ -103,6 +106,15 @@ func WhenT(t time.Time) string {
 
 // Round is d to the second, as a table shows a lag.
 func Round(d time.Duration) string { return d.Round(time.Second).String() }
+
+// lastFor is "4s", the span of the newest changes the copy lacks, or
+// "second" when it is under one.
+func lastFor(d time.Duration) string {
+	if d < time.Second {
+		return "second"
+	}
+	return Round(d)
+}
 
 // behindFor is " for 4m0s", how long the worst file has waited, or
 // nothing when none has.

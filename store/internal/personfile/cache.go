@@ -54,7 +54,7 @@ type Cache struct {
 	q    *queue
 	wal  walSet
 
-	opens, closes, takeUps atomic.Int64 // since start: Counts
+	opens, closes, takeUps, ships atomic.Int64 // since start: Counts
 
 	mu      sync.Mutex
 	lru     list.List // front is most recent; values are *File
@@ -324,11 +324,12 @@ func (c *Cache) Max() int { return c.cfg.Max }
 // Counts are what the cache has done since start: files opened, closed, and
 // handed to replication (take-ups: a registration and a first sync each).
 // Per post they say what a post costs beyond its insert.
-type Counts struct{ Opens, Closes, TakeUps int64 }
+// Ships are files shipped without a take-up (Shipper).
+type Counts struct{ Opens, Closes, TakeUps, Ships int64 }
 
 // Counts returns the cache's counts now.
 func (c *Cache) Counts() Counts {
-	return Counts{Opens: c.opens.Load(), Closes: c.closes.Load(), TakeUps: c.takeUps.Load()}
+	return Counts{Opens: c.opens.Load(), Closes: c.closes.Load(), TakeUps: c.takeUps.Load(), Ships: c.ships.Load()}
 }
 
 // Watched is how many files in the cache replication watches (the set

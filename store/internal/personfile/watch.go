@@ -74,9 +74,8 @@ func (c *Cache) watchFile(ctx context.Context, f *File, wait bool) {
 const replicators = 2
 
 // Wrote records that f, which the caller holds, was just written. A file
-// that replication watches needs nothing more: Litestream picks the write
-// up within its sync interval. Any other waits in the queue for a
-// replicator, so that a post never pays for taking a file up (92% of posts
+// that replication watches is told to it (WriteNoter), which ships it
+// within a second. Any other waits in the queue for a replicator, so that a post never pays for taking a file up (92% of posts
 // waited ~30 ms for it under 16 writers on 1,000 people, bench/THRESHOLDS.md).
 // A file written again while it waits is taken up once.
 func (c *Cache) Wrote(f *File) {
@@ -86,10 +85,17 @@ func (c *Cache) Wrote(f *File) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.watched != nil {
+		if n, ok := c.repl.(WriteNoter); ok {
+			n.Wrote(f.Path)
+		}
 		return
 	}
 	c.q.push(f.ID)
 }
+
+// WriteNoter is a Replicator that is told of each write to a file it
+// watches, and ships it then rather than looking for changes itself.
+type WriteNoter interface{ Wrote(path string) }
 
 // replicate takes files in the queue up for replication, one at a time,
 // until the cache closes; Close replicates what is left.
@@ -118,9 +124,38 @@ func (c *Cache) replicate() {
 			c.q.unmark(id)
 			continue
 		}
+		if c.ship(f) {
+			c.Release(f)
+			c.q.unmark(id)
+			continue
+		}
 		c.watchFile(context.Background(), f, true)
 		c.Release(f)
 	}
+}
+
+// Shipper is a Replicator that can ship the new writes of a file it does
+// not watch without taking it up (backup's Replicator.Ship), saying false
+// when it cannot prove the file's history carries on.
+type Shipper interface {
+	Ship(ctx context.Context, path string) (bool, error)
+}
+
+// ship ships f, held by the caller and not watched, without a take-up if
+// replication can; false: it must be taken up.
+func (c *Cache) ship(f *File) bool {
+	s, ok := c.repl.(Shipper)
+	if !ok || f.watching() != nil {
+		return false
+	}
+	shipped, err := s.Ship(context.Background(), f.Path)
+	if err != nil {
+		c.log.Warn("replication: ship", "path", f.Path, "err", err)
+	}
+	if shipped {
+		c.ships.Add(1)
+	}
+	return shipped
 }
 
 // hiddenRetry is how long a replicator waits before it looks again at a

@@ -75,7 +75,7 @@ func markdown(r Result) string {
 	for _, l := range []struct {
 		name string
 		l    Latency
-	}{{"feed, 1 reader", r.Feed1}, {"feed, 50 readers", r.Feed50}, {"post warm-up, everyone once", r.PostWarmup}, {"post, 16 writers", r.Post16}, {"static ceiling, 50 readers", r.Ceiling50}} {
+	}{{"feed, 1 reader", r.Feed1}, {"feed, 50 readers", r.Feed50}, {"post warm-up, everyone once", r.PostWarmup}, {"post, 16 writers, uniform", r.Post16}, {"post, 16 writers, the fixture's mix", r.PostMix16}, {"static ceiling, 50 readers", r.Ceiling50}} {
 		if l.l.Requests == 0 && l.l.Errors == 0 {
 			continue // not measured by the run that made this result
 		}
@@ -83,8 +83,13 @@ func markdown(r Result) string {
 	}
 	fmt.Fprintf(&b, "\nfeeds/s at 50 readers = %.0f%% of the static ceiling (%d-byte pages); open descriptors after load %d, open person files %d; data directory after a clean stop %.1f MB, non-empty -wal files %d; binary %.1f MB.\n",
 		100*r.CeilingRatio, r.Feed50.MeanBytes, r.OpenFDs, r.OpenPersonFiles, r.DataDirMB, r.WALLeft, r.BinaryMB)
-	if c := r.PostCost; c != nil {
-		fmt.Fprintf(&b, "\nper post of the 16-writer phase: %.2f file opens, %.2f closes, %.2f replication take-ups, %.2f ms of the server's CPU.\n", c.Opens, c.Closes, c.TakeUps, c.CPUms)
+	for _, pc := range []struct {
+		name string
+		c    *PostCost
+	}{{"uniform", r.PostCost}, {"mixed", r.PostMixCost}} {
+		if c := pc.c; c != nil {
+			fmt.Fprintf(&b, "\nper post of the %s 16-writer phase: %.2f file opens, %.2f closes, %.2f replication take-ups, %.2f ms of the server's CPU.\n", pc.name, c.Opens, c.Closes, c.TakeUps, c.CPUms)
+		}
 	}
 	return b.String()
 }
@@ -172,6 +177,8 @@ func compareCmd(args []string) error {
 		{"feed p95 ms, 1 reader", func(r Result) float64 { return r.Feed1.P95ms }},
 		{"post p95 ms, 16 writers", func(r Result) float64 { return r.Post16.P95ms }},
 		{"posts/s, 16 writers", func(r Result) float64 { return r.Post16.PerSecond }},
+		{"post p95 ms, 16 writers, mix", func(r Result) float64 { return r.PostMix16.P95ms }},
+		{"posts/s, 16 writers, mix", func(r Result) float64 { return r.PostMix16.PerSecond }},
 		{"idle MB", func(r Result) float64 { return r.IdleRSSMB }},
 		{"peak MB", func(r Result) float64 { return r.PeakRSSMB }},
 		{"cold start ms", func(r Result) float64 { return r.ColdStartMs }},

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -31,12 +32,16 @@ type Result struct {
 	GoVersion string    `json:"go_version"`
 	Env       []string  `json:"env,omitempty"` // settings other than the defaults
 
-	ColdStartMs     float64    `json:"cold_start_ms"`
-	IdleRSSMB       float64    `json:"idle_rss_mb"`
-	Feed1           Latency    `json:"feed_1_reader"`
-	Feed50          Latency    `json:"feed_50_readers"`
-	Post16          Latency    `json:"post_16_writers"`
-	PostWarmup      Latency    `json:"post_warmup_16_writers"` // everyone posts once, first (load.go's warmLoad)
+	ColdStartMs float64 `json:"cold_start_ms"`
+	IdleRSSMB   float64 `json:"idle_rss_mb"`
+	Feed1       Latency `json:"feed_1_reader"`
+	Feed50      Latency `json:"feed_50_readers"`
+	Post16      Latency `json:"post_16_writers"`
+	PostWarmup  Latency `json:"post_warmup_16_writers"` // everyone posts once, first (load.go's warmLoad)
+	// PostMix16 is the 16-writer phase again, each post by a person drawn
+	// by the fixture's own posting rates (fixture.PostingRates), after the
+	// uniform one.
+	PostMix16       Latency    `json:"post_mix_16_writers"`
 	Ceiling50       Latency    `json:"ceiling_50_readers"`
 	CeilingRatio    float64    `json:"feeds_per_s_ratio_to_ceiling"`
 	PeakRSSMB       float64    `json:"peak_rss_mb"`
@@ -45,8 +50,9 @@ type Result struct {
 	DataDirMB       float64    `json:"data_dir_mb_after_stop"`
 	BinaryMB        float64    `json:"binary_mb"`
 	WALLeft         int        `json:"non_empty_wal_after_stop"`
-	Drill           *DrillLoad `json:"drill,omitempty"`     // run -drill: drills kept running through the phases
-	PostCost        *PostCost  `json:"post_cost,omitempty"` // the 16-writer phase, per post
+	Drill           *DrillLoad `json:"drill,omitempty"`         // run -drill: drills kept running through the phases
+	PostCost        *PostCost  `json:"post_cost,omitempty"`     // the 16-writer phase, per post
+	PostMixCost     *PostCost  `json:"post_mix_cost,omitempty"` // the mixed 16-writer phase, per post
 }
 
 // PostCost is what one post of the 16-writer phase cost the server beyond
@@ -159,6 +165,10 @@ func measure(ctx context.Context, bin, data string, f fixture.Fixture, people []
 		return res, fmt.Errorf("binary: %w (make build first)", err)
 	}
 	res.BinaryMB = mb(st.Size())
+	mix, err := mixOf(f, people)
+	if err != nil {
+		return res, err
+	}
 
 	// Cold start: exec to the first feed served.
 	port, err := freePort()
@@ -210,15 +220,11 @@ func measure(ctx context.Context, bin, data string, f fixture.Fixture, people []
 	res.Feed50 = feedLoad(ctx, base, people, 50, d)
 	fmt.Fprintf(os.Stderr, "post warm-up: everyone posts once, 16 writers\n")
 	res.PostWarmup = warmLoad(ctx, base, people, 16)
-	fmt.Fprintf(os.Stderr, "post, 16 writers, %v\n", d)
-	before := readCost(pid, "http://"+metricsPort+"/metrics")
-	res.Post16 = postLoad(ctx, base, people, 16, d)
-	if after := readCost(pid, "http://"+metricsPort+"/metrics"); before != nil && after != nil && res.Post16.Requests > 0 {
-		n := float64(res.Post16.Requests)
-		res.PostCost = &PostCost{Opens: (after.Opens - before.Opens) / n, Closes: (after.Closes - before.Closes) / n,
-			TakeUps: (after.TakeUps - before.TakeUps) / n, CPUms: (after.CPUms - before.CPUms) / n}
-		fmt.Fprintf(os.Stderr, "per post: %.2f opens, %.2f closes, %.2f take-ups, %.2f ms CPU\n", res.PostCost.Opens, res.PostCost.Closes, res.PostCost.TakeUps, res.PostCost.CPUms)
-	}
+	metrics := "http://" + metricsPort + "/metrics"
+	fmt.Fprintf(os.Stderr, "post, 16 writers, uniform, %v\n", d)
+	res.Post16, res.PostCost = costedPosts(ctx, pid, metrics, func() Latency { return postLoad(ctx, base, people, uniform(len(people)), 16, d) })
+	fmt.Fprintf(os.Stderr, "post, 16 writers, the fixture's mix, %v\n", d)
+	res.PostMix16, res.PostMixCost = costedPosts(ctx, pid, metrics, func() Latency { return postLoad(ctx, base, people, mix, 16, d) })
 	if stopDrills != nil {
 		dl := stopDrills()
 		res.Drill = &dl
@@ -277,6 +283,42 @@ func measure(ctx context.Context, bin, data string, f fixture.Fixture, people []
 		res.CeilingRatio = res.Feed50.PerSecond / res.Ceiling50.PerSecond
 	}
 	return res, nil
+}
+
+// costedPosts runs a post phase and what each of its posts cost the
+// server (nil when the metrics or /proc could not be read).
+func costedPosts(ctx context.Context, pid int, metricsURL string, phase func() Latency) (Latency, *PostCost) {
+	before := readCost(pid, metricsURL)
+	l := phase()
+	after := readCost(pid, metricsURL)
+	if before == nil || after == nil || l.Requests == 0 {
+		return l, nil
+	}
+	n := float64(l.Requests)
+	c := &PostCost{Opens: (after.Opens - before.Opens) / n, Closes: (after.Closes - before.Closes) / n,
+		TakeUps: (after.TakeUps - before.TakeUps) / n, CPUms: (after.CPUms - before.CPUms) / n}
+	fmt.Fprintf(os.Stderr, "per post: %.2f opens, %.2f closes, %.2f take-ups, %.2f ms CPU\n", c.Opens, c.Closes, c.TakeUps, c.CPUms)
+	return l, c
+}
+
+// mixOf is the pick of the mixed post phase: people by the fixture's
+// posting rates. people must be the fixture's, in its order; a fixture
+// seeded by another generator is refused rather than weighted wrongly.
+func mixOf(f fixture.Fixture, people []fixture.Person) (func(*rand.Rand) int, error) {
+	ids, perDay := fixture.PostingRates(f)
+	if len(ids) != len(people) {
+		return nil, fmt.Errorf("fixture %s: %d people, its generator makes %d: seed it again", f.Name, len(people), len(ids))
+	}
+	for i, p := range people {
+		if p.ID != ids[i] {
+			return nil, fmt.Errorf("fixture %s: person %d is %s, its generator makes %s: seed it again", f.Name, i, p.ID, ids[i])
+		}
+	}
+	pick := weighted(perDay)
+	if pick == nil {
+		return nil, fmt.Errorf("fixture %s: no one posts", f.Name)
+	}
+	return pick, nil
 }
 
 func freePort() (string, error) {

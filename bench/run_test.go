@@ -55,7 +55,7 @@ func TestMeasureSmall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, l := range map[string]Latency{"feed 1": res.Feed1, "feed 50": res.Feed50, "post 16": res.Post16, "ceiling": res.Ceiling50} {
+	for name, l := range map[string]Latency{"feed 1": res.Feed1, "feed 50": res.Feed50, "post 16": res.Post16, "post mix 16": res.PostMix16, "ceiling": res.Ceiling50} {
 		if l.Requests == 0 || l.Errors != 0 || l.P95ms <= 0 || l.P50ms > l.P95ms || l.P95ms > l.P99ms {
 			t.Errorf("%s: %+v", name, l)
 		}

@@ -81,8 +81,8 @@ func markdown(r Result) string {
 		}
 		fmt.Fprintf(&b, "| %s | %d | %d | %.0f | %.2f | %.2f | %.2f | %.1f |\n", l.name, l.l.Requests, l.l.Errors, l.l.PerSecond, l.l.P50ms, l.l.P95ms, l.l.P99ms, l.l.MaxMs)
 	}
-	fmt.Fprintf(&b, "\nfeeds/s at 50 readers = %.0f%% of the static ceiling (%d-byte pages); open descriptors after load %d, open person files %d; data directory after a clean stop %.1f MB, non-empty -wal files %d; binary %.1f MB.\n",
-		100*r.CeilingRatio, r.Feed50.MeanBytes, r.OpenFDs, r.OpenPersonFiles, r.DataDirMB, r.WALLeft, r.BinaryMB)
+	fmt.Fprintf(&b, "\nfeeds/s at 50 readers = %.0f%% of the static ceiling (%d-byte pages); open descriptors after load %d, open person files %d; clean stop in %.1f s, data directory after it %.1f MB, non-empty -wal files %d; binary %.1f MB.\n",
+		100*r.CeilingRatio, r.Feed50.MeanBytes, r.OpenFDs, r.OpenPersonFiles, r.StopS, r.DataDirMB, r.WALLeft, r.BinaryMB)
 	for _, pc := range []struct {
 		name string
 		c    *PostCost

@@ -60,7 +60,7 @@ func TestMeasureSmall(t *testing.T) {
 			t.Errorf("%s: %+v", name, l)
 		}
 	}
-	if res.ColdStartMs <= 0 || res.IdleRSSMB <= 0 || res.PeakRSSMB < res.IdleRSSMB || res.BinaryMB <= 0 || res.WALLeft != 0 || res.CeilingRatio <= 0 {
+	if res.ColdStartMs <= 0 || res.StopS <= 0 || res.IdleRSSMB <= 0 || res.PeakRSSMB < res.IdleRSSMB || res.BinaryMB <= 0 || res.WALLeft != 0 || res.CeilingRatio <= 0 {
 		t.Errorf("result: %+v", res)
 	}
 	table := markdown(res)

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -135,8 +136,33 @@ func get(ctx context.Context, c *http.Client, req *http.Request) (int64, bool) {
 	return n, err == nil && res.StatusCode == 200
 }
 
-// postLoad posts 400-byte moments as random people.
-func postLoad(ctx context.Context, base string, people []fixture.Person, workers int, d time.Duration) Latency {
+// uniform picks any of n people with the same chance.
+func uniform(n int) func(*rand.Rand) int {
+	return func(rng *rand.Rand) int { return rng.IntN(n) }
+}
+
+// weighted picks person i with a chance in proportion to weight[i]: the
+// fixture's posting rates (fixture.PostingRates), under which the 5% who
+// post five times a day make 45% of the moments. nil if no weight is
+// positive.
+func weighted(weight []float64) func(*rand.Rand) int {
+	cum := make([]float64, len(weight))
+	total := 0.0
+	for i, w := range weight {
+		total += max(w, 0)
+		cum[i] = total
+	}
+	if total <= 0 {
+		return nil
+	}
+	return func(rng *rand.Rand) int {
+		x := rng.Float64() * total
+		return min(sort.Search(len(cum), func(i int) bool { return cum[i] > x }), len(cum)-1)
+	}
+}
+
+// postLoad posts 400-byte moments as people chosen by pick.
+func postLoad(ctx context.Context, base string, people []fixture.Person, pick func(*rand.Rand) int, workers int, d time.Duration) Latency {
 	body := make([]byte, 400)
 	for i := range body {
 		body[i] = byte(i * 7)
@@ -150,7 +176,7 @@ func postLoad(ctx context.Context, base string, people []fixture.Person, workers
 	defer c.CloseIdleConnections()
 	return load(ctx, workers, d, func(rng *rand.Rand) (int64, bool) {
 		req, _ := http.NewRequestWithContext(ctx, "POST", base+"/api/v1/moments", bytes.NewReader(payload))
-		req.Header.Set("Authorization", auth[rng.IntN(len(auth))])
+		req.Header.Set("Authorization", auth[pick(rng)])
 		res, err := c.Do(req)
 		if err != nil {
 			return 0, false

@@ -29,6 +29,8 @@ func main() {
 		err = seedCmd(ctx, os.Args[2:])
 	case "run":
 		err = runCmd(ctx, os.Args[2:])
+	case "cold":
+		err = coldCmd(ctx, os.Args[2:])
 	case "hostile":
 		err = hostileCmd(ctx, os.Args[2:])
 	case "media":
@@ -60,6 +62,7 @@ func usage() {
   go run ./bench media -fixture NAME -bin BINARY   media uploads and downloads (issue 11); writes bench/results/media-NAME-TIME.json
   go run ./bench digest                            5,000 digests due in one minute (issue 12); writes bench/results/digest-TIME.json
   go run ./bench restore -fixture NAME -bin BINARY threshold 7: replicate the fixture, time nah restore; writes bench/results/restore-NAME-TIME.json
+  go run ./bench cold -fixture NAME -bin A[,B] [-n 7] cold starts only, binaries alternated: median and range of each
   go run ./bench compare [-baseline FILE] [RESULT] print a result as ratios to the baseline
   go run ./bench baseline                          make bench/baseline.json from the newest result of each fixture
 `)

@@ -75,19 +75,24 @@ func markdown(r Result) string {
 	for _, l := range []struct {
 		name string
 		l    Latency
-	}{{"feed, 1 reader", r.Feed1}, {"feed, 50 readers", r.Feed50}, {"post warm-up, everyone once", r.PostWarmup}, {"post, 16 writers", r.Post16}, {"static ceiling, 50 readers", r.Ceiling50}} {
+	}{{"feed, 1 reader", r.Feed1}, {"feed, 50 readers", r.Feed50}, {"post warm-up, everyone once", r.PostWarmup}, {"post, 16 writers, uniform", r.Post16}, {"post, 16 writers, the fixture's mix", r.PostMix16}, {"static ceiling, 50 readers", r.Ceiling50}} {
 		if l.l.Requests == 0 && l.l.Errors == 0 {
 			continue // not measured by the run that made this result
 		}
 		fmt.Fprintf(&b, "| %s | %d | %d | %.0f | %.2f | %.2f | %.2f | %.1f |\n", l.name, l.l.Requests, l.l.Errors, l.l.PerSecond, l.l.P50ms, l.l.P95ms, l.l.P99ms, l.l.MaxMs)
 	}
-	fmt.Fprintf(&b, "\nfeeds/s at 50 readers = %.0f%% of the static ceiling (%d-byte pages); open descriptors after load %d, open person files %d; data directory after a clean stop %.1f MB, non-empty -wal files %d; binary %.1f MB.\n",
-		100*r.CeilingRatio, r.Feed50.MeanBytes, r.OpenFDs, r.OpenPersonFiles, r.DataDirMB, r.WALLeft, r.BinaryMB)
-	if c := r.PostCost; c != nil {
-		fmt.Fprintf(&b, "\nper post of the 16-writer phase: %.2f file opens, %.2f closes, %.2f replication take-ups, %.2f ships, %.2f ms of the server's CPU.\n", c.Opens, c.Closes, c.TakeUps, c.Ships, c.CPUms)
+	fmt.Fprintf(&b, "\nfeeds/s at 50 readers = %.0f%% of the static ceiling (%d-byte pages); open descriptors after load %d, open person files %d; clean stop in %.1f s, data directory after it %.1f MB, non-empty -wal files %d; binary %.1f MB.\n",
+		100*r.CeilingRatio, r.Feed50.MeanBytes, r.OpenFDs, r.OpenPersonFiles, r.StopS, r.DataDirMB, r.WALLeft, r.BinaryMB)
+	for _, pc := range []struct {
+		name string
+		c    *PostCost
+	}{{"uniform", r.PostCost}, {"mixed", r.PostMixCost}} {
+		if c := pc.c; c != nil {
+			fmt.Fprintf(&b, "\nper post of the %s 16-writer phase: %.2f file opens, %.2f closes, %.2f replication take-ups, %.2f ships, %.2f ms of the server's CPU.\n", pc.name, c.Opens, c.Closes, c.TakeUps, c.Ships, c.CPUms)
+		}
 	}
 	if l := r.ReplicaLag; l != nil {
-		fmt.Fprintf(&b, "\nreplica lag: at most %.1f s during the 16-writer phase (%d files queued at most), back to 0 %.1f s after it (-1: not within a minute).\n", l.DuringMaxS, l.QueuedMax, l.CaughtUpS)
+		fmt.Fprintf(&b, "\nreplica lag: at most %.1f s during the uniform 16-writer phase (%d files queued at most), back to 0 %.1f s after it (-1: not within a minute).\n", l.DuringMaxS, l.QueuedMax, l.CaughtUpS)
 	}
 	return b.String()
 }
@@ -175,6 +180,8 @@ func compareCmd(args []string) error {
 		{"feed p95 ms, 1 reader", func(r Result) float64 { return r.Feed1.P95ms }},
 		{"post p95 ms, 16 writers", func(r Result) float64 { return r.Post16.P95ms }},
 		{"posts/s, 16 writers", func(r Result) float64 { return r.Post16.PerSecond }},
+		{"post p95 ms, 16 writers, mix", func(r Result) float64 { return r.PostMix16.P95ms }},
+		{"posts/s, 16 writers, mix", func(r Result) float64 { return r.PostMix16.PerSecond }},
 		{"idle MB", func(r Result) float64 { return r.IdleRSSMB }},
 		{"peak MB", func(r Result) float64 { return r.PeakRSSMB }},
 		{"cold start ms", func(r Result) float64 { return r.ColdStartMs }},

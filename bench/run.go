@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -31,12 +32,16 @@ type Result struct {
 	GoVersion string    `json:"go_version"`
 	Env       []string  `json:"env,omitempty"` // settings other than the defaults
 
-	ColdStartMs     float64    `json:"cold_start_ms"`
-	IdleRSSMB       float64    `json:"idle_rss_mb"`
-	Feed1           Latency    `json:"feed_1_reader"`
-	Feed50          Latency    `json:"feed_50_readers"`
-	Post16          Latency    `json:"post_16_writers"`
-	PostWarmup      Latency    `json:"post_warmup_16_writers"` // everyone posts once, first (load.go's warmLoad)
+	ColdStartMs float64 `json:"cold_start_ms"`
+	IdleRSSMB   float64 `json:"idle_rss_mb"`
+	Feed1       Latency `json:"feed_1_reader"`
+	Feed50      Latency `json:"feed_50_readers"`
+	Post16      Latency `json:"post_16_writers"`
+	PostWarmup  Latency `json:"post_warmup_16_writers"` // everyone posts once, first (load.go's warmLoad)
+	// PostMix16 is the 16-writer phase again, each post by a person drawn
+	// by the fixture's own posting rates (fixture.PostingRates), after the
+	// uniform one.
+	PostMix16       Latency    `json:"post_mix_16_writers"`
 	Ceiling50       Latency    `json:"ceiling_50_readers"`
 	CeilingRatio    float64    `json:"feeds_per_s_ratio_to_ceiling"`
 	PeakRSSMB       float64    `json:"peak_rss_mb"`
@@ -45,10 +50,12 @@ type Result struct {
 	DataDirMB       float64    `json:"data_dir_mb_after_stop"`
 	BinaryMB        float64    `json:"binary_mb"`
 	WALLeft         int        `json:"non_empty_wal_after_stop"`
-	Drill           *DrillLoad `json:"drill,omitempty"`     // run -drill: drills kept running through the phases
-	PostCost        *PostCost  `json:"post_cost,omitempty"` // the 16-writer phase, per post
+	StopS           float64    `json:"stop_seconds"`            // SIGTERM to exit, after the phases
+	Drill           *DrillLoad `json:"drill,omitempty"`         // run -drill: drills kept running through the phases
+	PostCost        *PostCost  `json:"post_cost,omitempty"`     // the 16-writer phase, per post
+	PostMixCost     *PostCost  `json:"post_mix_cost,omitempty"` // the mixed 16-writer phase, per post
 
-	ReplicaLag *ReplicaLag `json:"replica_lag,omitempty"` // during the 16-writer phase and after
+	ReplicaLag *ReplicaLag `json:"replica_lag,omitempty"` // during the uniform 16-writer phase and after
 }
 
 // PostCost is what one post of the 16-writer phase cost the server beyond
@@ -162,6 +169,10 @@ func measure(ctx context.Context, bin, data string, f fixture.Fixture, people []
 		return res, fmt.Errorf("binary: %w (make build first)", err)
 	}
 	res.BinaryMB = mb(st.Size())
+	mix, err := mixOf(f, people)
+	if err != nil {
+		return res, err
+	}
 
 	// Cold start: exec to the first feed served.
 	port, err := freePort()
@@ -213,22 +224,18 @@ func measure(ctx context.Context, bin, data string, f fixture.Fixture, people []
 	res.Feed50 = feedLoad(ctx, base, people, 50, d)
 	fmt.Fprintf(os.Stderr, "post warm-up: everyone posts once, 16 writers\n")
 	res.PostWarmup = warmLoad(ctx, base, people, 16)
-	fmt.Fprintf(os.Stderr, "post, 16 writers, %v\n", d)
-	before := readCost(pid, "http://"+metricsPort+"/metrics")
+	metrics := "http://" + metricsPort + "/metrics"
+	fmt.Fprintf(os.Stderr, "post, 16 writers, uniform, %v\n", d)
 	stopLag := make(chan struct{})
-	lagRes := watchLag("http://"+metricsPort+"/metrics", stopLag)
-	res.Post16 = postLoad(ctx, base, people, 16, d)
+	lagRes := watchLag(metrics, stopLag)
+	res.Post16, res.PostCost = costedPosts(ctx, pid, metrics, func() Latency { return postLoad(ctx, base, people, uniform(len(people)), 16, d) })
 	close(stopLag)
-	if after := readCost(pid, "http://"+metricsPort+"/metrics"); before != nil && after != nil && res.Post16.Requests > 0 {
-		n := float64(res.Post16.Requests)
-		res.PostCost = &PostCost{Opens: (after.Opens - before.Opens) / n, Closes: (after.Closes - before.Closes) / n,
-			TakeUps: (after.TakeUps - before.TakeUps) / n, Ships: (after.Ships - before.Ships) / n, CPUms: (after.CPUms - before.CPUms) / n}
-		fmt.Fprintf(os.Stderr, "per post: %.2f opens, %.2f closes, %.2f take-ups, %.2f ships, %.2f ms CPU\n", res.PostCost.Opens, res.PostCost.Closes, res.PostCost.TakeUps, res.PostCost.Ships, res.PostCost.CPUms)
-	}
 	if lag := <-lagRes; lag.SamplesTaken > 0 {
 		res.ReplicaLag = &lag
 		fmt.Fprintf(os.Stderr, "replica lag: at most %.1f s during the phase (%d files queued at most), back to 0 %.1f s after\n", lag.DuringMaxS, lag.QueuedMax, lag.CaughtUpS)
 	}
+	fmt.Fprintf(os.Stderr, "post, 16 writers, the fixture's mix, %v\n", d)
+	res.PostMix16, res.PostMixCost = costedPosts(ctx, pid, metrics, func() Latency { return postLoad(ctx, base, people, mix, 16, d) })
 	if stopDrills != nil {
 		dl := stopDrills()
 		res.Drill = &dl
@@ -248,13 +255,18 @@ func measure(ctx context.Context, bin, data string, f fixture.Fixture, people []
 		res.OpenPersonFiles = h.OpenFiles
 	}
 
-	// Clean stop: SIGTERM, then the data directory as it is left.
+	// Clean stop: SIGTERM, then the data directory as it is left. The stop
+	// replicates every file still queued: after people-10k's phases (10,000
+	// files written) it took longer than a minute, so it is timed, not cut.
+	stopAt := time.Now()
 	cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-done:
-	case <-time.After(60 * time.Second):
-		return res, fmt.Errorf("no exit 60 s after SIGTERM")
+	case <-time.After(stopLimit):
+		return res, fmt.Errorf("no exit %v after SIGTERM", stopLimit)
 	}
+	res.StopS = time.Since(stopAt).Seconds()
+	fmt.Fprintf(os.Stderr, "stopped %.1f s after SIGTERM\n", res.StopS)
 	var size int64
 	filepath.WalkDir(data, func(p string, e fs.DirEntry, err error) error {
 		if err == nil && e.Type().IsRegular() {
@@ -288,6 +300,45 @@ func measure(ctx context.Context, bin, data string, f fixture.Fixture, people []
 	}
 	return res, nil
 }
+
+// costedPosts runs a post phase and what each of its posts cost the
+// server (nil when the metrics or /proc could not be read).
+func costedPosts(ctx context.Context, pid int, metricsURL string, phase func() Latency) (Latency, *PostCost) {
+	before := readCost(pid, metricsURL)
+	l := phase()
+	after := readCost(pid, metricsURL)
+	if before == nil || after == nil || l.Requests == 0 {
+		return l, nil
+	}
+	n := float64(l.Requests)
+	c := &PostCost{Opens: (after.Opens - before.Opens) / n, Closes: (after.Closes - before.Closes) / n,
+		TakeUps: (after.TakeUps - before.TakeUps) / n, Ships: (after.Ships - before.Ships) / n, CPUms: (after.CPUms - before.CPUms) / n}
+	fmt.Fprintf(os.Stderr, "per post: %.2f opens, %.2f closes, %.2f take-ups, %.2f ships, %.2f ms CPU\n", c.Opens, c.Closes, c.TakeUps, c.Ships, c.CPUms)
+	return l, c
+}
+
+// mixOf is the pick of the mixed post phase: people by the fixture's
+// posting rates. people must be the fixture's, in its order; a fixture
+// seeded by another generator is refused rather than weighted wrongly.
+func mixOf(f fixture.Fixture, people []fixture.Person) (func(*rand.Rand) int, error) {
+	ids, perDay := fixture.PostingRates(f)
+	if len(ids) != len(people) {
+		return nil, fmt.Errorf("fixture %s: %d people, its generator makes %d: seed it again", f.Name, len(people), len(ids))
+	}
+	for i, p := range people {
+		if p.ID != ids[i] {
+			return nil, fmt.Errorf("fixture %s: person %d is %s, its generator makes %s: seed it again", f.Name, i, p.ID, ids[i])
+		}
+	}
+	pick := weighted(perDay)
+	if pick == nil {
+		return nil, fmt.Errorf("fixture %s: no one posts", f.Name)
+	}
+	return pick, nil
+}
+
+// stopLimit is how long measure waits for the server to exit after SIGTERM.
+const stopLimit = 10 * time.Minute
 
 func freePort() (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -55,12 +55,12 @@ func TestMeasureSmall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, l := range map[string]Latency{"feed 1": res.Feed1, "feed 50": res.Feed50, "post 16": res.Post16, "ceiling": res.Ceiling50} {
+	for name, l := range map[string]Latency{"feed 1": res.Feed1, "feed 50": res.Feed50, "post 16": res.Post16, "post mix 16": res.PostMix16, "ceiling": res.Ceiling50} {
 		if l.Requests == 0 || l.Errors != 0 || l.P95ms <= 0 || l.P50ms > l.P95ms || l.P95ms > l.P99ms {
 			t.Errorf("%s: %+v", name, l)
 		}
 	}
-	if res.ColdStartMs <= 0 || res.IdleRSSMB <= 0 || res.PeakRSSMB < res.IdleRSSMB || res.BinaryMB <= 0 || res.WALLeft != 0 || res.CeilingRatio <= 0 {
+	if res.ColdStartMs <= 0 || res.StopS <= 0 || res.IdleRSSMB <= 0 || res.PeakRSSMB < res.IdleRSSMB || res.BinaryMB <= 0 || res.WALLeft != 0 || res.CeilingRatio <= 0 {
 		t.Errorf("result: %+v", res)
 	}
 	table := markdown(res)

@@ -251,6 +251,8 @@ func (s *Store) page(ctx context.Context, p *Page, before, after *nah.Cursor, li
 	})
 	p.top = p.top[:0]
 	p.rest = p.rest[:0]
+	pf := s.prefetchHeads(ctx, p.circle, after, want)
+	defer pf.stop() // on an error
 	for _, c := range p.circle {
 		if c.newest == 0 {
 			break // never posted, nor anyone after them
@@ -258,6 +260,7 @@ func (s *Store) page(ctx context.Context, p *Page, before, after *nah.Cursor, li
 		if len(p.top) == want && c.newest < p.top[want-1].CreatedAt || after != nil && c.newest < after.At {
 			break
 		}
+		pf.await(c.n)
 		h, err := s.headOf(ctx, c.n)
 		if err != nil {
 			return err
@@ -292,6 +295,7 @@ func (s *Store) page(ctx context.Context, p *Page, before, after *nah.Cursor, li
 		}
 		p.rest = append(p.rest, r)
 	}
+	pf.stop()
 	for _, r := range p.rest {
 		if len(p.top) == want && newer(p.top[want-1], r.last) <= 0 {
 			continue // the page closes before the head runs out

@@ -341,10 +341,24 @@ func (s *Store) checkpointDirectory(ctx context.Context) error {
 	return errors.Join(err, rerr)
 }
 
-// sweepLoop purges deleted people when due: at start, then every minute.
-// At start it also removes what interrupted uploads left (media.go).
+// sweepFirstAfter is how long after Open the sweep's first pass waits:
+// its walk of people/*/media was 12% of the CPU people-1k spent from exec to
+// the first feed (perf, bench/THRESHOLDS.md), and the first requests after
+// a restart need not share the two cores with it.
+const sweepFirstAfter = 2 * time.Second
+
+// sweepLoop purges deleted people when due: sweepFirstAfter after start,
+// then every minute. Its first pass also removes what interrupted uploads
+// left (media.go).
 func (s *Store) sweepLoop() {
 	defer close(s.swept)
+	first := time.NewTimer(sweepFirstAfter)
+	defer first.Stop()
+	select {
+	case <-first.C:
+	case <-s.stop:
+		return
+	}
 	s.sweepUploads()
 	t := time.NewTicker(sweepEvery)
 	defer t.Stop()

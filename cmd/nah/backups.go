@@ -22,6 +22,14 @@ const sweepAt = 3 * time.Hour
 // two cores.
 const sweepPace = 20 * time.Millisecond
 
+// directoryWatchAfter is how long after start the directory is handed to
+// replication, and directoryWatchAtStop bounds its first snapshot when the
+// server is stopped before that.
+const (
+	directoryWatchAfter  = time.Second
+	directoryWatchAtStop = 30 * time.Second
+)
+
 // behindAfter is how far behind a file may be before health says so: a
 // write reaches the target within about two seconds when all is well.
 const behindAfter = time.Minute
@@ -81,12 +89,23 @@ func startBackups(ctx context.Context, cfg config, s *store.Store, r *backup.Rep
 		drilled := make(chan struct{})
 		go func() { defer close(drilled); b.Drill.Run(ctx) }()
 		defer func() { <-drilled }()
-		// In the background: the directory's first snapshot takes a while
-		// on a large server, and the first feed need not wait for it.
-		// Nothing is lost meanwhile: the snapshot holds what was written
-		// before it, and the directory is let go of only at shutdown,
-		// after this goroutine ends.
-		if err := r.Watch(ctx, s.Path(nah.DirectoryRel)); err != nil {
+		// In the background and a moment after start: the directory's first
+		// snapshot (21 MB compressed on people-1k) was half the CPU from exec
+		// to the first feed (perf, bench/THRESHOLDS.md). Nothing is lost
+		// meanwhile: the snapshot holds what was written before it, a stop
+		// within the wait still makes it, and the directory is let go of
+		// only at shutdown, after this goroutine ends.
+		wait := time.NewTimer(directoryWatchAfter)
+		wctx := ctx
+		select {
+		case <-wait.C:
+		case <-ctx.Done():
+			var cancel context.CancelFunc
+			wctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), directoryWatchAtStop)
+			defer cancel()
+		}
+		wait.Stop()
+		if err := r.Watch(wctx, s.Path(nah.DirectoryRel)); err != nil {
 			log.Warn("replication: the directory", "err", err)
 		}
 		b.Run(ctx)

@@ -316,17 +316,20 @@ func (s *Store) purgeHidden(ctx context.Context, id string) error {
 	return nil
 }
 
-// sweepLoop purges deleted people when due: at start, then every minute.
-// At start it also removes what interrupted uploads left (media.go).
+// sweepLoop purges deleted people when due and removes expired resumable
+// uploads (uploads.go): at start, then every minute. At start it also
+// removes what interrupted uploads left (media.go).
 func (s *Store) sweepLoop() {
 	defer close(s.swept)
 	s.sweepUploads()
+	s.sweepExpiredAtStart(context.Background())
 	t := time.NewTicker(sweepEvery)
 	defer t.Stop()
 	for {
 		if _, err := s.PurgeDeleted(context.Background()); err != nil {
 			s.log.Error("purge deleted people", "err", err)
 		}
+		s.SweepResumables(context.Background())
 		select {
 		case <-t.C:
 		case <-s.stop:

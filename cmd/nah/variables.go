@@ -147,6 +147,14 @@ var variables = []variable{
 		c.App.QuotaBytes, err = parseBytes(v)
 		return err
 	}},
+	{"NAH_UPLOAD_EXPIRY", store.DefaultUploadExpiry.String(), "how long an unfinished resumable upload (/api/v1/uploads) lives after its creation or last piece; then it is removed and its length given back to the quota", func(c *config, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Minute || d > 30*24*time.Hour {
+			return errors.New("want a duration from 1m to 720h such as 24h")
+		}
+		c.Store.UploadExpiry = d
+		return nil
+	}},
 	{"NAH_MEMORY_LIMIT", strconv.Itoa(defaultMemoryLimit>>20) + "MiB", "memory the whole process may use: SQLite, the head cache and a base are set apart, the rest is what requests may hold at once (past it they get 503 with Retry-After); GOMEMLIMIT is set from it", func(c *config, v string) (err error) {
 		c.MemoryLimit, err = parseBytes(v)
 		return err

@@ -437,3 +437,31 @@ func TestUploadCreateIdempotent(t *testing.T) {
 		t.Fatalf("uploads folder: %v, want one upload's bytes and state", files)
 	}
 }
+
+// TestUploadPieceTakesOverAStalledOne: a phone that changed networks leaves
+// its piece's connection open and silent; its next piece, from HEAD's
+// offset, stops the old one at once instead of waiting out the transfer's
+// grace, and the file ends whole.
+func TestUploadPieceTakesOverAStalledOne(t *testing.T) {
+	ts := newTestServer(t)
+	a := ts.signup(t, "ana")
+	src := randomBytes(300_000)
+	loc := ts.createUpload(t, a, len(src), "")
+	c, err := net.Dial("tcp", ts.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "PATCH %s HTTP/1.1\r\nHost: nah\r\nAuthorization: Bearer %s\r\nTus-Resumable: 1.0.0\r\n"+
+		"Content-Type: application/offset+octet-stream\r\nUpload-Offset: 0\r\nContent-Length: %d\r\n\r\n", loc, a.token, len(src))
+	c.Write(src[:100_000]) // and then silence, the connection left open
+	ts.waitOffset(t, a, loc, 100_000)
+	began := time.Now()
+	res, raw := ts.patchUpload(t, a, loc, 100_000, src[100_000:])
+	if res.StatusCode != 204 || time.Since(began) > 5*time.Second {
+		t.Fatalf("a piece beside a stalled one: %d after %s: %s", res.StatusCode, time.Since(began), raw)
+	}
+	if _, got := ts.download(t, a.token, a.id, res.Header.Get("Media-Id"), nil); !bytes.Equal(got, src) {
+		t.Fatal("the media is not the source")
+	}
+}

@@ -137,7 +137,7 @@ var variables = []variable{
 		}
 		return nil
 	}},
-	{"NAH_MAX_MEDIA_BYTES", "25MiB", "largest media upload (B, KiB, MiB, GiB, or KB, MB, GB); a larger one is 413 as soon as it is known", func(c *config, v string) (err error) {
+	{"NAH_MAX_MEDIA_BYTES", "25MiB", "largest media file (B, KiB, MiB, GiB, or KB, MB, GB), of one POST /api/v1/media or a resumable upload's whole length; a larger one is 413 as soon as it is known", func(c *config, v string) (err error) {
 		if c.App.MaxMediaBytes, err = parseBytes(v); err == nil && c.App.MaxMediaBytes > 4<<30 {
 			err = errors.New("want a size of at most 4GiB")
 		}

@@ -235,14 +235,21 @@ func TestUploadAbandonAndExpiryGiveBack(t *testing.T) {
 		}
 	}
 	full("unfinished")
+	held := func() float64 {
+		t.Helper()
+		return ts.do(t, "GET", "/api/v1/me", a.token, nil).json["storage"].(map[string]any)["uploads"].(float64)
+	}
+	if got := held(); got != 3<<20 {
+		t.Fatalf("GET /me storage.uploads: %v, want the unfinished upload's 3 MiB", got)
+	}
 	if res, raw := ts.tus(t, "DELETE", loc, a.token, nil, nil); res.StatusCode != 204 {
 		t.Fatalf("DELETE: %d %s", res.StatusCode, raw)
 	}
 	if got := ts.uploadOffset(t, a, loc); got != -404 {
 		t.Fatalf("HEAD after DELETE: %d", got)
 	}
-	if files := uploadFiles(t, dir, a.id); len(files) != 0 {
-		t.Fatalf("left after DELETE: %v", files)
+	if files := uploadFiles(t, dir, a.id); len(files) != 0 || held() != 0 {
+		t.Fatalf("left after DELETE: %v, %v bytes held", files, held())
 	}
 
 	// By a request past the expiry.

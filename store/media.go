@@ -43,6 +43,7 @@ type Storage struct {
 	Database   int64 // person.db with its -wal and -shm (every file at the top of the folder)
 	Media      int64 // bytes of their media files
 	MediaCount int
+	Uploads    int64 // unfinished resumable uploads at their declared length, held against the quota
 }
 
 // Used is what counts against the quota.
@@ -167,7 +168,7 @@ func (s *Store) sweepUploads() {
 func (s *Store) StorageOf(ctx context.Context, id string) (Storage, error) {
 	var st Storage
 	err := s.withUsage(ctx, id, func(u *mediaUsage) error {
-		st.Media, st.MediaCount = u.bytes, u.count
+		st.Media, st.MediaCount, st.Uploads = u.bytes, u.count, u.staged
 		return nil
 	})
 	if err != nil {

@@ -392,6 +392,14 @@ func TestUploadResumesAfterRestart(t *testing.T) {
 	if !bytes.Equal(got, src) || m.Header.Get("ETag") != `"`+hex.EncodeToString(sum[:])+`"` {
 		t.Fatalf("the media after the restart: %d bytes, ETag %s", len(got), m.Header.Get("ETag"))
 	}
+	// The person's export holds it as any media, and nothing of an
+	// unfinished upload.
+	ts.patchUpload(t, a, ts.createUpload(t, a, 5000, ""), 0, src[:1000])
+	ex, raw := sendChecked(t, ts.Client(), exportRequest(t, ts, "GET", a.token), nil)
+	names, files := untarExport(t, raw)
+	if ex.StatusCode != 200 || !bytes.Equal(files["media/"+res.Header.Get("Media-Id")], src) || len(names) != 3 {
+		t.Fatalf("export: %d, entries %v, want person.db, the media and manifest.json", ex.StatusCode, names)
+	}
 }
 
 // TestUploadChecksums: a piece whose Upload-Checksum does not match is

@@ -350,7 +350,7 @@ func (s *Store) sweepExpiredAtStart(ctx context.Context) {
 	s.SweepResumables(ctx)
 }
 
-// take holds owner's upload uid for one request, stopping the request that
+// takeResumable holds owner's upload uid for one request, stopping the one that
 // holds it (a piece on a connection the client has left) and waiting for
 // it up to takeOverWait. stop, if not nil, is how a later one stops this.
 func (s *Store) takeResumable(ctx context.Context, owner, uid string, stop func()) (*resumable, *mediaUsage, error) {

@@ -52,6 +52,14 @@ const (
 	// Unprocessable is a well-formed request that cannot be taken as it
 	// stands: an Idempotency-Key sent again with a different request.
 	Unprocessable Code = "unprocessable" // 422
+
+	// ChecksumMismatch is a resumable upload's piece, or whole file, whose
+	// sum is not the one the client declared: 460, tus 1.0's status for it.
+	ChecksumMismatch Code = "checksum_mismatch" // 460
+
+	// UnsupportedMediaType is a resumable upload's piece not sent as
+	// application/offset+octet-stream, as tus 1.0 asks.
+	UnsupportedMediaType Code = "unsupported_media_type" // 415
 )
 
 // Error is the one error type that crosses package lines. Reason is the

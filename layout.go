@@ -85,6 +85,14 @@ func SplitMediaRel(rel string) (owner, name string) {
 	return parts[1], parts[3]
 }
 
+// UploadsDirName is the folder of a person's unfinished resumable uploads
+// in their folder: never exported, backed up or swept as media.
+const UploadsDirName = "uploads"
+
+// UploadsDirsPattern matches every person's uploads folder (as
+// MediaDirsPattern).
+var UploadsDirsPattern = PersonDirRel("*") + "/" + UploadsDirName
+
 // RestoreFailedRel holds one marker per person whose restore failed,
 // RestoreFailedMarkerRel(id), until a sound file mends them.
 const RestoreFailedRel = "restore-failed"

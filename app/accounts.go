@@ -239,6 +239,7 @@ func (a *App) handleMe(w http.ResponseWriter, r *http.Request) {
 	type storage struct {
 		Database int64 `json:"database"`
 		Media    int64 `json:"media"`
+		Uploads  int64 `json:"uploads"`
 		Quota    int64 `json:"quota"`
 	}
 	writeJSON(w, http.StatusOK, struct {
@@ -247,7 +248,7 @@ func (a *App) handleMe(w http.ResponseWriter, r *http.Request) {
 		StorageUsed int64       `json:"storage_used"`
 		Storage     storage     `json:"storage"`
 		Digest      *digestJSON `json:"digest"`
-	}{toPersonJSON(p), conns, st.Used(), storage{st.Database, st.Media, a.cfg.QuotaBytes}, digest})
+	}{toPersonJSON(p), conns, st.Used(), storage{st.Database, st.Media, st.Uploads, a.cfg.QuotaBytes}, digest})
 }
 
 // handleHealth answers 503 only when the directory cannot be read (no token

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"bytes"
 	"encoding/base64"
 	"os"
 	"path/filepath"
@@ -83,5 +84,35 @@ func TestDiskFull(t *testing.T) {
 	h = ts.do(t, "GET", "/healthz", "", nil)
 	if h.status != 200 || h.str("status") != "ok" || h.json["disk_full"] != false {
 		t.Errorf("health after space returned: %d %s", h.status, h.raw)
+	}
+}
+
+// TestUploadPieceOnAFullDisk: a resumable upload's piece that meets a full
+// disk is 507 and keeps the upload where its last fsynced piece left it;
+// once space returns the piece is sent again and the file ends whole.
+func TestUploadPieceOnAFullDisk(t *testing.T) {
+	dir := testdisk.Mount(t, "8m")
+	ts := newTestServer(t, func(c *serverConfig) { c.Dir = dir })
+	a := ts.signup(t, "ann")
+	src := randomBytes(3 << 20)
+	loc := ts.createUpload(t, a, len(src), "")
+	if res, _ := ts.patchUpload(t, a, loc, 0, src[:100_000]); res.StatusCode != 204 {
+		t.Fatalf("first piece: %d", res.StatusCode)
+	}
+	testdisk.Fill(t, dir)
+	res, raw := ts.patchUpload(t, a, loc, 100_000, src[100_000:])
+	if res.StatusCode != 507 || !strings.Contains(string(raw), "insufficient_storage") || res.Header.Get("Upload-Offset") != "100000" {
+		t.Fatalf("a piece on a full disk: %d Upload-Offset %q %s", res.StatusCode, res.Header.Get("Upload-Offset"), raw)
+	}
+	if got := ts.uploadOffset(t, a, loc); got != 100_000 {
+		t.Fatalf("HEAD after the full disk: %d, want 100000", got)
+	}
+	testdisk.Free(t, dir)
+	res, raw = ts.patchUpload(t, a, loc, 100_000, src[100_000:])
+	if res.StatusCode != 204 {
+		t.Fatalf("the piece again once there is space: %d %s", res.StatusCode, raw)
+	}
+	if _, got := ts.download(t, a.token, a.id, res.Header.Get("Media-Id"), nil); !bytes.Equal(got, src) {
+		t.Fatal("the media is not the source")
 	}
 }

@@ -29,12 +29,14 @@ var statusOf = map[nah.Code]int{
 	nah.Unavailable:      http.StatusServiceUnavailable,
 	nah.Internal:         http.StatusInternalServerError,
 
-	nah.InsufficientStorage: http.StatusInsufficientStorage,
-	nah.HeadersTooLarge:     http.StatusRequestHeaderFieldsTooLarge,
-	nah.QuotaExceeded:       http.StatusRequestEntityTooLarge,
-	nah.RangeNotSatisfiable: http.StatusRequestedRangeNotSatisfiable,
-	nah.PreconditionFailed:  http.StatusPreconditionFailed,
-	nah.Unprocessable:       http.StatusUnprocessableEntity,
+	nah.InsufficientStorage:  http.StatusInsufficientStorage,
+	nah.HeadersTooLarge:      http.StatusRequestHeaderFieldsTooLarge,
+	nah.QuotaExceeded:        http.StatusRequestEntityTooLarge,
+	nah.RangeNotSatisfiable:  http.StatusRequestedRangeNotSatisfiable,
+	nah.PreconditionFailed:   http.StatusPreconditionFailed,
+	nah.Unprocessable:        http.StatusUnprocessableEntity,
+	nah.ChecksumMismatch:     460,
+	nah.UnsupportedMediaType: http.StatusUnsupportedMediaType,
 }
 
 // errInternal is what a client sees of any error that is not an *nah.Error,

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nah-app/nah"
@@ -198,10 +199,18 @@ type pacedReader struct {
 	start time.Time
 	n     int64
 	err   error
+	// stopped, if set, ends the reads (a resumable upload's piece taken
+	// over): checked after the deadline is set, which its setter moves
+	// to now after setting it, so a read in progress ends too.
+	stopped *atomic.Bool
 }
 
 func (p *pacedReader) Read(b []byte) (int, error) {
 	p.rc.SetReadDeadline(p.t.deadline(p.start, p.n))
+	if p.stopped != nil && p.stopped.Load() {
+		p.err = errTakenOver
+		return 0, p.err
+	}
 	n, err := p.r.Read(b)
 	p.n += int64(n)
 	p.err = err

@@ -56,6 +56,7 @@ func (a *App) routes() http.Handler {
 	r.Route("/api/v1", func(r chi.Router) {
 		r.Post("/accounts", a.handleAccountCreate)
 		r.Post("/sessions", a.handleSessionCreate)
+		r.Options("/uploads", a.handleUploadOptions)
 
 		r.Group(func(r chi.Router) {
 			r.Use(a.requirePerson)
@@ -75,6 +76,10 @@ func (a *App) routes() http.Handler {
 			r.Post("/media", a.handleMediaCreate)
 			r.Get("/people/{id}/media/{media_id}", a.handleMediaGet)
 			r.Delete("/media/{media_id}", a.handleMediaDelete)
+			r.Post("/uploads", a.handleUploadCreate)
+			r.Head("/uploads/{upload_id}", a.handleUploadHead)
+			r.Patch("/uploads/{upload_id}", a.handleUploadPatch)
+			r.Delete("/uploads/{upload_id}", a.handleUploadDelete)
 			r.Put("/me/digest", a.handleDigestPut)
 			r.Put("/me/devices", a.handleDevicePut)
 			r.Delete("/me/devices", a.handleDeviceDelete)

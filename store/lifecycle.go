@@ -347,9 +347,10 @@ func (s *Store) checkpointDirectory(ctx context.Context) error {
 // a restart need not share the two cores with it.
 const sweepFirstAfter = 2 * time.Second
 
-// sweepLoop purges deleted people when due: sweepFirstAfter after start,
-// then every minute. Its first pass also removes what interrupted uploads
-// left (media.go).
+// sweepLoop purges deleted people and the files restores replaced when due,
+// and removes expired resumable uploads (uploads.go): sweepFirstAfter after
+// start, then every minute. Its first pass also removes what interrupted
+// uploads left (media.go).
 func (s *Store) sweepLoop() {
 	defer close(s.swept)
 	first := time.NewTimer(sweepFirstAfter)
@@ -360,6 +361,7 @@ func (s *Store) sweepLoop() {
 		return
 	}
 	s.sweepUploads()
+	s.sweepExpiredAtStart(context.Background())
 	t := time.NewTicker(sweepEvery)
 	defer t.Stop()
 	for {
@@ -369,6 +371,7 @@ func (s *Store) sweepLoop() {
 		if _, err := s.PurgeReplaced(context.Background()); err != nil {
 			s.log.Error("purge the files restores replaced", "err", err)
 		}
+		s.SweepResumables(context.Background())
 		select {
 		case <-t.C:
 		case <-s.stop:

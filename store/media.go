@@ -32,6 +32,10 @@ type mediaUsage struct {
 	bytes   int64 // sum of the sizes of the person's media rows
 	count   int
 	pending int64 // reserved by this process's uploads in flight
+	// staged is the declared length of the unfinished resumable uploads,
+	// resumables those uploads and the finished ones kept (uploads.go).
+	staged     int64
+	resumables map[string]*resumable
 }
 
 // Storage is what a person's folder holds.
@@ -39,6 +43,7 @@ type Storage struct {
 	Database   int64 // person.db with its -wal and -shm (every file at the top of the folder)
 	Media      int64 // bytes of their media files
 	MediaCount int
+	Uploads    int64 // unfinished resumable uploads at their declared length, held against the quota
 }
 
 // Used is what counts against the quota.
@@ -98,6 +103,9 @@ func (s *Store) loadUsage(ctx context.Context, id string, u *mediaUsage) error {
 	}
 	dir, _ := s.mediaDir(id)
 	s.sweepMedia(dir, rows)
+	if u.resumables == nil {
+		s.loadResumables(id, u)
+	}
 	u.bytes, u.count, u.loaded = sum, len(rows), true
 	return nil
 }
@@ -160,7 +168,7 @@ func (s *Store) sweepUploads() {
 func (s *Store) StorageOf(ctx context.Context, id string) (Storage, error) {
 	var st Storage
 	err := s.withUsage(ctx, id, func(u *mediaUsage) error {
-		st.Media, st.MediaCount = u.bytes, u.count
+		st.Media, st.MediaCount, st.Uploads = u.bytes, u.count, u.staged
 		return nil
 	})
 	if err != nil {
@@ -258,7 +266,7 @@ func (up *Upload) Reserve(total int64) error {
 	up.u.mu.Lock()
 	defer up.u.mu.Unlock()
 	need := total - up.reserved
-	if up.base+up.u.bytes+up.u.pending+need > up.quota {
+	if up.base+up.u.bytes+up.u.pending+up.u.staged+need > up.quota {
 		return nah.Errorf(nah.QuotaExceeded, "", "this upload would take your storage past your quota of %d bytes: delete some media first", up.quota)
 	}
 	up.u.pending += need

@@ -7,6 +7,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -52,6 +53,9 @@ type Config struct {
 	// the same data directory must not purge by its own reading of the
 	// grace, nor race the server's undo.
 	Sweep bool
+	// UploadExpiry is how long a resumable upload lives after its
+	// creation or last piece; DefaultUploadExpiry when zero (uploads.go).
+	UploadExpiry time.Duration
 
 	// Replicator, if set, follows every file written (replication.go).
 	// At most MaxWatched person files are watched at once (0: no bound);
@@ -100,6 +104,9 @@ type Store struct {
 	lifeMu      sync.Mutex // serialises deletions, undos and purges (lifecycle.go)
 	deleteGrace time.Duration
 	swept       chan struct{} // closed when the purge sweep has stopped
+
+	uploadExpiry time.Duration
+	uploaders    sync.Map // person id → true: they have resumable uploads (uploads.go)
 
 	dirtyMu sync.Mutex
 	dirty   map[string]dirtyPerson // what the directory has not heard yet
@@ -170,6 +177,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		repl:       cfg.Replicator,
 		sync:       cfg.Sync,
 		swept:      make(chan struct{}),
+
+		uploadExpiry: cmp.Or(cfg.UploadExpiry, DefaultUploadExpiry),
 
 		deleteGrace: max(cfg.DeleteGrace, 0),
 		graph:       newGraph(),

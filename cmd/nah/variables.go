@@ -137,7 +137,7 @@ var variables = []variable{
 		}
 		return nil
 	}},
-	{"NAH_MAX_MEDIA_BYTES", "25MiB", "largest media upload (B, KiB, MiB, GiB, or KB, MB, GB); a larger one is 413 as soon as it is known", func(c *config, v string) (err error) {
+	{"NAH_MAX_MEDIA_BYTES", "25MiB", "largest media file (B, KiB, MiB, GiB, or KB, MB, GB), of one POST /api/v1/media or a resumable upload's whole length; a larger one is 413 as soon as it is known", func(c *config, v string) (err error) {
 		if c.App.MaxMediaBytes, err = parseBytes(v); err == nil && c.App.MaxMediaBytes > 4<<30 {
 			err = errors.New("want a size of at most 4GiB")
 		}
@@ -146,6 +146,14 @@ var variables = []variable{
 	{"NAH_QUOTA_BYTES", "2GiB", "storage each person may use, their database and media together; an upload that would pass it is 413 quota_exceeded", func(c *config, v string) (err error) {
 		c.App.QuotaBytes, err = parseBytes(v)
 		return err
+	}},
+	{"NAH_UPLOAD_EXPIRY", store.DefaultUploadExpiry.String(), "how long an unfinished resumable upload (/api/v1/uploads) lives after its creation or last piece; then it is removed and its length given back to the quota", func(c *config, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Minute || d > 30*24*time.Hour {
+			return errors.New("want a duration from 1m to 720h such as 24h")
+		}
+		c.Store.UploadExpiry = d
+		return nil
 	}},
 	{"NAH_MEMORY_LIMIT", strconv.Itoa(defaultMemoryLimit>>20) + "MiB", "memory the whole process may use: SQLite, the head cache and a base are set apart, the rest is what requests may hold at once (past it they get 503 with Retry-After); GOMEMLIMIT is set from it", func(c *config, v string) (err error) {
 		c.MemoryLimit, err = parseBytes(v)

@@ -1,0 +1,643 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"hash"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nah-app/nah"
+)
+
+// Resumable uploads (app/uploads.go speaks tus 1.0 over them): the bytes go
+// to people/<id>/uploads/<uid>, the state (length, hash state, expiry) to
+// <uid>.json beside them. The declared length counts against the quota from
+// the creation on, so unfinished uploads together never pass it. The last
+// piece renames the file into media/ and commits its row, as Commit does;
+// the finished state is kept until it expires, so that a client whose last
+// answer was lost learns the media's id.
+
+const (
+	// MaxResumables bounds a person's unfinished uploads; one more is 409.
+	MaxResumables = 4
+	// maxFinished bounds the finished uploads' states a person keeps (a
+	// few hundred bytes each); past it the oldest goes before its expiry.
+	maxFinished = 16
+	// DefaultUploadExpiry is how long an upload lives after its creation
+	// or its last piece (NAH_UPLOAD_EXPIRY).
+	DefaultUploadExpiry = 24 * time.Hour
+	// takeOverWait bounds how long a piece waits for the one it takes over
+	// (a connection the client dropped) to stop.
+	takeOverWait = 10 * time.Second
+)
+
+// ResumableSpec is what a creation declares.
+type ResumableSpec struct {
+	Length      int64
+	ContentType string
+	SHA256      string // of the whole file, lowercase hex; "" if not declared
+	Metadata    string // the Upload-Metadata header as sent, given back on HEAD
+	Idem        *Idem  // Key and Hash only; nil without Idempotency-Key
+}
+
+// Resumable is what a client may know of an upload.
+type Resumable struct {
+	ID          string
+	Length      int64
+	Offset      int64
+	ContentType string
+	Metadata    string
+	Expires     time.Time
+	MediaID     string // set once finished
+}
+
+// resumableState is an upload's <uid>.json.
+type resumableState struct {
+	Length      int64  `json:"length"`
+	ContentType string `json:"content_type"`
+	SHA256      string `json:"sha256,omitempty"`
+	Metadata    string `json:"metadata,omitempty"`
+	IdemKey     string `json:"idem_key,omitempty"`
+	IdemHash    []byte `json:"idem_hash,omitempty"`
+	Expires     int64  `json:"expires"` // unix ms
+	// Hashed is how many bytes Hash, sha256's marshalled state, has read;
+	// the file may hold more (a crash after a write), read again on resume.
+	Hashed  int64  `json:"hashed"`
+	Hash    []byte `json:"hash,omitempty"`
+	MediaID string `json:"media_id,omitempty"`
+}
+
+// resumable is a live upload. busy is held by the one request writing or
+// removing it; st's Hashed and Hash, h and f belong to busy's holder, the
+// rest to the person's usage lock.
+type resumable struct {
+	id     string
+	busy   chan struct{}
+	st     resumableState
+	offset atomic.Int64 // bytes in the file, for HEAD
+	h      hash.Hash    // at offset; nil until the first piece since load
+	stop   func()       // stops the piece holding busy, for a newer one
+	gone   bool
+}
+
+func (r *resumable) snapshot() Resumable {
+	return Resumable{ID: r.id, Length: r.st.Length, Offset: r.offset.Load(), ContentType: r.st.ContentType,
+		Metadata: r.st.Metadata, Expires: time.UnixMilli(r.st.Expires).UTC(), MediaID: r.st.MediaID}
+}
+
+// ValidUploadID reports whether id has an upload id's shape: 32 lowercase hex.
+func ValidUploadID(id string) bool {
+	if len(id) != 32 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func errNoUpload() error {
+	return nah.Errorf(nah.NotFound, "", "no such upload (finished uploads are kept until they expire)")
+}
+
+// ErrOffsetMismatch is a piece sent at another offset than the upload's.
+func ErrOffsetMismatch(at int64) error {
+	return nah.Errorf(nah.Conflict, "offset_mismatch", "the upload is at offset %d: send the piece from there (HEAD gives it)", at)
+}
+
+func (s *Store) uploadsDir(id string) (string, error) {
+	d, err := s.personDir(id)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(d, nah.UploadsDirName), nil
+}
+
+// loadResumables reads person id's uploads folder into u, removing the
+// expired uploads and what a crash left half made. u.mu is held.
+func (s *Store) loadResumables(id string, u *mediaUsage) {
+	u.resumables = make(map[string]*resumable)
+	dir, _ := s.uploadsDir(id)
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		return // none yet
+	}
+	now := s.now().UnixMilli()
+	states := make(map[string]bool)
+	for _, e := range es {
+		uid, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || !ValidUploadID(uid) {
+			continue
+		}
+		var st resumableState
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err == nil {
+			err = json.Unmarshal(b, &st)
+		}
+		data, derr := os.Stat(filepath.Join(dir, uid))
+		if err != nil || st.Expires <= now || (st.MediaID == "" && derr != nil) {
+			removeUpload(dir, uid)
+			continue
+		}
+		r := &resumable{id: uid, busy: make(chan struct{}, 1), st: st}
+		if st.MediaID == "" {
+			r.offset.Store(min(data.Size(), st.Length))
+			u.staged += st.Length
+		} else {
+			r.offset.Store(st.Length)
+		}
+		u.resumables[uid] = r
+		states[uid] = true
+	}
+	for _, e := range es { // bytes or temporary states without a state
+		name := e.Name()
+		uid := strings.TrimSuffix(name, ".json.tmp")
+		if !states[uid] && (ValidUploadID(uid) || strings.HasSuffix(name, ".json.tmp")) {
+			os.Remove(filepath.Join(dir, name))
+		}
+	}
+	if len(u.resumables) > 0 {
+		s.uploaders.Store(id, true)
+	}
+}
+
+func removeUpload(dir, uid string) {
+	os.Remove(filepath.Join(dir, uid))
+	os.Remove(filepath.Join(dir, uid+".json"))
+}
+
+// saveState writes r's state to its <uid>.json by a rename, so that it is
+// whole or the previous one. It is not fsynced: a lost state is an older
+// one, and a resume reads the file's bytes past its Hashed again.
+func saveState(dir string, r *resumable) error {
+	b, err := json.Marshal(r.st)
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, r.id+".json.tmp")
+	if err := os.WriteFile(tmp, b, privateFile); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, r.id+".json"))
+}
+
+// CreateResumable starts an upload of spec.Length bytes for owner, whose
+// storage with every unfinished upload at its declared length may not pass
+// quota; with an Idempotency-Key used before, it returns that upload.
+func (s *Store) CreateResumable(ctx context.Context, owner string, spec ResumableSpec, quota int64) (Resumable, bool, error) {
+	dir, err := s.uploadsDir(owner)
+	if err != nil {
+		return Resumable{}, false, err
+	}
+	base, err := s.databaseBytes(owner)
+	if err != nil {
+		return Resumable{}, false, nah.ErrNoPerson()
+	}
+	var out Resumable
+	replayed := false
+	err = s.withUsage(ctx, owner, func(u *mediaUsage) error {
+		s.expireResumables(owner, u)
+		unfinished := 0
+		for _, r := range u.resumables {
+			if spec.Idem != nil && r.st.IdemKey == spec.Idem.Key {
+				if !bytes.Equal(r.st.IdemHash, spec.Idem.Hash) {
+					return ErrIdemReused()
+				}
+				out, replayed = r.snapshot(), true
+				return nil
+			}
+			if r.st.MediaID == "" {
+				unfinished++
+			}
+		}
+		if unfinished >= MaxResumables {
+			return nah.Errorf(nah.Conflict, "too_many_uploads", "you have %d unfinished uploads: finish or delete one first", unfinished)
+		}
+		if base+u.bytes+u.pending+u.staged+spec.Length > quota {
+			return nah.Errorf(nah.QuotaExceeded, "", "this upload would take your storage past your quota of %d bytes (unfinished uploads count at their full length): delete some media first", quota)
+		}
+		if err := os.Mkdir(dir, privateDir); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		var b [16]byte
+		rand.Read(b[:])
+		r := &resumable{id: hex.EncodeToString(b[:]), busy: make(chan struct{}, 1), h: sha256.New()}
+		r.st = resumableState{Length: spec.Length, ContentType: spec.ContentType, SHA256: spec.SHA256, Metadata: spec.Metadata,
+			Expires: s.now().Add(s.uploadExpiry).UnixMilli()}
+		if spec.Idem != nil {
+			r.st.IdemKey, r.st.IdemHash = spec.Idem.Key, spec.Idem.Hash
+		}
+		r.st.Hash, _ = r.h.(encoding.BinaryMarshaler).MarshalBinary()
+		f, err := os.OpenFile(filepath.Join(dir, r.id), os.O_CREATE|os.O_EXCL|os.O_WRONLY, privateFile)
+		if err != nil {
+			return err
+		}
+		f.Close()
+		if err := saveState(dir, r); err != nil {
+			removeUpload(dir, r.id)
+			return err
+		}
+		u.resumables[r.id] = r
+		u.staged += spec.Length
+		s.uploaders.Store(owner, true)
+		out = r.snapshot()
+		return nil
+	})
+	return out, replayed, s.spaceErr(err)
+}
+
+// ResumableOf returns owner's upload uid as it stands.
+func (s *Store) ResumableOf(ctx context.Context, owner, uid string) (Resumable, error) {
+	var out Resumable
+	err := s.withUsage(ctx, owner, func(u *mediaUsage) error {
+		r, err := s.liveResumable(owner, u, uid)
+		if err == nil {
+			out = r.snapshot()
+		}
+		return err
+	})
+	return out, err
+}
+
+// liveResumable is u's upload uid unless it expired (then removed). u.mu
+// is held.
+func (s *Store) liveResumable(owner string, u *mediaUsage, uid string) (*resumable, error) {
+	r := u.resumables[uid]
+	if r == nil || !ValidUploadID(uid) {
+		return nil, errNoUpload()
+	}
+	if r.st.Expires <= s.now().UnixMilli() {
+		s.expireResumables(owner, u)
+		if r.gone {
+			return nil, errNoUpload()
+		}
+	}
+	return r, nil
+}
+
+// expireResumables removes owner's expired uploads that no request holds,
+// giving their length back to the quota. u.mu is held.
+func (s *Store) expireResumables(owner string, u *mediaUsage) {
+	dir, _ := s.uploadsDir(owner)
+	now := s.now().UnixMilli()
+	for uid, r := range u.resumables {
+		if r.st.Expires > now {
+			continue
+		}
+		select {
+		case r.busy <- struct{}{}:
+		default:
+			continue // a piece is arriving: its end moves the expiry on
+		}
+		s.dropResumable(dir, u, r)
+		<-r.busy
+		s.log.Info("removed an expired upload", "person", owner, "upload", uid)
+	}
+}
+
+// dropResumable removes r's files and gives its length back. u.mu and
+// r.busy are held.
+func (s *Store) dropResumable(dir string, u *mediaUsage, r *resumable) {
+	removeUpload(dir, r.id)
+	delete(u.resumables, r.id)
+	if r.st.MediaID == "" {
+		u.staged -= r.st.Length
+	}
+	r.gone = true
+}
+
+// SweepResumables removes the expired uploads of everyone who has some.
+func (s *Store) SweepResumables(ctx context.Context) {
+	s.uploaders.Range(func(k, _ any) bool {
+		id := k.(string)
+		err := s.withUsage(ctx, id, func(u *mediaUsage) error {
+			s.expireResumables(id, u)
+			if len(u.resumables) == 0 {
+				s.uploaders.Delete(id)
+			}
+			return nil
+		})
+		if err != nil {
+			s.uploaders.Delete(id) // deleted meanwhile: the folder went with them
+		}
+		return true
+	})
+}
+
+// sweepExpiredAtStart finds, once at start, the people with uploads on
+// disk, and removes the expired ones.
+func (s *Store) sweepExpiredAtStart(ctx context.Context) {
+	dirs, _ := filepath.Glob(filepath.Join(s.dir, filepath.FromSlash(nah.UploadsDirsPattern)))
+	for _, d := range dirs {
+		s.uploaders.Store(filepath.Base(filepath.Dir(d)), true)
+	}
+	s.SweepResumables(ctx)
+}
+
+// takeResumable holds owner's upload uid for one request, stopping the one that
+// holds it (a piece on a connection the client has left) and waiting for
+// it up to takeOverWait. stop, if not nil, is how a later one stops this.
+func (s *Store) takeResumable(ctx context.Context, owner, uid string, stop func()) (*resumable, *mediaUsage, error) {
+	var r *resumable
+	var u *mediaUsage
+	err := s.withUsage(ctx, owner, func(uu *mediaUsage) (err error) {
+		u = uu
+		r, err = s.liveResumable(owner, u, uid)
+		if err == nil && r.stop != nil {
+			r.stop()
+		}
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	t := time.NewTimer(takeOverWait)
+	defer t.Stop()
+	select {
+	case r.busy <- struct{}{}:
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	case <-t.C:
+		e := nah.Errorf(nah.Conflict, "upload_busy", "another request is still sending to this upload")
+		e.RetryAfter = time.Second
+		return nil, nil, e
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if r.gone {
+		<-r.busy
+		return nil, nil, errNoUpload()
+	}
+	r.stop = stop
+	return r, u, nil
+}
+
+func (s *Store) releaseResumable(u *mediaUsage, r *resumable) {
+	u.mu.Lock()
+	r.stop = nil
+	u.mu.Unlock()
+	<-r.busy
+}
+
+// Piece is one PATCH of an upload.
+type Piece struct {
+	Offset int64
+	Body   io.Reader
+	// Checksum, when set, hashes the piece (tus's Upload-Checksum): a
+	// piece whose sum is not Want, or that was cut off, is dropped whole.
+	Checksum hash.Hash
+	Want     []byte
+	// Stop makes Body's reads fail soon: a newer piece for the same upload
+	// calls it, the client having left this one.
+	Stop func()
+}
+
+// ErrChecksumMismatch is a piece, or a whole upload, whose sum is not the
+// one declared.
+func ErrChecksumMismatch(whole bool) error {
+	if whole {
+		return nah.Errorf(nah.ChecksumMismatch, "upload_checksum_mismatch", "the file's sha256 is not the one declared at the creation: the upload was deleted, create it again")
+	}
+	return nah.Errorf(nah.ChecksumMismatch, "checksum_mismatch", "the piece's Upload-Checksum does not match its bytes: the piece was dropped, send it again")
+}
+
+var pieceBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// WriteResumable appends p to owner's upload uid, streamed to its file
+// through one 32 KiB buffer, and fsyncs it; the last piece makes it a
+// media. What was written of a piece cut off is kept (without Checksum)
+// and the body's error returned; the state returned is the upload's after.
+func (s *Store) WriteResumable(ctx context.Context, owner, uid string, p Piece) (Resumable, error) {
+	r, u, err := s.takeResumable(ctx, owner, uid, p.Stop)
+	if err != nil {
+		return Resumable{}, err
+	}
+	defer s.releaseResumable(u, r)
+	dir, _ := s.uploadsDir(owner)
+	at := r.offset.Load()
+	if r.st.MediaID != "" || p.Offset != at {
+		return r.snapshot(), ErrOffsetMismatch(at)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, uid), os.O_WRONLY, 0)
+	if err != nil {
+		return r.snapshot(), s.spaceErr(err)
+	}
+	defer f.Close()
+	if err := s.resumeHash(f, r, at); err != nil {
+		return r.snapshot(), err
+	}
+	if _, err := f.Seek(at, io.SeekStart); err != nil {
+		return r.snapshot(), err
+	}
+	before := mustMarshal(r.h)
+	buf := pieceBuffers.Get().(*[]byte)
+	// One byte past the length is read, to refuse a piece that runs over.
+	n, rerr, werr := copyPiece(f, io.LimitReader(p.Body, r.st.Length-at+1), *buf, r, p.Checksum)
+	pieceBuffers.Put(buf)
+	serr := f.Sync()
+	over := r.offset.Load() > r.st.Length
+	if over || (p.Checksum != nil && (rerr != nil || werr != nil || serr != nil || !bytes.Equal(p.Checksum.Sum(nil), p.Want))) {
+		// Dropped whole: the file and the hash go back to the piece's start.
+		f.Truncate(at)
+		r.h.(encoding.BinaryUnmarshaler).UnmarshalBinary(before)
+		r.offset.Store(at)
+		n = 0
+		switch {
+		case over:
+			rerr = nah.Errorf(nah.TooLarge, "piece_too_large", "the piece runs past the upload's length of %d bytes: it was dropped", r.st.Length)
+		case rerr == nil && werr == nil && serr == nil:
+			rerr = ErrChecksumMismatch(false)
+		}
+	}
+	if werr == nil {
+		werr = serr
+	}
+	if werr != nil { // the disk: keep only what was fsynced before
+		f.Truncate(at)
+		r.h, n = nil, 0
+		r.offset.Store(at)
+	}
+	if n > 0 {
+		r.st.Hashed, r.st.Hash = r.offset.Load(), mustMarshal(r.h)
+	}
+	u.mu.Lock()
+	r.st.Expires = s.now().Add(s.uploadExpiry).UnixMilli()
+	u.mu.Unlock()
+	if err := saveState(dir, r); err != nil && werr == nil {
+		werr = err
+	}
+	switch {
+	case werr != nil:
+		return r.snapshot(), s.spaceErr(werr)
+	case rerr != nil:
+		return r.snapshot(), rerr
+	case r.offset.Load() < r.st.Length:
+		return r.snapshot(), nil
+	}
+	return s.finishResumable(ctx, owner, dir, u, r)
+}
+
+func mustMarshal(h hash.Hash) []byte {
+	b, _ := h.(encoding.BinaryMarshaler).MarshalBinary()
+	return b
+}
+
+// resumeHash makes r.h the sha256 of the file's first at bytes: from the
+// saved state, reading again what was written past it.
+func (s *Store) resumeHash(f *os.File, r *resumable, at int64) error {
+	if r.h != nil {
+		return nil
+	}
+	h := sha256.New()
+	from := int64(0)
+	if r.st.Hashed <= at && h.(encoding.BinaryUnmarshaler).UnmarshalBinary(r.st.Hash) == nil {
+		from = r.st.Hashed
+	} else {
+		h.Reset()
+	}
+	rf, err := os.Open(f.Name())
+	if err != nil {
+		return err
+	}
+	defer rf.Close()
+	if _, err := io.Copy(h, io.NewSectionReader(rf, from, at-from)); err != nil {
+		return err
+	}
+	if err := f.Truncate(at); err != nil { // past the length: never written by us
+		return err
+	}
+	r.h = h
+	return nil
+}
+
+// copyPiece copies src to f through buf, hashing into r.h and sum; rerr
+// is src's error (not io.EOF), werr the file's.
+func copyPiece(f *os.File, src io.Reader, buf []byte, r *resumable, sum hash.Hash) (n int64, rerr, werr error) {
+	for {
+		nr, err := src.Read(buf)
+		if nr > 0 {
+			nw, ew := f.Write(buf[:nr])
+			r.h.Write(buf[:nw])
+			if sum != nil {
+				sum.Write(buf[:nw])
+			}
+			n += int64(nw)
+			r.offset.Add(int64(nw))
+			if ew != nil {
+				return n, nil, ew
+			}
+		}
+		if err == io.EOF {
+			return n, nil, nil
+		}
+		if err != nil {
+			return n, err, nil
+		}
+	}
+}
+
+// finishResumable checks the whole file's sha256, then makes it a media:
+// renamed into media/, both folders fsynced, its row committed; the state
+// is kept, with the media's id, until it expires. r.busy is held.
+func (s *Store) finishResumable(ctx context.Context, owner, dir string, u *mediaUsage, r *resumable) (Resumable, error) {
+	sum := hex.EncodeToString(r.h.Sum(nil))
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if r.st.SHA256 != "" && r.st.SHA256 != sum {
+		s.dropResumable(dir, u, r)
+		return r.snapshot(), ErrChecksumMismatch(true)
+	}
+	mdir, _ := s.mediaDir(owner)
+	if err := os.Mkdir(mdir, privateDir); err != nil && !errors.Is(err, fs.ErrExist) {
+		return r.snapshot(), s.spaceErr(err)
+	}
+	now := s.now().UnixMilli()
+	m := nah.Media{ID: nah.NewMediaID(now), Owner: owner, Size: r.st.Length, SHA256: sum, ContentType: r.st.ContentType, CreatedAt: now}
+	final := filepath.Join(mdir, m.ID)
+	err := os.Rename(filepath.Join(dir, r.id), final)
+	if err == nil {
+		err = syncDir(mdir)
+	}
+	if err == nil {
+		err = s.useFile(ctx, owner, true, func(f *personFile) error {
+			_, err := f.db.ExecContext(ctx, `INSERT INTO media(id, size, sha256, content_type, created_at) VALUES (?, ?, ?, ?, ?)`,
+				m.ID, m.Size, m.SHA256, m.ContentType, m.CreatedAt)
+			return err
+		})
+		if err != nil {
+			os.Rename(final, filepath.Join(dir, r.id)) // a retry of the last piece's end finds it again
+		}
+	}
+	if err != nil {
+		return r.snapshot(), s.spaceErr(err)
+	}
+	u.staged -= r.st.Length
+	u.bytes += m.Size
+	u.count++
+	r.st.MediaID, r.st.Hash = m.ID, nil
+	r.st.Expires = s.now().Add(s.uploadExpiry).UnixMilli()
+	if err := saveState(dir, r); err != nil {
+		s.log.Warn("keep a finished upload's state", "person", owner, "upload", r.id, "err", err)
+	}
+	syncDir(dir)
+	s.trimFinished(dir, u, r)
+	return r.snapshot(), nil
+}
+
+// trimFinished drops the oldest finished states past maxFinished, except
+// keep's. u.mu is held.
+func (s *Store) trimFinished(dir string, u *mediaUsage, keep *resumable) {
+	var done []*resumable
+	for _, r := range u.resumables {
+		if r.st.MediaID != "" && r != keep {
+			done = append(done, r)
+		}
+	}
+	for len(done) >= maxFinished {
+		oldest := 0
+		for i, r := range done {
+			if r.st.MediaID < done[oldest].st.MediaID { // media ids sort by time
+				oldest = i
+			}
+		}
+		select {
+		case done[oldest].busy <- struct{}{}:
+			s.dropResumable(dir, u, done[oldest])
+			<-done[oldest].busy
+		default:
+		}
+		done = append(done[:oldest], done[oldest+1:]...)
+	}
+}
+
+// DeleteResumable abandons owner's upload uid: its files go and its length
+// is given back to the quota. A finished one's media stays.
+func (s *Store) DeleteResumable(ctx context.Context, owner, uid string) error {
+	r, u, err := s.takeResumable(ctx, owner, uid, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { <-r.busy }()
+	dir, _ := s.uploadsDir(owner)
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	r.stop = nil
+	s.dropResumable(dir, u, r)
+	return nil
+}

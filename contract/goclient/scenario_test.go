@@ -206,7 +206,7 @@ func TestPhoneScenario(t *testing.T) {
 		t.Fatalf("own moments: %v %d %s", err, own.StatusCode(), own.Body)
 	}
 	if got := ids(own.JSON200.Moments); len(got) != 1 || got[0] != first.JSON201.Id {
-		t.Fatalf("after a post and two retries ana has %v, want [%s]", got, first.JSON201.Id)
+		t.Fatalf("after a post, its retry and a reused key ana has %v, want [%s]", got, first.JSON201.Id)
 	}
 	if !bytes.Equal(own.JSON200.Moments[0].Body, body) {
 		t.Errorf("body read back %x, posted %x", own.JSON200.Moments[0].Body, body)

@@ -198,8 +198,11 @@ func TestPhoneScenario(t *testing.T) {
 		t.Errorf("retry's Idempotent-Replayed = %q, want true", got)
 	}
 	other, err := ana.PostMomentWithResponse(ctx, &nahclient.PostMomentParams{IdempotencyKey: &key}, nahclient.NewMoment{Body: []byte("another")})
-	if err != nil || other.StatusCode() != http.StatusUnprocessableEntity {
+	if err != nil || other.JSON422 == nil {
 		t.Errorf("same key, other body: %v %d %s, want 422", err, other.StatusCode(), other.Body)
+	} else if code, err := other.JSON422.Error.Code.AsErrorCode0(); err != nil || code != nahclient.ErrorCode0IdempotencyKeyReused {
+		// The open enum's known values are the generated constants.
+		t.Errorf("same key, other body: code %q (%v), want the constant %q", code, err, nahclient.ErrorCode0IdempotencyKeyReused)
 	}
 	own, err := ana.GetPersonMomentsWithResponse(ctx, ana.id, &nahclient.GetPersonMomentsParams{})
 	if err != nil || own.JSON200 == nil {

@@ -300,6 +300,15 @@ func TestPhoneScenario(t *testing.T) {
 	if !bytes.Equal(got.Body, media) {
 		t.Errorf("media read back differs: %d bytes, uploaded %d", len(got.Body), len(media))
 	}
+	// A HEAD answer has no body, whatever its status: a client that reads
+	// one for a documented error fails on the empty body instead.
+	stale := `"0000"`
+	pre, err := ana.HeadMediaWithResponse(ctx, ana.id, up.JSON201.Id, &nahclient.HeadMediaParams{IfMatch: &stale})
+	if err != nil {
+		t.Errorf("HEAD media with a stale If-Match: %v", err)
+	} else if pre.StatusCode() != http.StatusPreconditionFailed {
+		t.Errorf("HEAD media with a stale If-Match: %d, want 412", pre.StatusCode())
+	}
 
 	// The export, read by the generated client as bytes: a valid tar whose
 	// entries match the manifest's sizes and checksums, the media as sent.

@@ -3899,15 +3899,8 @@ type HeadConnectionsResponse503Headers struct {
 type HeadConnectionsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
-	// JSONDefault the response for an HTTP default `application/json` response
-	JSONDefault *Default
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *HeadConnectionsResponse503Headers
-}
-
-// GetJSONDefault returns the response for an HTTP default `application/json` response
-func (r HeadConnectionsResponse) GetJSONDefault() *Default {
-	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -4252,19 +4245,12 @@ type HeadFeedResponse503Headers struct {
 type HeadFeedResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
-	// JSONDefault the response for an HTTP default `application/json` response
-	JSONDefault *Default
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *HeadFeedResponse200Headers
 	// Headers304 the parsed response headers for an HTTP 304 response
 	Headers304 *HeadFeedResponse304Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *HeadFeedResponse503Headers
-}
-
-// GetJSONDefault returns the response for an HTTP default `application/json` response
-func (r HeadFeedResponse) GetJSONDefault() *Default {
-	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -4581,15 +4567,8 @@ type HeadMeResponse503Headers struct {
 type HeadMeResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
-	// JSONDefault the response for an HTTP default `application/json` response
-	JSONDefault *Default
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *HeadMeResponse503Headers
-}
-
-// GetJSONDefault returns the response for an HTTP default `application/json` response
-func (r HeadMeResponse) GetJSONDefault() *Default {
-	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -5197,17 +5176,10 @@ type HeadExportMeResponse503Headers struct {
 type HeadExportMeResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
-	// JSONDefault the response for an HTTP default `application/json` response
-	JSONDefault *Default
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *HeadExportMeResponse200Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *HeadExportMeResponse503Headers
-}
-
-// GetJSONDefault returns the response for an HTTP default `application/json` response
-func (r HeadExportMeResponse) GetJSONDefault() *Default {
-	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -5812,10 +5784,6 @@ type HeadMediaResponse503Headers struct {
 type HeadMediaResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
-	// JSON412 the response for an HTTP 412 `application/json` response
-	JSON412 *PreconditionFailed
-	// JSONDefault the response for an HTTP default `application/json` response
-	JSONDefault *Default
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *HeadMediaResponse200Headers
 	// Headers206 the parsed response headers for an HTTP 206 response
@@ -5826,16 +5794,6 @@ type HeadMediaResponse struct {
 	Headers416 *HeadMediaResponse416Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *HeadMediaResponse503Headers
-}
-
-// GetJSON412 returns the response for an HTTP 412 `application/json` response
-func (r HeadMediaResponse) GetJSON412() *PreconditionFailed {
-	return r.JSON412
-}
-
-// GetJSONDefault returns the response for an HTTP default `application/json` response
-func (r HeadMediaResponse) GetJSONDefault() *Default {
-	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -5993,19 +5951,12 @@ type HeadPersonMomentsResponse503Headers struct {
 type HeadPersonMomentsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
-	// JSONDefault the response for an HTTP default `application/json` response
-	JSONDefault *Default
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *HeadPersonMomentsResponse200Headers
 	// Headers304 the parsed response headers for an HTTP 304 response
 	Headers304 *HeadPersonMomentsResponse304Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *HeadPersonMomentsResponse503Headers
-}
-
-// GetJSONDefault returns the response for an HTTP default `application/json` response
-func (r HeadPersonMomentsResponse) GetJSONDefault() *Default {
-	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -6301,15 +6252,8 @@ type HeadHealthResponse503Headers struct {
 type HeadHealthResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
-	// JSONDefault the response for an HTTP default `application/json` response
-	JSONDefault *Default
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *HeadHealthResponse503Headers
-}
-
-// GetJSONDefault returns the response for an HTTP default `application/json` response
-func (r HeadHealthResponse) GetJSONDefault() *Default {
-	return r.JSONDefault
 }
 
 // GetBody returns the raw response body bytes
@@ -7115,28 +7059,6 @@ func ParseHeadConnectionsResponse(rsp *http.Response) (*HeadConnectionsResponse,
 	}
 
 	switch {
-	case rsp.StatusCode == 200:
-		break // No content-type
-
-	case rsp.StatusCode == 401:
-		break // No content-type
-
-	case rsp.StatusCode == 431:
-		break // No content-type
-
-	case rsp.StatusCode == 503:
-		break // No content-type
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
-		var dest Default
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSONDefault = &dest
-
-	}
-
-	switch {
 	case rsp.StatusCode == 503:
 		var headers HeadConnectionsResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -7457,34 +7379,6 @@ func ParseHeadFeedResponse(rsp *http.Response) (*HeadFeedResponse, error) {
 
 	switch {
 	case rsp.StatusCode == 200:
-		break // No content-type
-
-	case rsp.StatusCode == 304:
-		break // No content-type
-
-	case rsp.StatusCode == 400:
-		break // No content-type
-
-	case rsp.StatusCode == 401:
-		break // No content-type
-
-	case rsp.StatusCode == 431:
-		break // No content-type
-
-	case rsp.StatusCode == 503:
-		break // No content-type
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
-		var dest Default
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSONDefault = &dest
-
-	}
-
-	switch {
-	case rsp.StatusCode == 200:
 		var headers HeadFeedResponse200Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
 			var value string
@@ -7800,28 +7694,6 @@ func ParseHeadMeResponse(rsp *http.Response) (*HeadMeResponse, error) {
 	response := &HeadMeResponse{
 		Body:         bodyBytes,
 		HTTPResponse: rsp,
-	}
-
-	switch {
-	case rsp.StatusCode == 200:
-		break // No content-type
-
-	case rsp.StatusCode == 401:
-		break // No content-type
-
-	case rsp.StatusCode == 431:
-		break // No content-type
-
-	case rsp.StatusCode == 503:
-		break // No content-type
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
-		var dest Default
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSONDefault = &dest
-
 	}
 
 	switch {
@@ -8383,28 +8255,6 @@ func ParseHeadExportMeResponse(rsp *http.Response) (*HeadExportMeResponse, error
 	response := &HeadExportMeResponse{
 		Body:         bodyBytes,
 		HTTPResponse: rsp,
-	}
-
-	switch {
-	case rsp.StatusCode == 200:
-		break // No content-type
-
-	case rsp.StatusCode == 401:
-		break // No content-type
-
-	case rsp.StatusCode == 431:
-		break // No content-type
-
-	case rsp.StatusCode == 503:
-		break // No content-type
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
-		var dest Default
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSONDefault = &dest
-
 	}
 
 	switch {
@@ -9030,47 +8880,6 @@ func ParseHeadMediaResponse(rsp *http.Response) (*HeadMediaResponse, error) {
 
 	switch {
 	case rsp.StatusCode == 200:
-		break // No content-type
-
-	case rsp.StatusCode == 206:
-		break // No content-type
-
-	case rsp.StatusCode == 304:
-		break // No content-type
-
-	case rsp.StatusCode == 401:
-		break // No content-type
-
-	case rsp.StatusCode == 404:
-		break // No content-type
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
-		var dest PreconditionFailed
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON412 = &dest
-
-	case rsp.StatusCode == 416:
-		break // No content-type
-
-	case rsp.StatusCode == 431:
-		break // No content-type
-
-	case rsp.StatusCode == 503:
-		break // No content-type
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
-		var dest Default
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSONDefault = &dest
-
-	}
-
-	switch {
-	case rsp.StatusCode == 200:
 		var headers HeadMediaResponse200Headers
 		if values := rsp.Header.Values("Accept-Ranges"); len(values) > 0 {
 			var value string
@@ -9317,37 +9126,6 @@ func ParseHeadPersonMomentsResponse(rsp *http.Response) (*HeadPersonMomentsRespo
 	response := &HeadPersonMomentsResponse{
 		Body:         bodyBytes,
 		HTTPResponse: rsp,
-	}
-
-	switch {
-	case rsp.StatusCode == 200:
-		break // No content-type
-
-	case rsp.StatusCode == 304:
-		break // No content-type
-
-	case rsp.StatusCode == 400:
-		break // No content-type
-
-	case rsp.StatusCode == 401:
-		break // No content-type
-
-	case rsp.StatusCode == 404:
-		break // No content-type
-
-	case rsp.StatusCode == 431:
-		break // No content-type
-
-	case rsp.StatusCode == 503:
-		break // No content-type
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
-		var dest Default
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSONDefault = &dest
-
 	}
 
 	switch {
@@ -9646,25 +9424,6 @@ func ParseHeadHealthResponse(rsp *http.Response) (*HeadHealthResponse, error) {
 	response := &HeadHealthResponse{
 		Body:         bodyBytes,
 		HTTPResponse: rsp,
-	}
-
-	switch {
-	case rsp.StatusCode == 200:
-		break // No content-type
-
-	case rsp.StatusCode == 431:
-		break // No content-type
-
-	case rsp.StatusCode == 503:
-		break // No content-type
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
-		var dest Default
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSONDefault = &dest
-
 	}
 
 	switch {

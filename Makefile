@@ -43,7 +43,8 @@ lint:
 ## type-check (client.ts uses it). Needs the npm registry for npm ci.
 ## Then a second generator: the Go client oapi-codegen (a go tool pinned in
 ## contract/goclient, its own module) makes must equal the committed one, and
-## a phone's scenario runs with it against the real server.
+## a phone's scenario runs with it against the real server (vet and the
+## server module's staticcheck first).
 contract:
 	cd contract && npm ci --no-audit --no-fund --loglevel=error
 	cd contract && node lint.mjs
@@ -55,7 +56,8 @@ contract:
 		echo "contract/goclient/nahclient/client.gen.go is stale: run 'make goclient' and commit"; \
 		diff -u nahclient/client.gen.go $$tmp | head -40; rm -f $$tmp; exit 1; \
 	fi; rm -f $$tmp
-	cd contract/goclient && go vet ./... && go test -count=1 -timeout 10m ./...
+	cd contract/goclient && go vet ./... && $$(cd ../.. && go tool -n staticcheck) ./...
+	cd contract/goclient && go test -count=1 -timeout 10m ./...
 
 ## goclient: regenerate contract/goclient's Go client from openapi.json
 goclient:

@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 GOFLAGS_BUILD := -trimpath -ldflags "$(LDFLAGS)"
 
-.PHONY: run test build build-all generate lint contract axe fuzz bench bench-media bench-digest bench-compare bench-baseline clean
+.PHONY: run test build build-all generate lint contract goclient axe fuzz bench bench-media bench-digest bench-compare bench-baseline clean
 
 ## run: the server with its embedded defaults (data in ./data, 127.0.0.1:8090)
 run:
@@ -41,11 +41,27 @@ lint:
 ## of contract/ (node 20.19+ and npm): Redocly's lint must report no error and
 ## no warning, and the TypeScript client generated from the document must
 ## type-check (client.ts uses it). Needs the npm registry for npm ci.
+## Then a second generator: the Go client oapi-codegen (a go tool pinned in
+## contract/goclient, its own module) makes must equal the committed one, and
+## a phone's scenario runs with it against the real server (vet and the
+## server module's staticcheck first).
 contract:
 	cd contract && npm ci --no-audit --no-fund --loglevel=error
 	cd contract && node lint.mjs
 	cd contract && node_modules/.bin/openapi-typescript ../openapi.json -o generated.ts
 	cd contract && node_modules/.bin/tsc --noEmit --strict -p .
+	@cd contract/goclient && tmp=$$(mktemp) && \
+	go tool oapi-codegen -config oapi-codegen.yaml -o $$tmp ../../openapi.json && \
+	if ! cmp -s $$tmp nahclient/client.gen.go; then \
+		echo "contract/goclient/nahclient/client.gen.go is stale: run 'make goclient' and commit"; \
+		diff -u nahclient/client.gen.go $$tmp | head -40; rm -f $$tmp; exit 1; \
+	fi; rm -f $$tmp
+	cd contract/goclient && go vet ./... && $$(cd ../.. && go tool -n staticcheck) ./...
+	cd contract/goclient && go test -count=1 -timeout 10m ./...
+
+## goclient: regenerate contract/goclient's Go client from openapi.json
+goclient:
+	cd contract/goclient && go tool oapi-codegen -config oapi-codegen.yaml -o nahclient/client.gen.go ../../openapi.json
 
 ## axe: axe-core, pinned in app/testdata/axe, which the console's browser
 ## test injects into every page (needs npm and the npm registry)

@@ -139,3 +139,54 @@ func TestOpenAPIListsErrorCodes(t *testing.T) {
 		t.Fatalf("found only %d error codes in the source: the patterns no longer match it", found)
 	}
 }
+
+// TestOpenAPIHeadHasNoBody fails when a HEAD operation describes a body for
+// any status: a HEAD answer has none (RFC 9110 section 9.3.2), and
+// oapi-codegen's client then fails on the empty body ("unexpected end of
+// JSON input") instead of giving the app the status.
+func TestOpenAPIHeadHasNoBody(t *testing.T) {
+	raw, err := os.ReadFile("../openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type response struct {
+		Ref     string         `json:"$ref"`
+		Content map[string]any `json:"content"`
+	}
+	var doc struct {
+		Paths map[string]struct {
+			Head *struct {
+				Responses map[string]response `json:"responses"`
+			} `json:"head"`
+		} `json:"paths"`
+		Components struct {
+			Responses map[string]response `json:"responses"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	heads := 0
+	for path, ops := range doc.Paths {
+		if ops.Head == nil {
+			continue
+		}
+		heads++
+		for status, r := range ops.Head.Responses {
+			ref := r.Ref
+			if name, ok := strings.CutPrefix(r.Ref, "#/components/responses/"); ok {
+				c, found := doc.Components.Responses[name]
+				if !found {
+					t.Errorf("HEAD %s %s: no component %s", path, status, name)
+				}
+				r = c
+			}
+			if len(r.Content) > 0 {
+				t.Errorf("HEAD %s %s describes a body (%s)", path, status, ref)
+			}
+		}
+	}
+	if heads == 0 {
+		t.Error("openapi.json has no HEAD operation")
+	}
+}

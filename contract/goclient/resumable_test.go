@@ -1,10 +1,3 @@
-// Built only with -tags resumable: it needs the resumable upload operations
-// (createUpload, patchUpload, headUpload, deleteUpload) in openapi.json and
-// in the client generated from it. With them, drop this constraint so that
-// make contract runs it.
-
-//go:build resumable
-
 package goclient
 
 import (

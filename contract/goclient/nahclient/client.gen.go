@@ -55,57 +55,70 @@ func (e DeviceRegistrationPlatform) Valid() bool {
 
 // Defines values for ErrorCode0.
 const (
-	ErrorCode0AlreadyConnected      ErrorCode0 = "already_connected"
-	ErrorCode0BodyTooLarge          ErrorCode0 = "body_too_large"
-	ErrorCode0Canceled              ErrorCode0 = "canceled"
-	ErrorCode0Conflict              ErrorCode0 = "conflict"
-	ErrorCode0ConnectionLimit       ErrorCode0 = "connection_limit"
-	ErrorCode0ExportInFlight        ErrorCode0 = "export_in_flight"
-	ErrorCode0Forbidden             ErrorCode0 = "forbidden"
-	ErrorCode0HandleTaken           ErrorCode0 = "handle_taken"
-	ErrorCode0HeadersTooLarge       ErrorCode0 = "headers_too_large"
-	ErrorCode0IdempotencyKeyInUse   ErrorCode0 = "idempotency_key_in_use"
-	ErrorCode0IdempotencyKeyReused  ErrorCode0 = "idempotency_key_reused"
-	ErrorCode0InsufficientStorage   ErrorCode0 = "insufficient_storage"
-	ErrorCode0Internal              ErrorCode0 = "internal"
-	ErrorCode0Invalid               ErrorCode0 = "invalid"
-	ErrorCode0InvalidBody           ErrorCode0 = "invalid_body"
-	ErrorCode0InvalidContentType    ErrorCode0 = "invalid_content_type"
-	ErrorCode0InvalidCredentials    ErrorCode0 = "invalid_credentials"
-	ErrorCode0InvalidCursor         ErrorCode0 = "invalid_cursor"
-	ErrorCode0InvalidEnabled        ErrorCode0 = "invalid_enabled"
-	ErrorCode0InvalidHandle         ErrorCode0 = "invalid_handle"
-	ErrorCode0InvalidIdempotencyKey ErrorCode0 = "invalid_idempotency_key"
-	ErrorCode0InvalidJoinCode       ErrorCode0 = "invalid_join_code"
-	ErrorCode0InvalidJson           ErrorCode0 = "invalid_json"
-	ErrorCode0InvalidLimit          ErrorCode0 = "invalid_limit"
-	ErrorCode0InvalidPassword       ErrorCode0 = "invalid_password"
-	ErrorCode0InvalidPlatform       ErrorCode0 = "invalid_platform"
-	ErrorCode0InvalidTime           ErrorCode0 = "invalid_time"
-	ErrorCode0InvalidTimezone       ErrorCode0 = "invalid_timezone"
-	ErrorCode0InvalidToken          ErrorCode0 = "invalid_token"
-	ErrorCode0InviteLimit           ErrorCode0 = "invite_limit"
-	ErrorCode0InviteNotFound        ErrorCode0 = "invite_not_found"
-	ErrorCode0JoinCodeRequired      ErrorCode0 = "join_code_required"
-	ErrorCode0MethodNotAllowed      ErrorCode0 = "method_not_allowed"
-	ErrorCode0MissingBody           ErrorCode0 = "missing_body"
-	ErrorCode0MissingCode           ErrorCode0 = "missing_code"
-	ErrorCode0MissingToken          ErrorCode0 = "missing_token"
-	ErrorCode0NotFound              ErrorCode0 = "not_found"
-	ErrorCode0Overloaded            ErrorCode0 = "overloaded"
-	ErrorCode0OwnInvite             ErrorCode0 = "own_invite"
-	ErrorCode0PasswordRequired      ErrorCode0 = "password_required"
-	ErrorCode0PreconditionFailed    ErrorCode0 = "precondition_failed"
-	ErrorCode0QuotaExceeded         ErrorCode0 = "quota_exceeded"
-	ErrorCode0RangeNotSatisfiable   ErrorCode0 = "range_not_satisfiable"
-	ErrorCode0RateLimited           ErrorCode0 = "rate_limited"
-	ErrorCode0ShuttingDown          ErrorCode0 = "shutting_down"
-	ErrorCode0StorageUnavailable    ErrorCode0 = "storage_unavailable"
-	ErrorCode0TooLarge              ErrorCode0 = "too_large"
-	ErrorCode0Unauthorized          ErrorCode0 = "unauthorized"
-	ErrorCode0Unavailable           ErrorCode0 = "unavailable"
-	ErrorCode0Unprocessable         ErrorCode0 = "unprocessable"
-	ErrorCode0WrongPassword         ErrorCode0 = "wrong_password"
+	ErrorCode0AlreadyConnected       ErrorCode0 = "already_connected"
+	ErrorCode0BodyTooLarge           ErrorCode0 = "body_too_large"
+	ErrorCode0Canceled               ErrorCode0 = "canceled"
+	ErrorCode0ChecksumAlgorithm      ErrorCode0 = "checksum_algorithm"
+	ErrorCode0ChecksumMismatch       ErrorCode0 = "checksum_mismatch"
+	ErrorCode0Conflict               ErrorCode0 = "conflict"
+	ErrorCode0ConnectionLimit        ErrorCode0 = "connection_limit"
+	ErrorCode0ExportInFlight         ErrorCode0 = "export_in_flight"
+	ErrorCode0Forbidden              ErrorCode0 = "forbidden"
+	ErrorCode0HandleTaken            ErrorCode0 = "handle_taken"
+	ErrorCode0HeadersTooLarge        ErrorCode0 = "headers_too_large"
+	ErrorCode0IdempotencyKeyInUse    ErrorCode0 = "idempotency_key_in_use"
+	ErrorCode0IdempotencyKeyReused   ErrorCode0 = "idempotency_key_reused"
+	ErrorCode0InsufficientStorage    ErrorCode0 = "insufficient_storage"
+	ErrorCode0Internal               ErrorCode0 = "internal"
+	ErrorCode0Invalid                ErrorCode0 = "invalid"
+	ErrorCode0InvalidBody            ErrorCode0 = "invalid_body"
+	ErrorCode0InvalidContentType     ErrorCode0 = "invalid_content_type"
+	ErrorCode0InvalidCredentials     ErrorCode0 = "invalid_credentials"
+	ErrorCode0InvalidCursor          ErrorCode0 = "invalid_cursor"
+	ErrorCode0InvalidEnabled         ErrorCode0 = "invalid_enabled"
+	ErrorCode0InvalidHandle          ErrorCode0 = "invalid_handle"
+	ErrorCode0InvalidIdempotencyKey  ErrorCode0 = "invalid_idempotency_key"
+	ErrorCode0InvalidJoinCode        ErrorCode0 = "invalid_join_code"
+	ErrorCode0InvalidJson            ErrorCode0 = "invalid_json"
+	ErrorCode0InvalidLimit           ErrorCode0 = "invalid_limit"
+	ErrorCode0InvalidPassword        ErrorCode0 = "invalid_password"
+	ErrorCode0InvalidPlatform        ErrorCode0 = "invalid_platform"
+	ErrorCode0InvalidTime            ErrorCode0 = "invalid_time"
+	ErrorCode0InvalidTimezone        ErrorCode0 = "invalid_timezone"
+	ErrorCode0InvalidToken           ErrorCode0 = "invalid_token"
+	ErrorCode0InvalidUploadChecksum  ErrorCode0 = "invalid_upload_checksum"
+	ErrorCode0InvalidUploadLength    ErrorCode0 = "invalid_upload_length"
+	ErrorCode0InvalidUploadMetadata  ErrorCode0 = "invalid_upload_metadata"
+	ErrorCode0InvalidUploadOffset    ErrorCode0 = "invalid_upload_offset"
+	ErrorCode0InviteLimit            ErrorCode0 = "invite_limit"
+	ErrorCode0InviteNotFound         ErrorCode0 = "invite_not_found"
+	ErrorCode0JoinCodeRequired       ErrorCode0 = "join_code_required"
+	ErrorCode0MethodNotAllowed       ErrorCode0 = "method_not_allowed"
+	ErrorCode0MissingBody            ErrorCode0 = "missing_body"
+	ErrorCode0MissingCode            ErrorCode0 = "missing_code"
+	ErrorCode0MissingToken           ErrorCode0 = "missing_token"
+	ErrorCode0NotFound               ErrorCode0 = "not_found"
+	ErrorCode0OffsetMismatch         ErrorCode0 = "offset_mismatch"
+	ErrorCode0Overloaded             ErrorCode0 = "overloaded"
+	ErrorCode0OwnInvite              ErrorCode0 = "own_invite"
+	ErrorCode0PasswordRequired       ErrorCode0 = "password_required"
+	ErrorCode0PieceTooLarge          ErrorCode0 = "piece_too_large"
+	ErrorCode0PreconditionFailed     ErrorCode0 = "precondition_failed"
+	ErrorCode0QuotaExceeded          ErrorCode0 = "quota_exceeded"
+	ErrorCode0RangeNotSatisfiable    ErrorCode0 = "range_not_satisfiable"
+	ErrorCode0RateLimited            ErrorCode0 = "rate_limited"
+	ErrorCode0ShuttingDown           ErrorCode0 = "shutting_down"
+	ErrorCode0StorageUnavailable     ErrorCode0 = "storage_unavailable"
+	ErrorCode0TooLarge               ErrorCode0 = "too_large"
+	ErrorCode0TooManyUploads         ErrorCode0 = "too_many_uploads"
+	ErrorCode0TusVersion             ErrorCode0 = "tus_version"
+	ErrorCode0Unauthorized           ErrorCode0 = "unauthorized"
+	ErrorCode0Unavailable            ErrorCode0 = "unavailable"
+	ErrorCode0Unprocessable          ErrorCode0 = "unprocessable"
+	ErrorCode0UnsupportedMediaType   ErrorCode0 = "unsupported_media_type"
+	ErrorCode0UploadBusy             ErrorCode0 = "upload_busy"
+	ErrorCode0UploadChecksumMismatch ErrorCode0 = "upload_checksum_mismatch"
+	ErrorCode0WrongPassword          ErrorCode0 = "wrong_password"
 )
 
 // Valid indicates whether the value is a known member of the ErrorCode0 enum.
@@ -116,6 +129,10 @@ func (e ErrorCode0) Valid() bool {
 	case ErrorCode0BodyTooLarge:
 		return true
 	case ErrorCode0Canceled:
+		return true
+	case ErrorCode0ChecksumAlgorithm:
+		return true
+	case ErrorCode0ChecksumMismatch:
 		return true
 	case ErrorCode0Conflict:
 		return true
@@ -169,6 +186,14 @@ func (e ErrorCode0) Valid() bool {
 		return true
 	case ErrorCode0InvalidToken:
 		return true
+	case ErrorCode0InvalidUploadChecksum:
+		return true
+	case ErrorCode0InvalidUploadLength:
+		return true
+	case ErrorCode0InvalidUploadMetadata:
+		return true
+	case ErrorCode0InvalidUploadOffset:
+		return true
 	case ErrorCode0InviteLimit:
 		return true
 	case ErrorCode0InviteNotFound:
@@ -185,11 +210,15 @@ func (e ErrorCode0) Valid() bool {
 		return true
 	case ErrorCode0NotFound:
 		return true
+	case ErrorCode0OffsetMismatch:
+		return true
 	case ErrorCode0Overloaded:
 		return true
 	case ErrorCode0OwnInvite:
 		return true
 	case ErrorCode0PasswordRequired:
+		return true
+	case ErrorCode0PieceTooLarge:
 		return true
 	case ErrorCode0PreconditionFailed:
 		return true
@@ -205,11 +234,21 @@ func (e ErrorCode0) Valid() bool {
 		return true
 	case ErrorCode0TooLarge:
 		return true
+	case ErrorCode0TooManyUploads:
+		return true
+	case ErrorCode0TusVersion:
+		return true
 	case ErrorCode0Unauthorized:
 		return true
 	case ErrorCode0Unavailable:
 		return true
 	case ErrorCode0Unprocessable:
+		return true
+	case ErrorCode0UnsupportedMediaType:
+		return true
+	case ErrorCode0UploadBusy:
+		return true
+	case ErrorCode0UploadChecksumMismatch:
 		return true
 	case ErrorCode0WrongPassword:
 		return true
@@ -266,6 +305,81 @@ func (e HealthStatus) Valid() bool {
 	case HealthStatusDegraded:
 		return true
 	case HealthStatusOk:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for TusResumable.
+const (
+	TusResumableN100 TusResumable = "1.0.0"
+)
+
+// Valid indicates whether the value is a known member of the TusResumable enum.
+func (e TusResumable) Valid() bool {
+	switch e {
+	case TusResumableN100:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CreateUploadParamsTusResumable.
+const (
+	CreateUploadParamsTusResumableN100 CreateUploadParamsTusResumable = "1.0.0"
+)
+
+// Valid indicates whether the value is a known member of the CreateUploadParamsTusResumable enum.
+func (e CreateUploadParamsTusResumable) Valid() bool {
+	switch e {
+	case CreateUploadParamsTusResumableN100:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DeleteUploadParamsTusResumable.
+const (
+	DeleteUploadParamsTusResumableN100 DeleteUploadParamsTusResumable = "1.0.0"
+)
+
+// Valid indicates whether the value is a known member of the DeleteUploadParamsTusResumable enum.
+func (e DeleteUploadParamsTusResumable) Valid() bool {
+	switch e {
+	case DeleteUploadParamsTusResumableN100:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for HeadUploadParamsTusResumable.
+const (
+	HeadUploadParamsTusResumableN100 HeadUploadParamsTusResumable = "1.0.0"
+)
+
+// Valid indicates whether the value is a known member of the HeadUploadParamsTusResumable enum.
+func (e HeadUploadParamsTusResumable) Valid() bool {
+	switch e {
+	case HeadUploadParamsTusResumableN100:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PatchUploadParamsTusResumable.
+const (
+	PatchUploadParamsTusResumableN100 PatchUploadParamsTusResumable = "1.0.0"
+)
+
+// Valid indicates whether the value is a known member of the PatchUploadParamsTusResumable enum.
+func (e PatchUploadParamsTusResumable) Valid() bool {
+	switch e {
+	case PatchUploadParamsTusResumableN100:
 		return true
 	default:
 		return false
@@ -395,13 +509,16 @@ type Health struct {
 		// Error When behind: the error of a file behind (a person's folder is shown as people/…). The console's Backups page names the files.
 		Error *string `json:"error,omitempty"`
 
-		// FilesBehind Databases whose target lacks some of their transactions (a file just written counts for a second or two).
+		// FilesBehind Databases whose target lacks some of their transactions, the queued ones included (a file just written counts for a second or two).
 		FilesBehind int `json:"files_behind"`
+
+		// FilesQueued Written person files waiting for replication to take them up (counted in files_behind).
+		FilesQueued int `json:"files_queued"`
 
 		// Status behind when a file's last sync failed or a file is behind by more than a minute.
 		Status HealthReplicationStatus `json:"status"`
 
-		// WorstLagSeconds Seconds since the database furthest behind was last in step with the target; 0 when all are.
+		// WorstLagSeconds The replica's lag: the age in seconds of the oldest acknowledged write the target lacks, queued files included; 0 when it has every write. Over 60 the status is behind.
 		WorstLagSeconds float32 `json:"worst_lag_seconds"`
 	} `json:"replication,omitempty"`
 
@@ -449,6 +566,9 @@ type Me struct {
 
 		// Quota What they may store, database and media together (`NAH_QUOTA_BYTES`); an upload that would pass it is 413 quota_exceeded.
 		Quota int64 `json:"quota"`
+
+		// Uploads Bytes held by their unfinished resumable uploads, at each one's declared length: they count against the quota until they end, are abandoned or expire. Not in `storage_used`.
+		Uploads int64 `json:"uploads"`
 	} `json:"storage"`
 
 	// StorageUsed Bytes they use on disk: their database and their media (`storage.database` + `storage.media`).
@@ -581,11 +701,35 @@ type Token = string
 // TypedCode A code as a person typed it: upper or lower case, with any spaces and dashes, which are dropped before the 16 characters of the code are compared. The request body bounds its length (4 KiB).
 type TypedCode = string
 
+// Upload defines model for Upload.
+type Upload struct {
+	// ExpiresAt When it is removed unless a piece arrives (then it moves on).
+	ExpiresAt time.Time `json:"expires_at"`
+
+	// Id An upload's id, made by the server: 32 lowercase hex digits. Anything else in its place is 404.
+	Id UploadID `json:"id"`
+
+	// Length The declared length in bytes.
+	Length int `json:"length"`
+
+	// MediaId Set once finished (on a replayed creation of a finished upload).
+	MediaId *MediaID `json:"media_id,omitempty"`
+
+	// Offset Bytes the server has.
+	Offset int `json:"offset"`
+}
+
+// UploadID An upload's id, made by the server: 32 lowercase hex digits. Anything else in its place is 404.
+type UploadID = string
+
 // IdempotencyKey defines model for IdempotencyKey.
 type IdempotencyKey = string
 
 // IfNoneMatch defines model for IfNoneMatch.
 type IfNoneMatch = string
+
+// TusResumable defines model for TusResumable.
+type TusResumable string
 
 // Default defines model for Default.
 type Default = Error
@@ -724,6 +868,57 @@ type HeadPersonMomentsParams struct {
 	// IfNoneMatch The ETag of the page the app holds: the answer is then 304 with no body when the page is the same.
 	IfNoneMatch *IfNoneMatch `json:"If-None-Match,omitempty"`
 }
+
+// CreateUploadParams defines parameters for CreateUpload.
+type CreateUploadParams struct {
+	// TusResumable The tus version the client speaks: `1.0.0`; anything else (or none) is 412 with Tus-Version.
+	TusResumable CreateUploadParamsTusResumable `json:"Tus-Resumable"`
+
+	// UploadLength The file's whole length in bytes, 1 to `NAH_MAX_MEDIA_BYTES`.
+	UploadLength int `json:"Upload-Length"`
+
+	// UploadMetadata tus metadata: comma-separated `key base64(value)` pairs. `filetype` (or `content_type`): the media type kept (as POST /media's Content-Type; default application/octet-stream); `sha256`: the whole file's sha256 in 64 hex digits, checked when the last byte is in (a mismatch deletes the upload: 460). Other keys are kept and given back on HEAD. At most 4 KiB.
+	UploadMetadata *string `json:"Upload-Metadata,omitempty"`
+
+	// IdempotencyKey Makes this write safe to retry: send a fresh key (a UUID) with each new request, and the same key with its retries. A retry with the same key and the same request answers what the first answered (201 with `Idempotent-Replayed: true`) and writes nothing, for at least 24 hours and the person's newest 1,000 keys, after any crash or restart; the same key with a different request is 422 idempotency_key_reused. Keys are each person's own. Absent: every request is a new write.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
+// CreateUploadParamsTusResumable defines parameters for CreateUpload.
+type CreateUploadParamsTusResumable string
+
+// DeleteUploadParams defines parameters for DeleteUpload.
+type DeleteUploadParams struct {
+	// TusResumable The tus version the client speaks: `1.0.0`; anything else (or none) is 412 with Tus-Version.
+	TusResumable DeleteUploadParamsTusResumable `json:"Tus-Resumable"`
+}
+
+// DeleteUploadParamsTusResumable defines parameters for DeleteUpload.
+type DeleteUploadParamsTusResumable string
+
+// HeadUploadParams defines parameters for HeadUpload.
+type HeadUploadParams struct {
+	// TusResumable The tus version the client speaks: `1.0.0`; anything else (or none) is 412 with Tus-Version.
+	TusResumable HeadUploadParamsTusResumable `json:"Tus-Resumable"`
+}
+
+// HeadUploadParamsTusResumable defines parameters for HeadUpload.
+type HeadUploadParamsTusResumable string
+
+// PatchUploadParams defines parameters for PatchUpload.
+type PatchUploadParams struct {
+	// TusResumable The tus version the client speaks: `1.0.0`; anything else (or none) is 412 with Tus-Version.
+	TusResumable PatchUploadParamsTusResumable `json:"Tus-Resumable"`
+
+	// UploadOffset Where the piece starts: the server's Upload-Offset.
+	UploadOffset int `json:"Upload-Offset"`
+
+	// UploadChecksum tus checksum extension: `sha1 <base64>` or `sha256 <base64>` of this piece; a mismatch drops the piece (460).
+	UploadChecksum *string `json:"Upload-Checksum,omitempty"`
+}
+
+// PatchUploadParamsTusResumable defines parameters for PatchUpload.
+type PatchUploadParamsTusResumable string
 
 // SignUpJSONRequestBody defines body for SignUp for application/json ContentType.
 type SignUpJSONRequestBody = SignUp
@@ -1190,6 +1385,43 @@ type ClientInterface interface {
 	//
 	// Corresponds with DELETE /api/v1/sessions/current (the `SignOut` operationId).
 	SignOut(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UploadOptions What the upload protocol supports (tus discovery)
+	//
+	// No token needed. Tus-Max-Size is `NAH_MAX_MEDIA_BYTES`.
+	//
+	// Corresponds with OPTIONS /api/v1/uploads (the `UploadOptions` operationId).
+	UploadOptions(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateUpload Create a resumable upload
+	//
+	// Resumable uploads speak [tus 1.0.0](https://tus.io/protocols/resumable-upload) with its creation, termination, expiration and checksum extensions, so phone libraries (TUSKit, tus-android-client, tus-js-client) work as they are: point them at `/api/v1/uploads` with the bearer token. The whole length is declared here and checked at once against `NAH_MAX_MEDIA_BYTES` and the quota, in which an unfinished upload counts at its full length until it ends, is abandoned or expires; at most 4 unfinished uploads a person. No body: the bytes go with PATCH. With an Idempotency-Key, a retry answers the same upload (its Location) with `Idempotent-Replayed: true`.
+	//
+	// Corresponds with POST /api/v1/uploads (the `CreateUpload` operationId).
+	CreateUpload(ctx context.Context, params *CreateUploadParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteUpload Abandon an upload
+	//
+	// tus termination: its bytes go and its length is given back to the quota. A finished upload's state goes; its media stays.
+	//
+	// Corresponds with DELETE /api/v1/uploads/{upload_id} (the `DeleteUpload` operationId).
+	DeleteUpload(ctx context.Context, uploadId UploadID, params *DeleteUploadParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// HeadUpload Where an upload got to
+	//
+	// Upload-Offset is where the next piece starts: after a dropped connection, every byte that arrived before the drop (the last whole write) is kept. A finished upload answers Upload-Offset = Upload-Length and its Media-Id until it expires.
+	//
+	// Corresponds with HEAD /api/v1/uploads/{upload_id} (the `HeadUpload` operationId).
+	HeadUpload(ctx context.Context, uploadId UploadID, params *HeadUploadParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PatchUploadWithBody Send a piece of an upload
+	//
+	// The body is appended at Upload-Offset, which must be the server's (else 409 with the server's Upload-Offset: ask HEAD and resume from there). It is streamed to disk and fsynced before the answer; a piece cut off keeps what arrived (unless it carried Upload-Checksum: then it is dropped whole). A newer piece to the same upload stops one still running (a connection the phone has left) and goes on from where it stopped. The piece that brings the last byte makes the upload a media, checked against the declared sha256, and answers its Media-Id. The paced rate of POST /media applies (16 KiB/s on average after 30 s).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PATCH /api/v1/uploads/{upload_id} (the `PatchUpload` operationId).
+	PatchUploadWithBody(ctx context.Context, uploadId UploadID, params *PatchUploadParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetHealth Liveness and readiness
 	//
@@ -1864,6 +2096,93 @@ func (c *Client) SignIn(ctx context.Context, body SignInJSONRequestBody, reqEdit
 // Corresponds with DELETE /api/v1/sessions/current (the `SignOut` operationId).
 func (c *Client) SignOut(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewSignOutRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UploadOptions What the upload protocol supports (tus discovery)
+//
+// No token needed. Tus-Max-Size is `NAH_MAX_MEDIA_BYTES`.
+//
+// Corresponds with OPTIONS /api/v1/uploads (the `UploadOptions` operationId).
+func (c *Client) UploadOptions(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUploadOptionsRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateUpload Create a resumable upload
+//
+// Resumable uploads speak [tus 1.0.0](https://tus.io/protocols/resumable-upload) with its creation, termination, expiration and checksum extensions, so phone libraries (TUSKit, tus-android-client, tus-js-client) work as they are: point them at `/api/v1/uploads` with the bearer token. The whole length is declared here and checked at once against `NAH_MAX_MEDIA_BYTES` and the quota, in which an unfinished upload counts at its full length until it ends, is abandoned or expires; at most 4 unfinished uploads a person. No body: the bytes go with PATCH. With an Idempotency-Key, a retry answers the same upload (its Location) with `Idempotent-Replayed: true`.
+//
+// Corresponds with POST /api/v1/uploads (the `CreateUpload` operationId).
+func (c *Client) CreateUpload(ctx context.Context, params *CreateUploadParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateUploadRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteUpload Abandon an upload
+//
+// tus termination: its bytes go and its length is given back to the quota. A finished upload's state goes; its media stays.
+//
+// Corresponds with DELETE /api/v1/uploads/{upload_id} (the `DeleteUpload` operationId).
+func (c *Client) DeleteUpload(ctx context.Context, uploadId UploadID, params *DeleteUploadParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteUploadRequest(c.Server, uploadId, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// HeadUpload Where an upload got to
+//
+// Upload-Offset is where the next piece starts: after a dropped connection, every byte that arrived before the drop (the last whole write) is kept. A finished upload answers Upload-Offset = Upload-Length and its Media-Id until it expires.
+//
+// Corresponds with HEAD /api/v1/uploads/{upload_id} (the `HeadUpload` operationId).
+func (c *Client) HeadUpload(ctx context.Context, uploadId UploadID, params *HeadUploadParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewHeadUploadRequest(c.Server, uploadId, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PatchUploadWithBody Send a piece of an upload
+//
+// The body is appended at Upload-Offset, which must be the server's (else 409 with the server's Upload-Offset: ask HEAD and resume from there). It is streamed to disk and fsynced before the answer; a piece cut off keeps what arrived (unless it carried Upload-Checksum: then it is dropped whole). A newer piece to the same upload stops one still running (a connection the phone has left) and goes on from where it stopped. The piece that brings the last byte makes the upload a media, checked against the declared sha256, and answers its Media-Id. The paced rate of POST /media applies (16 KiB/s on average after 30 s).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PATCH /api/v1/uploads/{upload_id} (the `PatchUpload` operationId).
+func (c *Client) PatchUploadWithBody(ctx context.Context, uploadId UploadID, params *PatchUploadParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPatchUploadRequestWithBody(c.Server, uploadId, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -3250,6 +3569,267 @@ func NewSignOutRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewUploadOptionsRequest constructs an http.Request for the UploadOptions method
+func NewUploadOptionsRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/uploads")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodOptions, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreateUploadRequest constructs an http.Request for the CreateUpload method
+func NewCreateUploadRequest(server string, params *CreateUploadParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/uploads")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Tus-Resumable", params.TusResumable, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Tus-Resumable", headerParam0)
+
+		var headerParam1 string
+
+		headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Upload-Length", params.UploadLength, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "integer", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Upload-Length", headerParam1)
+
+		if params.UploadMetadata != nil {
+			var headerParam2 string
+
+			headerParam2, err = runtime.StyleParamWithOptions("simple", false, "Upload-Metadata", *params.UploadMetadata, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Upload-Metadata", headerParam2)
+		}
+
+		if params.IdempotencyKey != nil {
+			var headerParam3 string
+
+			headerParam3, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam3)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewDeleteUploadRequest constructs an http.Request for the DeleteUpload method
+func NewDeleteUploadRequest(server string, uploadId UploadID, params *DeleteUploadParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "upload_id", uploadId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/uploads/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Tus-Resumable", params.TusResumable, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Tus-Resumable", headerParam0)
+
+	}
+
+	return req, nil
+}
+
+// NewHeadUploadRequest constructs an http.Request for the HeadUpload method
+func NewHeadUploadRequest(server string, uploadId UploadID, params *HeadUploadParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "upload_id", uploadId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/uploads/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodHead, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Tus-Resumable", params.TusResumable, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Tus-Resumable", headerParam0)
+
+	}
+
+	return req, nil
+}
+
+// NewPatchUploadRequestWithBody constructs an http.Request for the PatchUpload method, with any body, and a specified content type
+func NewPatchUploadRequestWithBody(server string, uploadId UploadID, params *PatchUploadParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "upload_id", uploadId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/uploads/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPatch, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Tus-Resumable", params.TusResumable, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Tus-Resumable", headerParam0)
+
+		var headerParam1 string
+
+		headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Upload-Offset", params.UploadOffset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "integer", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Upload-Offset", headerParam1)
+
+		if params.UploadChecksum != nil {
+			var headerParam2 string
+
+			headerParam2, err = runtime.StyleParamWithOptions("simple", false, "Upload-Checksum", *params.UploadChecksum, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Upload-Checksum", headerParam2)
+		}
+
+	}
+
+	return req, nil
+}
+
 // NewGetHealthRequest constructs an http.Request for the GetHealth method
 func NewGetHealthRequest(server string) (*http.Request, error) {
 	var err error
@@ -3684,6 +4264,51 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with DELETE /api/v1/sessions/current (the `SignOut` operationId).
 	SignOutWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*SignOutResponse, error)
+
+	// UploadOptionsWithResponse What the upload protocol supports (tus discovery)
+	//
+	// No token needed. Tus-Max-Size is `NAH_MAX_MEDIA_BYTES`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with OPTIONS /api/v1/uploads (the `UploadOptions` operationId).
+	UploadOptionsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*UploadOptionsResponse, error)
+
+	// CreateUploadWithResponse Create a resumable upload
+	//
+	// Resumable uploads speak [tus 1.0.0](https://tus.io/protocols/resumable-upload) with its creation, termination, expiration and checksum extensions, so phone libraries (TUSKit, tus-android-client, tus-js-client) work as they are: point them at `/api/v1/uploads` with the bearer token. The whole length is declared here and checked at once against `NAH_MAX_MEDIA_BYTES` and the quota, in which an unfinished upload counts at its full length until it ends, is abandoned or expires; at most 4 unfinished uploads a person. No body: the bytes go with PATCH. With an Idempotency-Key, a retry answers the same upload (its Location) with `Idempotent-Replayed: true`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/uploads (the `CreateUpload` operationId).
+	CreateUploadWithResponse(ctx context.Context, params *CreateUploadParams, reqEditors ...RequestEditorFn) (*CreateUploadResponse, error)
+
+	// DeleteUploadWithResponse Abandon an upload
+	//
+	// tus termination: its bytes go and its length is given back to the quota. A finished upload's state goes; its media stays.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /api/v1/uploads/{upload_id} (the `DeleteUpload` operationId).
+	DeleteUploadWithResponse(ctx context.Context, uploadId UploadID, params *DeleteUploadParams, reqEditors ...RequestEditorFn) (*DeleteUploadResponse, error)
+
+	// HeadUploadWithResponse Where an upload got to
+	//
+	// Upload-Offset is where the next piece starts: after a dropped connection, every byte that arrived before the drop (the last whole write) is kept. A finished upload answers Upload-Offset = Upload-Length and its Media-Id until it expires.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with HEAD /api/v1/uploads/{upload_id} (the `HeadUpload` operationId).
+	HeadUploadWithResponse(ctx context.Context, uploadId UploadID, params *HeadUploadParams, reqEditors ...RequestEditorFn) (*HeadUploadResponse, error)
+
+	// PatchUploadWithBodyWithResponse Send a piece of an upload
+	//
+	// The body is appended at Upload-Offset, which must be the server's (else 409 with the server's Upload-Offset: ask HEAD and resume from there). It is streamed to disk and fsynced before the answer; a piece cut off keeps what arrived (unless it carried Upload-Checksum: then it is dropped whole). A newer piece to the same upload stops one still running (a connection the phone has left) and goes on from where it stopped. The piece that brings the last byte makes the upload a media, checked against the declared sha256, and answers its Media-Id. The paced rate of POST /media applies (16 KiB/s on average after 30 s).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /api/v1/uploads/{upload_id} (the `PatchUpload` operationId).
+	PatchUploadWithBodyWithResponse(ctx context.Context, uploadId UploadID, params *PatchUploadParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PatchUploadResponse, error)
 
 	// GetHealthWithResponse Liveness and readiness
 	//
@@ -6175,6 +6800,670 @@ func (r SignOutResponse) ContentType() string {
 	return ""
 }
 
+// UploadOptionsResponse204Headers the declared response headers of an HTTP 204 response for UploadOptions
+type UploadOptionsResponse204Headers struct {
+	TusChecksumAlgorithm *string
+	TusExtension         *string
+	TusMaxSize           *int
+	TusResumable         *string
+	TusVersion           *string
+}
+
+type UploadOptionsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON431 the response for an HTTP 431 `application/json` response
+	JSON431 *HeadersTooLarge
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Default
+	// Headers204 the parsed response headers for an HTTP 204 response
+	Headers204 *UploadOptionsResponse204Headers
+}
+
+// GetJSON431 returns the response for an HTTP 431 `application/json` response
+func (r UploadOptionsResponse) GetJSON431() *HeadersTooLarge {
+	return r.JSON431
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r UploadOptionsResponse) GetJSONDefault() *Default {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r UploadOptionsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r UploadOptionsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r UploadOptionsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r UploadOptionsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// CreateUploadResponse201Headers the declared response headers of an HTTP 201 response for CreateUpload
+type CreateUploadResponse201Headers struct {
+	IdempotentReplayed *string
+	Location           string
+	TusResumable       *string
+	UploadExpires      *string
+}
+
+// CreateUploadResponse400Headers the declared response headers of an HTTP 400 response for CreateUpload
+type CreateUploadResponse400Headers struct {
+	TusResumable *string
+}
+
+// CreateUploadResponse409Headers the declared response headers of an HTTP 409 response for CreateUpload
+type CreateUploadResponse409Headers struct {
+	TusResumable *string
+}
+
+// CreateUploadResponse412Headers the declared response headers of an HTTP 412 response for CreateUpload
+type CreateUploadResponse412Headers struct {
+	TusResumable *string
+	TusVersion   *string
+}
+
+// CreateUploadResponse413Headers the declared response headers of an HTTP 413 response for CreateUpload
+type CreateUploadResponse413Headers struct {
+	TusResumable *string
+}
+
+// CreateUploadResponse422Headers the declared response headers of an HTTP 422 response for CreateUpload
+type CreateUploadResponse422Headers struct {
+	TusResumable *string
+}
+
+// CreateUploadResponse503Headers the declared response headers of an HTTP 503 response for CreateUpload
+type CreateUploadResponse503Headers struct {
+	RetryAfter   *int
+	TusResumable *string
+}
+
+// CreateUploadResponse507Headers the declared response headers of an HTTP 507 response for CreateUpload
+type CreateUploadResponse507Headers struct {
+	CacheControl  *string
+	MediaId       *MediaID
+	TusResumable  *string
+	UploadExpires *string
+	UploadLength  *int
+	UploadOffset  *int
+}
+
+// CreateUploadResponseDefaultHeaders the declared response headers of an HTTP default response for CreateUpload
+type CreateUploadResponseDefaultHeaders struct {
+	TusResumable *string
+}
+
+type CreateUploadResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Upload
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Error
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Error
+	// JSON412 the response for an HTTP 412 `application/json` response
+	JSON412 *Error
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *Error
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *Error
+	// JSON431 the response for an HTTP 431 `application/json` response
+	JSON431 *HeadersTooLarge
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Error
+	// JSON507 the response for an HTTP 507 `application/json` response
+	JSON507 *Error
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *CreateUploadResponse201Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *CreateUploadResponse400Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *CreateUploadResponse409Headers
+	// Headers412 the parsed response headers for an HTTP 412 response
+	Headers412 *CreateUploadResponse412Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *CreateUploadResponse413Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *CreateUploadResponse422Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *CreateUploadResponse503Headers
+	// Headers507 the parsed response headers for an HTTP 507 response
+	Headers507 *CreateUploadResponse507Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *CreateUploadResponseDefaultHeaders
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateUploadResponse) GetJSON201() *Upload {
+	return r.JSON201
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r CreateUploadResponse) GetJSON400() *Error {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r CreateUploadResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r CreateUploadResponse) GetJSON409() *Error {
+	return r.JSON409
+}
+
+// GetJSON412 returns the response for an HTTP 412 `application/json` response
+func (r CreateUploadResponse) GetJSON412() *Error {
+	return r.JSON412
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r CreateUploadResponse) GetJSON413() *Error {
+	return r.JSON413
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r CreateUploadResponse) GetJSON422() *Error {
+	return r.JSON422
+}
+
+// GetJSON431 returns the response for an HTTP 431 `application/json` response
+func (r CreateUploadResponse) GetJSON431() *HeadersTooLarge {
+	return r.JSON431
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r CreateUploadResponse) GetJSON503() *Error {
+	return r.JSON503
+}
+
+// GetJSON507 returns the response for an HTTP 507 `application/json` response
+func (r CreateUploadResponse) GetJSON507() *Error {
+	return r.JSON507
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r CreateUploadResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateUploadResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateUploadResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateUploadResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateUploadResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// DeleteUploadResponse204Headers the declared response headers of an HTTP 204 response for DeleteUpload
+type DeleteUploadResponse204Headers struct {
+	TusResumable *string
+}
+
+// DeleteUploadResponse404Headers the declared response headers of an HTTP 404 response for DeleteUpload
+type DeleteUploadResponse404Headers struct {
+	TusResumable *string
+}
+
+// DeleteUploadResponse409Headers the declared response headers of an HTTP 409 response for DeleteUpload
+type DeleteUploadResponse409Headers struct {
+	RetryAfter   int
+	TusResumable *string
+}
+
+// DeleteUploadResponse412Headers the declared response headers of an HTTP 412 response for DeleteUpload
+type DeleteUploadResponse412Headers struct {
+	TusResumable *string
+	TusVersion   *string
+}
+
+// DeleteUploadResponse503Headers the declared response headers of an HTTP 503 response for DeleteUpload
+type DeleteUploadResponse503Headers struct {
+	RetryAfter   *int
+	TusResumable *string
+}
+
+// DeleteUploadResponseDefaultHeaders the declared response headers of an HTTP default response for DeleteUpload
+type DeleteUploadResponseDefaultHeaders struct {
+	TusResumable *string
+}
+
+type DeleteUploadResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Error
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Error
+	// JSON412 the response for an HTTP 412 `application/json` response
+	JSON412 *Error
+	// JSON431 the response for an HTTP 431 `application/json` response
+	JSON431 *HeadersTooLarge
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Error
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+	// Headers204 the parsed response headers for an HTTP 204 response
+	Headers204 *DeleteUploadResponse204Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *DeleteUploadResponse404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *DeleteUploadResponse409Headers
+	// Headers412 the parsed response headers for an HTTP 412 response
+	Headers412 *DeleteUploadResponse412Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *DeleteUploadResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *DeleteUploadResponseDefaultHeaders
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r DeleteUploadResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r DeleteUploadResponse) GetJSON404() *Error {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r DeleteUploadResponse) GetJSON409() *Error {
+	return r.JSON409
+}
+
+// GetJSON412 returns the response for an HTTP 412 `application/json` response
+func (r DeleteUploadResponse) GetJSON412() *Error {
+	return r.JSON412
+}
+
+// GetJSON431 returns the response for an HTTP 431 `application/json` response
+func (r DeleteUploadResponse) GetJSON431() *HeadersTooLarge {
+	return r.JSON431
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r DeleteUploadResponse) GetJSON503() *Error {
+	return r.JSON503
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r DeleteUploadResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteUploadResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteUploadResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteUploadResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteUploadResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// HeadUploadResponse200Headers the declared response headers of an HTTP 200 response for HeadUpload
+type HeadUploadResponse200Headers struct {
+	CacheControl   *string
+	MediaId        *MediaID
+	TusResumable   *string
+	UploadExpires  *string
+	UploadLength   *int
+	UploadMetadata *string
+	UploadOffset   *int
+}
+
+// HeadUploadResponse404Headers the declared response headers of an HTTP 404 response for HeadUpload
+type HeadUploadResponse404Headers struct {
+	TusResumable *string
+}
+
+// HeadUploadResponse412Headers the declared response headers of an HTTP 412 response for HeadUpload
+type HeadUploadResponse412Headers struct {
+	TusResumable *string
+	TusVersion   *string
+}
+
+// HeadUploadResponse503Headers the declared response headers of an HTTP 503 response for HeadUpload
+type HeadUploadResponse503Headers struct {
+	RetryAfter   *int
+	TusResumable *string
+}
+
+type HeadUploadResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *HeadUploadResponse200Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *HeadUploadResponse404Headers
+	// Headers412 the parsed response headers for an HTTP 412 response
+	Headers412 *HeadUploadResponse412Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *HeadUploadResponse503Headers
+}
+
+// GetBody returns the raw response body bytes
+func (r HeadUploadResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r HeadUploadResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r HeadUploadResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r HeadUploadResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PatchUploadResponse204Headers the declared response headers of an HTTP 204 response for PatchUpload
+type PatchUploadResponse204Headers struct {
+	CacheControl  *string
+	MediaId       *MediaID
+	TusResumable  *string
+	UploadExpires *string
+	UploadLength  *int
+	UploadOffset  *int
+}
+
+// PatchUploadResponse400Headers the declared response headers of an HTTP 400 response for PatchUpload
+type PatchUploadResponse400Headers struct {
+	TusResumable *string
+}
+
+// PatchUploadResponse404Headers the declared response headers of an HTTP 404 response for PatchUpload
+type PatchUploadResponse404Headers struct {
+	TusResumable *string
+}
+
+// PatchUploadResponse409Headers the declared response headers of an HTTP 409 response for PatchUpload
+type PatchUploadResponse409Headers struct {
+	CacheControl  *string
+	MediaId       *MediaID
+	RetryAfter    *int
+	TusResumable  *string
+	UploadExpires *string
+	UploadLength  *int
+	UploadOffset  *int
+}
+
+// PatchUploadResponse412Headers the declared response headers of an HTTP 412 response for PatchUpload
+type PatchUploadResponse412Headers struct {
+	TusResumable *string
+	TusVersion   *string
+}
+
+// PatchUploadResponse413Headers the declared response headers of an HTTP 413 response for PatchUpload
+type PatchUploadResponse413Headers struct {
+	CacheControl  *string
+	MediaId       *MediaID
+	TusResumable  *string
+	UploadExpires *string
+	UploadLength  *int
+	UploadOffset  *int
+}
+
+// PatchUploadResponse415Headers the declared response headers of an HTTP 415 response for PatchUpload
+type PatchUploadResponse415Headers struct {
+	TusResumable *string
+}
+
+// PatchUploadResponse460Headers the declared response headers of an HTTP 460 response for PatchUpload
+type PatchUploadResponse460Headers struct {
+	CacheControl  *string
+	MediaId       *MediaID
+	TusResumable  *string
+	UploadExpires *string
+	UploadLength  *int
+	UploadOffset  *int
+}
+
+// PatchUploadResponse503Headers the declared response headers of an HTTP 503 response for PatchUpload
+type PatchUploadResponse503Headers struct {
+	RetryAfter   *int
+	TusResumable *string
+}
+
+// PatchUploadResponse507Headers the declared response headers of an HTTP 507 response for PatchUpload
+type PatchUploadResponse507Headers struct {
+	CacheControl  *string
+	MediaId       *MediaID
+	TusResumable  *string
+	UploadExpires *string
+	UploadLength  *int
+	UploadOffset  *int
+}
+
+// PatchUploadResponseDefaultHeaders the declared response headers of an HTTP default response for PatchUpload
+type PatchUploadResponseDefaultHeaders struct {
+	TusResumable *string
+}
+
+type PatchUploadResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Error
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Error
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Error
+	// JSON412 the response for an HTTP 412 `application/json` response
+	JSON412 *Error
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *Error
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *Error
+	// JSON431 the response for an HTTP 431 `application/json` response
+	JSON431 *HeadersTooLarge
+	// JSON460 the response for an HTTP 460 `application/json` response
+	JSON460 *Error
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Error
+	// JSON507 the response for an HTTP 507 `application/json` response
+	JSON507 *Error
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+	// Headers204 the parsed response headers for an HTTP 204 response
+	Headers204 *PatchUploadResponse204Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *PatchUploadResponse400Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *PatchUploadResponse404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *PatchUploadResponse409Headers
+	// Headers412 the parsed response headers for an HTTP 412 response
+	Headers412 *PatchUploadResponse412Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *PatchUploadResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *PatchUploadResponse415Headers
+	// Headers460 the parsed response headers for an HTTP 460 response
+	Headers460 *PatchUploadResponse460Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *PatchUploadResponse503Headers
+	// Headers507 the parsed response headers for an HTTP 507 response
+	Headers507 *PatchUploadResponse507Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *PatchUploadResponseDefaultHeaders
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PatchUploadResponse) GetJSON400() *Error {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r PatchUploadResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r PatchUploadResponse) GetJSON404() *Error {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r PatchUploadResponse) GetJSON409() *Error {
+	return r.JSON409
+}
+
+// GetJSON412 returns the response for an HTTP 412 `application/json` response
+func (r PatchUploadResponse) GetJSON412() *Error {
+	return r.JSON412
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r PatchUploadResponse) GetJSON413() *Error {
+	return r.JSON413
+}
+
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r PatchUploadResponse) GetJSON415() *Error {
+	return r.JSON415
+}
+
+// GetJSON431 returns the response for an HTTP 431 `application/json` response
+func (r PatchUploadResponse) GetJSON431() *HeadersTooLarge {
+	return r.JSON431
+}
+
+// GetJSON460 returns the response for an HTTP 460 `application/json` response
+func (r PatchUploadResponse) GetJSON460() *Error {
+	return r.JSON460
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r PatchUploadResponse) GetJSON503() *Error {
+	return r.JSON503
+}
+
+// GetJSON507 returns the response for an HTTP 507 `application/json` response
+func (r PatchUploadResponse) GetJSON507() *Error {
+	return r.JSON507
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r PatchUploadResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r PatchUploadResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PatchUploadResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PatchUploadResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PatchUploadResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // GetHealthResponse503Headers the declared response headers of an HTTP 503 response for GetHealth
 type GetHealthResponse503Headers struct {
 	RetryAfter int
@@ -6841,6 +8130,81 @@ func (c *ClientWithResponses) SignOutWithResponse(ctx context.Context, reqEditor
 		return nil, err
 	}
 	return ParseSignOutResponse(rsp)
+}
+
+// UploadOptionsWithResponse What the upload protocol supports (tus discovery)
+//
+// No token needed. Tus-Max-Size is `NAH_MAX_MEDIA_BYTES`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with OPTIONS /api/v1/uploads (the `UploadOptions` operationId).
+func (c *ClientWithResponses) UploadOptionsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*UploadOptionsResponse, error) {
+	rsp, err := c.UploadOptions(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUploadOptionsResponse(rsp)
+}
+
+// CreateUploadWithResponse Create a resumable upload
+//
+// Resumable uploads speak [tus 1.0.0](https://tus.io/protocols/resumable-upload) with its creation, termination, expiration and checksum extensions, so phone libraries (TUSKit, tus-android-client, tus-js-client) work as they are: point them at `/api/v1/uploads` with the bearer token. The whole length is declared here and checked at once against `NAH_MAX_MEDIA_BYTES` and the quota, in which an unfinished upload counts at its full length until it ends, is abandoned or expires; at most 4 unfinished uploads a person. No body: the bytes go with PATCH. With an Idempotency-Key, a retry answers the same upload (its Location) with `Idempotent-Replayed: true`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/uploads (the `CreateUpload` operationId).
+func (c *ClientWithResponses) CreateUploadWithResponse(ctx context.Context, params *CreateUploadParams, reqEditors ...RequestEditorFn) (*CreateUploadResponse, error) {
+	rsp, err := c.CreateUpload(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateUploadResponse(rsp)
+}
+
+// DeleteUploadWithResponse Abandon an upload
+//
+// tus termination: its bytes go and its length is given back to the quota. A finished upload's state goes; its media stays.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /api/v1/uploads/{upload_id} (the `DeleteUpload` operationId).
+func (c *ClientWithResponses) DeleteUploadWithResponse(ctx context.Context, uploadId UploadID, params *DeleteUploadParams, reqEditors ...RequestEditorFn) (*DeleteUploadResponse, error) {
+	rsp, err := c.DeleteUpload(ctx, uploadId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteUploadResponse(rsp)
+}
+
+// HeadUploadWithResponse Where an upload got to
+//
+// Upload-Offset is where the next piece starts: after a dropped connection, every byte that arrived before the drop (the last whole write) is kept. A finished upload answers Upload-Offset = Upload-Length and its Media-Id until it expires.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with HEAD /api/v1/uploads/{upload_id} (the `HeadUpload` operationId).
+func (c *ClientWithResponses) HeadUploadWithResponse(ctx context.Context, uploadId UploadID, params *HeadUploadParams, reqEditors ...RequestEditorFn) (*HeadUploadResponse, error) {
+	rsp, err := c.HeadUpload(ctx, uploadId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseHeadUploadResponse(rsp)
+}
+
+// PatchUploadWithBodyWithResponse Send a piece of an upload
+//
+// The body is appended at Upload-Offset, which must be the server's (else 409 with the server's Upload-Offset: ask HEAD and resume from there). It is streamed to disk and fsynced before the answer; a piece cut off keeps what arrived (unless it carried Upload-Checksum: then it is dropped whole). A newer piece to the same upload stops one still running (a connection the phone has left) and goes on from where it stopped. The piece that brings the last byte makes the upload a media, checked against the declared sha256, and answers its Media-Id. The paced rate of POST /media applies (16 KiB/s on average after 30 s).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /api/v1/uploads/{upload_id} (the `PatchUpload` operationId).
+func (c *ClientWithResponses) PatchUploadWithBodyWithResponse(ctx context.Context, uploadId UploadID, params *PatchUploadParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PatchUploadResponse, error) {
+	rsp, err := c.PatchUploadWithBody(ctx, uploadId, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePatchUploadResponse(rsp)
 }
 
 // GetHealthWithResponse Liveness and readiness
@@ -9348,6 +10712,1027 @@ func ParseSignOutResponse(rsp *http.Response) (*SignOutResponse, error) {
 			headers.RetryAfter = value
 		}
 		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseUploadOptionsResponse parses an HTTP response from a UploadOptionsWithResponse call
+func ParseUploadOptionsResponse(rsp *http.Response) (*UploadOptionsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &UploadOptionsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeadersTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		var headers UploadOptionsResponse204Headers
+		if values := rsp.Header.Values("Tus-Checksum-Algorithm"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Checksum-Algorithm", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusChecksumAlgorithm = &value
+		}
+		if values := rsp.Header.Values("Tus-Extension"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Extension", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusExtension = &value
+		}
+		if values := rsp.Header.Values("Tus-Max-Size"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Max-Size", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusMaxSize = &value
+		}
+		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusResumable = &value
+		}
+		if values := rsp.Header.Values("Tus-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusVersion = &value
+		}
+		response.Headers204 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseCreateUploadResponse parses an HTTP response from a CreateUploadWithResponse call
+func ParseCreateUploadResponse(rsp *http.Response) (*CreateUploadResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateUploadResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Upload
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON412 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeadersTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 507:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON507 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 201:
+		var headers CreateUploadResponse201Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = value
+		}
+		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusResumable = &value
+		}
+		if values := rsp.Header.Values("Upload-Expires"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Upload-Expires", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.UploadExpires = &value
+		}
+		response.Headers201 = &headers
+	case rsp.StatusCode == 400:
+		var headers CreateUploadResponse400Headers
+		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusResumable = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 409:
+		var headers CreateUploadResponse409Headers
+		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusResumable = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 412:
+		var headers CreateUploadResponse412Headers
+		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusResumable = &value
+		}
+		if values := rsp.Header.Values("Tus-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusVersion = &value
+		}
+		response.Headers412 = &headers
+	case rsp.StatusCode == 413:
+		var headers CreateUploadResponse413Headers
+		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusResumable = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 422:
+		var headers CreateUploadResponse422Headers
+		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusResumable = &value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 503:
+		var headers CreateUploadResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusResumable = &value
+		}
+		response.Headers503 = &headers
+	case rsp.StatusCode == 507:
+		var headers CreateUploadResponse507Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Media-Id"); len(values) > 0 {
+			var value MediaID
+			if err := runtime.BindStyledParameterWithOptions("simple", "Media-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MediaId = &value
+		}
+		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusResumable = &value
+		}
+		if values := rsp.Header.Values("Upload-Expires"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Upload-Expires", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.UploadExpires = &value
+		}
+		if values := rsp.Header.Values("Upload-Length"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Upload-Length", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.UploadLength = &value
+		}
+		if values := rsp.Header.Values("Upload-Offset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Upload-Offset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.UploadOffset = &value
+		}
+		response.Headers507 = &headers
+	case true:
+		var headers CreateUploadResponseDefaultHeaders
+		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusResumable = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseDeleteUploadResponse parses an HTTP response from a DeleteUploadWithResponse call
+func ParseDeleteUploadResponse(rsp *http.Response) (*DeleteUploadResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteUploadResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON412 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeadersTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		var headers DeleteUploadResponse204Headers
+		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusResumable = &value
+		}
+		response.Headers204 = &headers
+	case rsp.StatusCode == 404:
+		var headers DeleteUploadResponse404Headers
+		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusResumable = &value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers DeleteUploadResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusResumable = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 412:
+		var headers DeleteUploadResponse412Headers
+		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusResumable = &value
+		}
+		if values := rsp.Header.Values("Tus-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusVersion = &value
+		}
+		response.Headers412 = &headers
+	case rsp.StatusCode == 503:
+		var headers DeleteUploadResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusResumable = &value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers DeleteUploadResponseDefaultHeaders
+		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusResumable = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseHeadUploadResponse parses an HTTP response from a HeadUploadWithResponse call
+func ParseHeadUploadResponse(rsp *http.Response) (*HeadUploadResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &HeadUploadResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers HeadUploadResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Media-Id"); len(values) > 0 {
+			var value MediaID
+			if err := runtime.BindStyledParameterWithOptions("simple", "Media-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MediaId = &value
+		}
+		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusResumable = &value
+		}
+		if values := rsp.Header.Values("Upload-Expires"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Upload-Expires", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.UploadExpires = &value
+		}
+		if values := rsp.Header.Values("Upload-Length"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Upload-Length", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.UploadLength = &value
+		}
+		if values := rsp.Header.Values("Upload-Metadata"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Upload-Metadata", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.UploadMetadata = &value
+		}
+		if values := rsp.Header.Values("Upload-Offset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Upload-Offset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.UploadOffset = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 404:
+		var headers HeadUploadResponse404Headers
+		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusResumable = &value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 412:
+		var headers HeadUploadResponse412Headers
+		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusResumable = &value
+		}
+		if values := rsp.Header.Values("Tus-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusVersion = &value
+		}
+		response.Headers412 = &headers
+	case rsp.StatusCode == 503:
+		var headers HeadUploadResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusResumable = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePatchUploadResponse parses an HTTP response from a PatchUploadWithResponse call
+func ParsePatchUploadResponse(rsp *http.Response) (*PatchUploadResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PatchUploadResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON412 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeadersTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 460:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON460 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 507:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON507 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		var headers PatchUploadResponse204Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Media-Id"); len(values) > 0 {
+			var value MediaID
+			if err := runtime.BindStyledParameterWithOptions("simple", "Media-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MediaId = &value
+		}
+		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusResumable = &value
+		}
+		if values := rsp.Header.Values("Upload-Expires"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Upload-Expires", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.UploadExpires = &value
+		}
+		if values := rsp.Header.Values("Upload-Length"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Upload-Length", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.UploadLength = &value
+		}
+		if values := rsp.Header.Values("Upload-Offset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Upload-Offset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.UploadOffset = &value
+		}
+		response.Headers204 = &headers
+	case rsp.StatusCode == 400:
+		var headers PatchUploadResponse400Headers
+		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusResumable = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 404:
+		var headers PatchUploadResponse404Headers
+		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusResumable = &value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers PatchUploadResponse409Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Media-Id"); len(values) > 0 {
+			var value MediaID
+			if err := runtime.BindStyledParameterWithOptions("simple", "Media-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MediaId = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusResumable = &value
+		}
+		if values := rsp.Header.Values("Upload-Expires"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Upload-Expires", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.UploadExpires = &value
+		}
+		if values := rsp.Header.Values("Upload-Length"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Upload-Length", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.UploadLength = &value
+		}
+		if values := rsp.Header.Values("Upload-Offset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Upload-Offset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.UploadOffset = &value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 412:
+		var headers PatchUploadResponse412Headers
+		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusResumable = &value
+		}
+		if values := rsp.Header.Values("Tus-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusVersion = &value
+		}
+		response.Headers412 = &headers
+	case rsp.StatusCode == 413:
+		var headers PatchUploadResponse413Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Media-Id"); len(values) > 0 {
+			var value MediaID
+			if err := runtime.BindStyledParameterWithOptions("simple", "Media-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MediaId = &value
+		}
+		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusResumable = &value
+		}
+		if values := rsp.Header.Values("Upload-Expires"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Upload-Expires", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.UploadExpires = &value
+		}
+		if values := rsp.Header.Values("Upload-Length"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Upload-Length", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.UploadLength = &value
+		}
+		if values := rsp.Header.Values("Upload-Offset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Upload-Offset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.UploadOffset = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers PatchUploadResponse415Headers
+		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusResumable = &value
+		}
+		response.Headers415 = &headers
+	case rsp.StatusCode == 460:
+		var headers PatchUploadResponse460Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Media-Id"); len(values) > 0 {
+			var value MediaID
+			if err := runtime.BindStyledParameterWithOptions("simple", "Media-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MediaId = &value
+		}
+		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusResumable = &value
+		}
+		if values := rsp.Header.Values("Upload-Expires"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Upload-Expires", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.UploadExpires = &value
+		}
+		if values := rsp.Header.Values("Upload-Length"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Upload-Length", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.UploadLength = &value
+		}
+		if values := rsp.Header.Values("Upload-Offset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Upload-Offset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.UploadOffset = &value
+		}
+		response.Headers460 = &headers
+	case rsp.StatusCode == 503:
+		var headers PatchUploadResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusResumable = &value
+		}
+		response.Headers503 = &headers
+	case rsp.StatusCode == 507:
+		var headers PatchUploadResponse507Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Media-Id"); len(values) > 0 {
+			var value MediaID
+			if err := runtime.BindStyledParameterWithOptions("simple", "Media-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.MediaId = &value
+		}
+		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusResumable = &value
+		}
+		if values := rsp.Header.Values("Upload-Expires"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Upload-Expires", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.UploadExpires = &value
+		}
+		if values := rsp.Header.Values("Upload-Length"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Upload-Length", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.UploadLength = &value
+		}
+		if values := rsp.Header.Values("Upload-Offset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Upload-Offset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.UploadOffset = &value
+		}
+		response.Headers507 = &headers
+	case true:
+		var headers PatchUploadResponseDefaultHeaders
+		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusResumable = &value
+		}
+		response.HeadersDefault = &headers
 	}
 
 	return response, nil

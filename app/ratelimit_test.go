@@ -412,3 +412,37 @@ func formRequest(u string, form url.Values) *http.Request {
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	return req
 }
+
+// TestGiveBackStaysInItsWindow: an event refunded after its window ended
+// (a password check that outlasted the window) gives nothing to the next
+// window, which would otherwise allow max+1 attempts in it.
+func TestGiveBackStaysInItsWindow(t *testing.T) {
+	clock := testutil.NewClock(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC))
+	l := newLimiter(3, time.Minute, clock.Now)
+	old, err := l.take("k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Minute)
+	for i := range 3 {
+		if _, err := l.take("k"); err != nil {
+			t.Fatalf("attempt %d of the new window: %v", i+1, err)
+		}
+	}
+	old.giveBack()
+	if _, err := l.take("k"); nah.ErrorCode(err) != nah.RateLimited {
+		t.Fatalf("a fourth attempt in the new window after a refund from the old one: %v, want rate_limited", err)
+	}
+	// A refund into its own window still gives the attempt back.
+	clock.Advance(time.Minute)
+	at, err := l.take("k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.take("k")
+	l.take("k")
+	at.giveBack()
+	if _, err := l.take("k"); err != nil {
+		t.Fatalf("after a refund in the same window: %v", err)
+	}
+}

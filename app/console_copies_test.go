@@ -3,8 +3,10 @@ package app
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/chromedp/chromedp"
 
 	"github.com/nah-app/nah/store"
 	"github.com/nah-app/nah/ui"
@@ -163,4 +167,84 @@ func mustRequest(t *testing.T, method, u string) *http.Request {
 		t.Fatal(err)
 	}
 	return req
+}
+
+// TestCopyNowInBrowser: with JavaScript on, "Make a copy now" disables
+// its button and shows how far the copy has come, moving without a
+// reload; a second ask while it runs says one is running and makes no
+// second copy; the new copy then appears in the list, the button back.
+// At a phone's width nothing scrolls sideways.
+func TestCopyNowInBrowser(t *testing.T) {
+	ctx, consoleErrors := startBrowser(t)
+	rs := newReplicatedServer(t)
+	mustAdmin(t, rs.store, "root", "admin-password")
+	for _, h := range []string{"ann", "bea", "cai"} {
+		rs.post(t, rs.signup(t, h), []byte("hello"))
+	}
+	rs.backups.Sweep.Pace = 700 * time.Millisecond // 4 databases: about 3 s
+	bctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); rs.backups.Run(bctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	must := func(step string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+	}
+	must("sign in", chromedp.Do(ctx, emulate(consoleSizes[1]),
+		chromedp.Navigate(rs.URL+"/console/login"),
+		chromedp.SendKeys(chromedp.CSS("#name"), "root"),
+		chromedp.SendKeys(chromedp.CSS("#password"), "admin-password"),
+		chromedp.Click(chromedp.CSS("button[type=submit]"))))
+	browserWait(t, ctx, "overview", `location.pathname === "/console"`)
+	must("backups", chromedp.Do(ctx, chromedp.Navigate(rs.URL+"/console/backups")))
+	browserWait(t, ctx, "no copy yet", `document.querySelector("#no-copies") !== null && !document.querySelector("#copy-now").disabled`)
+
+	must("make a copy now", chromedp.Do(ctx, chromedp.Click(chromedp.ID("copy-now"))))
+	browserWait(t, ctx, "copying", `(() => { const p = document.querySelector("#copy-progress");
+  return p !== null && p.checkVisibility() && /^(A copy|Copying file)/.test(p.innerText) && document.querySelector("#copy-now").disabled })()`)
+	first, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("copy-progress")))
+	must("progress", err)
+	browserWait(t, ctx, "the progress moves without a reload", fmt.Sprintf(`document.querySelector("#copy-progress") === null || document.querySelector("#copy-progress").innerText !== %q`, first))
+	if loc, err := chromedp.Run(ctx, chromedp.Location()); err != nil || !strings.Contains(loc, "/console/backups?m=copying") {
+		t.Errorf("after Make a copy now the address is %q (%v)", loc, err)
+	}
+	w, err := chromedp.Run(ctx, chromedp.Evaluate[[]int64](`[document.documentElement.scrollWidth, window.innerWidth]`))
+	must("widths", err)
+	if w[0] != 390 || w[1] != 390 {
+		t.Errorf("while copying, the page is %d px wide in a %d px window", w[0], w[1])
+	}
+
+	// A second ask, while the first runs: refused in words, no second copy.
+	c := consoleClient(t)
+	if p := postForm(t, c, rs.URL+"/console/login", url.Values{"name": {"root"}, "password": {"admin-password"}}); p.status != 303 {
+		t.Fatalf("sign in: %d", p.status)
+	}
+	p := postForm(t, c, rs.URL+"/console/backups/copy", nil, "Origin", rs.URL)
+	if _, running := rs.backups.Sweep.Progress(); !running {
+		t.Fatal("the copy ended before the second ask: make it slower")
+	}
+	if p.status != 303 || p.header.Get("Location") != "/console/backups?m=copy-running#copies-title" {
+		t.Fatalf("second ask: %d %s", p.status, p.header.Get("Location"))
+	}
+	if msg := text(parseConsole(t, get(t, c, rs.URL+"/console/backups?m=copy-running").body).find("role", "status")[0]); !strings.HasPrefix(msg, "A nightly copy is already being made") {
+		t.Fatalf("second ask says %q", msg)
+	}
+
+	browserWait(t, ctx, "copy made", `document.querySelector("#copy-progress") === null && !document.querySelector("#copy-now").disabled &&
+  document.querySelectorAll("[data-testid=copy]").length === 1 && document.querySelector("[data-testid=copy-state]").innerText === "complete"`)
+	cs, err := rs.backups.Sweep.Copies(context.Background())
+	if err != nil || len(cs) != 1 || !cs[0].Complete || cs[0].Files != 4 {
+		t.Fatalf("copies on the target: %+v %v", cs, err)
+	}
+	w, err = chromedp.Run(ctx, chromedp.Evaluate[[]int64](`[document.documentElement.scrollWidth, window.innerWidth]`))
+	must("widths", err)
+	if w[0] != 390 || w[1] != 390 {
+		t.Errorf("with the list of copies, the page is %d px wide in a %d px window", w[0], w[1])
+	}
+	if errs := consoleErrors(); len(errs) > 0 {
+		t.Errorf("browser console errors:\n%s", strings.Join(errs, "\n"))
+	}
 }

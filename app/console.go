@@ -59,6 +59,8 @@ func (a *App) consoleRoutes(r chi.Router) {
 			r.Post("/console/backups/sync", a.handleBackupSync)
 			r.Post("/console/backups/drill", a.handleDrillNow) // console_drill.go
 			r.Get("/console/backups/download", a.handleBackupDownload)
+			r.Post("/console/backups/copy", a.handleCopyNow)               // console_copies.go
+			r.Get("/console/backups/copies/{stamp}", a.handleCopyDownload) // console_copies.go
 			r.Get("/console/backups/restore", a.handleRestoreConfirm)
 			r.Post("/console/backups/restore", a.handleRestore)
 			r.Get("/console/people/{id}/undo-restore", a.handleUndoRestoreConfirm)
@@ -188,12 +190,14 @@ func (a *App) setAdminCookie(w http.ResponseWriter, r *http.Request, token strin
 
 // flashes are the fixed messages a redirect may ask for with ?m=.
 var flashes = map[string]string{
-	"created":  "The person is created. They can sign in with the password you gave.",
-	"disabled": "Disabled: they are signed out of every phone and cannot sign in until you enable them.",
-	"enabled":  "Enabled.",
-	"revoked":  "Revoked.",
-	"saved":    "Saved.",
-	"deleted":  "Deleted: their sessions and connections are gone; the deletion can be undone here until the purge.",
-	"restored": "Restored with their moments. Their sessions stay revoked and their connections are gone; they sign in with their password.",
-	"undone":   "The restore is undone: their file is back as it was just before it.",
+	"created":      "The person is created. They can sign in with the password you gave.",
+	"disabled":     "Disabled: they are signed out of every phone and cannot sign in until you enable them.",
+	"enabled":      "Enabled.",
+	"revoked":      "Signed out of that phone.",
+	"saved":        "Saved.",
+	"deleted":      "Deleted: they are signed out of every phone and their connections are gone; the deletion can be undone here until the purge.",
+	"copying":      "A nightly copy is being made now: this page shows how far it has come.",
+	"copy-running": "A nightly copy is already being made: one at a time. This page shows how far it has come.",
+	"restored":     "Restored with their moments. They stay signed out of every phone and their connections are gone; they sign in with their password.",
+	"undone":       "The restore is undone: their file is back as it was just before it.",
 }

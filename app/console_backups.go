@@ -156,7 +156,9 @@ func (a *App) backupsView(r *http.Request) (ui.Backups, error) {
 		last, running := b.Sweep.Last()
 		v.Sweep = &ui.SweepRow{Stamp: last.Stamp, Started: last.Started, Duration: last.Duration, Files: last.Files, Bytes: last.Bytes, Failed: last.Failed, Err: last.Err}
 		v.Sweeping, v.NextSweep = running, b.NextSweepAt()
+		a.copiesView(r.Context(), &v)
 	}
+	v.Flash = flashes[r.URL.Query().Get("m")]
 	return v, nil
 }
 

@@ -30,6 +30,17 @@ func (a *App) handleOverview(w http.ResponseWriter, r *http.Request) {
 	}
 	bh := a.backupHealth()
 	o.Backups = &bh
+	checks, err := a.firstRun(r.Context(), bh)
+	if err != nil {
+		a.consoleError(w, r, o.Page, err)
+		return
+	}
+	for _, c := range checks {
+		if !c.Done {
+			o.Checklist = checks // shown until every item is done
+			break
+		}
+	}
 	o.Drill = a.drillView()
 	problems := a.store.FileProblems()
 	o.AttentionTotal = len(problems)

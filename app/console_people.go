@@ -45,8 +45,18 @@ func (a *App) peopleView(r *http.Request) (ui.People, error) {
 		return v, err
 	}
 	v.Total, v.PageCount = total, (total+peoplePerPage-1)/peoplePerPage
+	ids := make([]string, len(ps))
+	for i, p := range ps {
+		ids[i] = p.ID
+	}
+	counts, err := a.store.ListedCounts(r.Context(), ids)
+	if err != nil {
+		return v, err
+	}
 	for _, p := range ps {
-		v.Rows = append(v.Rows, toRow(p))
+		row, c := toRow(p), counts[p.ID]
+		row.Moments, row.Storage, row.StorageKnown = c.Moments, c.DatabaseBytes+c.MediaBytes, c.MediaKnown
+		v.Rows = append(v.Rows, row)
 	}
 	return v, nil
 }

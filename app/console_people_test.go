@@ -7,9 +7,12 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/net/html"
 
 	"github.com/nah-app/nah/store"
 	"github.com/nah-app/nah/ui"
@@ -97,9 +100,10 @@ func TestConsolePeoplePages(t *testing.T) {
 	c := signedInAdmin(t, ts)
 	p1 := get(t, c, ts.URL+"/console/people")
 	p2 := get(t, c, ts.URL+"/console/people?page=2")
-	rows := func(s string) int { return strings.Count(s, `<td data-label="Handle"><a href="/console/people/`) }
-	if rows(p1.body) != peoplePerPage || rows(p2.body) != 5 || !strings.Contains(p1.body, "page 1 of 2") || !strings.Contains(p1.body, ">Next<") {
-		t.Fatalf("pages hold %d and %d rows", rows(p1.body), rows(p2.body))
+	rows := func(s string) int { return len(parseConsole(t, s).find("data-testid", "person")) }
+	pages := parseConsole(t, p1.body).find("aria-label", "Pages")
+	if rows(p1.body) != peoplePerPage || rows(p2.body) != 5 || len(pages) != 1 || text(pages[0]) != "page 1 of 2 Next" {
+		t.Fatalf("pages hold %d and %d rows; the pager: %d", rows(p1.body), rows(p2.body), len(pages))
 	}
 	// htmx's search asks for the list alone.
 	req, _ := http.NewRequest("GET", ts.URL+"/console/people?q=p00", nil)
@@ -110,7 +114,7 @@ func TestConsolePeoplePages(t *testing.T) {
 	}
 	b, _ := io.ReadAll(res.Body)
 	res.Body.Close()
-	if s := string(b); strings.Contains(s, "<html") || !strings.HasPrefix(strings.TrimSpace(s), `<section id="people-list"`) || rows(s) != 10 {
+	if s := string(b); parseConsole(t, s).find("lang", "en") != nil || !strings.HasPrefix(strings.TrimSpace(s), `<section id="people-list"`) || rows(s) != 10 {
 		t.Fatalf("fragment: %.200s", s)
 	}
 }
@@ -228,5 +232,70 @@ func TestConsoleDeleteAndUndo(t *testing.T) {
 	}
 	if items := ts.readAll(t, bob.token, "/api/v1/feed", 10); len(items) != 0 {
 		t.Fatalf("bob sees ann again without reconnecting: %v", items)
+	}
+}
+
+// TestPeopleListCounts: the People list shows each person's moments,
+// storage (database and counted media) and last active, from the store's
+// counts; Create and Import come before the list.
+func TestPeopleListCounts(t *testing.T) {
+	ts := newTestServer(t)
+	ann, bea := ts.signup(t, "ann"), ts.signup(t, "bea")
+	ts.post(t, ann, []byte("one"))
+	ts.post(t, ann, []byte("two"))
+	photo := strings.Repeat("a photo ", 4096)
+	ts.mustUpload(t, ann, []byte(photo))
+	c := signedInAdmin(t, ts)
+	p := get(t, c, ts.URL+"/console/people")
+	doc := parseConsole(t, p.body)
+	cell := func(row *html.Node, id string) string {
+		for n := range row.Descendants() {
+			if v, _ := attr(n, "data-testid"); v == id {
+				return text(n)
+			}
+		}
+		return ""
+	}
+	rows := doc.find("data-testid", "person")
+	if len(rows) != 2 {
+		t.Fatalf("%d rows", len(rows))
+	}
+	annP, err := ts.store.FindPersonByID(context.Background(), ann.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := ts.store.StorageOf(context.Background(), ann.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Media < int64(len(photo)) {
+		t.Fatalf("ann's media: %d bytes", st.Media)
+	}
+	got := []string{cell(rows[0], "moments"), cell(rows[0], "storage"), cell(rows[0], "last-active")}
+	if want := []string{"2", ui.Bytes(st.Database + st.Media), ui.When(annP.NewestAt)}; !slices.Equal(got, want) {
+		t.Errorf("ann's row: %q, want %q", got, want)
+	}
+	beaSt, err := ts.store.StorageOf(context.Background(), bea.id) // counts her media from now
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cell(rows[1], "moments") + " | " + cell(rows[1], "last-active"); got != "0 | never" {
+		t.Errorf("bea's row: %q", got)
+	}
+	if s := cell(rows[1], "storage"); s != ui.Bytes(beaSt.Database)+" and photos not counted yet" {
+		t.Errorf("bea's storage before her media were counted: %q", s)
+	}
+	if s := cell(parseConsole(t, get(t, c, ts.URL+"/console/people").body).find("data-testid", "person")[1], "storage"); s != ui.Bytes(beaSt.Database) {
+		t.Errorf("bea's storage once counted: %q", s)
+	}
+	// Create and Import, then the list.
+	var order []string
+	for n := range doc.root.Descendants() {
+		if id, _ := attr(n, "id"); id == "create-person" || id == "import-person" || id == "people-list" {
+			order = append(order, id)
+		}
+	}
+	if !slices.Equal(order, []string{"create-person", "import-person", "people-list"}) {
+		t.Errorf("the People page's order: %v", order)
 	}
 }

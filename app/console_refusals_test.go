@@ -279,7 +279,7 @@ func TestConsoleDangerInBrowser(t *testing.T) {
 	must("ann's page", chromedp.Do(ctx, chromedp.Navigate(rs.URL+"/console/people/"+ann.id)))
 	browserWait(t, ctx, "ann's page", `document.querySelector("#delete") !== null`)
 	danger("ann's page", true, "#toggle", "#delete")
-	danger("ann's page", false, `button[aria-label^="Revoke session"]`)
+	danger("ann's page", false, `button[aria-label^="Sign out phone"]`)
 	if got, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector("#restore-person").closest(".danger-zone") !== null`)); err != nil || !got {
 		t.Errorf("the restore to a time is not in the danger zone (%v)", err)
 	}

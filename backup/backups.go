@@ -77,19 +77,25 @@ func (b *Backups) Run(ctx context.Context) {
 			return
 		case <-t.C:
 			b.catchUp(ctx)
+		case <-b.Sweep.asks():
+			b.sweep(ctx)
 		case <-sweepC:
-			res, err := b.Sweep.Run(ctx, time.Now())
-			if ctx.Err() != nil {
-				b.Log.Info("backup sweep stopped by the shutdown; the next start's sweep makes a whole one", "files", res.Files)
-				return
-			}
-			if err != nil {
-				b.Log.Error("backup sweep", "err", err, "files", res.Files)
-			} else {
-				b.Log.Info("backup sweep", "files", res.Files, "bytes", res.Bytes, "failed", len(res.Failed), "took", res.Duration.Round(time.Millisecond))
-			}
+			b.sweep(ctx)
 			arm()
 		}
+	}
+}
+
+// sweep runs one sweep (the nightly one, or one asked for) and logs it.
+func (b *Backups) sweep(ctx context.Context) {
+	res, err := b.Sweep.Run(ctx, time.Now())
+	switch {
+	case ctx.Err() != nil:
+		b.Log.Info("backup sweep stopped by the shutdown; the next start's sweep makes a whole one", "files", res.Files)
+	case err != nil:
+		b.Log.Error("backup sweep", "err", err, "files", res.Files)
+	default:
+		b.Log.Info("backup sweep", "files", res.Files, "bytes", res.Bytes, "failed", len(res.Failed), "took", res.Duration.Round(time.Millisecond))
 	}
 }
 

@@ -194,3 +194,119 @@ func (b *s3Blobs) remove(ctx context.Context, prefix string) error {
 	}
 	return nil
 }
+
+func (d dirBlobs) open(ctx context.Context, key string) (io.ReadCloser, int64, error) {
+	p, err := d.path(key)
+	if err != nil {
+		return nil, 0, err
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, 0, err
+	}
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() {
+		f.Close()
+		return nil, 0, errors.Join(err, fmt.Errorf("%s is not a file", key))
+	}
+	return f, st.Size(), nil
+}
+
+func (d dirBlobs) children(ctx context.Context, prefix string) ([]string, error) {
+	p, err := d.path(prefix)
+	if err != nil {
+		return nil, err
+	}
+	es, err := os.ReadDir(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	var out []string
+	for _, e := range es {
+		out = append(out, e.Name())
+	}
+	return out, err
+}
+
+func (d dirBlobs) usage(ctx context.Context, prefix string) (n int, bytes int64, err error) {
+	root, err := d.path(prefix)
+	if err != nil {
+		return 0, 0, err
+	}
+	err = filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) && p == root {
+				return fs.SkipAll
+			}
+			return err
+		}
+		if e.Type().IsRegular() && !strings.HasPrefix(e.Name(), ".part-") {
+			st, err := e.Info()
+			if err != nil {
+				return err
+			}
+			n, bytes = n+1, bytes+st.Size()
+		}
+		return nil
+	})
+	return n, bytes, err
+}
+
+func (b *s3Blobs) open(ctx context.Context, key string) (io.ReadCloser, int64, error) {
+	out, err := b.c.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(b.bucket), Key: aws.String(b.key(key))})
+	if err != nil {
+		var nk *types.NoSuchKey
+		if errors.As(err, &nk) {
+			return nil, 0, fs.ErrNotExist
+		}
+		return nil, 0, err
+	}
+	if out.ContentLength == nil {
+		out.Body.Close()
+		return nil, 0, fmt.Errorf("%s: the bucket gave no size", key)
+	}
+	return out.Body, *out.ContentLength, nil
+}
+
+// prefixOf is the bucket's prefix for keys under prefix, "" at the root.
+func (b *s3Blobs) prefixOf(prefix string) string {
+	full := b.key(prefix) + "/"
+	if full == "./" || full == "/" {
+		return ""
+	}
+	return full
+}
+
+func (b *s3Blobs) children(ctx context.Context, prefix string) ([]string, error) {
+	full := b.prefixOf(prefix)
+	var out []string
+	p := s3.NewListObjectsV2Paginator(b.c, &s3.ListObjectsV2Input{Bucket: aws.String(b.bucket), Prefix: aws.String(full), Delimiter: aws.String("/")})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range page.CommonPrefixes {
+			out = append(out, strings.TrimSuffix(strings.TrimPrefix(aws.ToString(c.Prefix), full), "/"))
+		}
+		for _, o := range page.Contents {
+			out = append(out, strings.TrimPrefix(aws.ToString(o.Key), full))
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+func (b *s3Blobs) usage(ctx context.Context, prefix string) (n int, bytes int64, err error) {
+	p := s3.NewListObjectsV2Paginator(b.c, &s3.ListObjectsV2Input{Bucket: aws.String(b.bucket), Prefix: aws.String(b.prefixOf(prefix))})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return 0, 0, err
+		}
+		for _, o := range page.Contents {
+			n, bytes = n+1, bytes+aws.ToInt64(o.Size)
+		}
+	}
+	return n, bytes, nil
+}

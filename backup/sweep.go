@@ -93,13 +93,72 @@ type Sweeper struct {
 	mu      sync.Mutex
 	last    SweepResult
 	running bool
+	now     SweepProgress // the sweep running now
+	asked   bool          // Ask's sweep has not started yet
+	kick    chan struct{}
+	copies  map[string]NightlyCopy // Copies' cache, by stamp
 }
 
-// Last is the newest sweep's result (zero before the first).
+// SweepProgress is how far the sweep running now has come.
+type SweepProgress struct {
+	Asked   bool // asked for and about to start
+	Stamp   string
+	Started time.Time
+	Done    int // databases copied or failed so far
+	Total   int // databases to copy
+	Bytes   int64
+	Media   bool // the databases are done; the media mirror runs
+}
+
+// Last is the newest sweep's result (zero before the first), and whether
+// one runs now or is asked for.
 func (s *Sweeper) Last() (SweepResult, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.last, s.running
+	return s.last, s.running || s.asked
+}
+
+// Progress is the sweep running now or asked for (false: none).
+func (s *Sweeper) Progress() (SweepProgress, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.asked && !s.running {
+		return SweepProgress{Asked: true}, true
+	}
+	return s.now, s.running
+}
+
+// Ask asks Backups.Run for a sweep now: false while one runs or is
+// already asked for, so that two clicks never make two.
+func (s *Sweeper) Ask() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.running || s.asked {
+		return false
+	}
+	if s.kick == nil {
+		s.kick = make(chan struct{}, 1)
+	}
+	select {
+	case s.kick <- struct{}{}:
+		s.asked = true
+		return true
+	default:
+		return false
+	}
+}
+
+// asks is the channel Ask signals on.
+func (s *Sweeper) asks() <-chan struct{} {
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.kick == nil {
+		s.kick = make(chan struct{}, 1)
+	}
+	return s.kick
 }
 
 // Run sweeps once, then prunes old sweeps.
@@ -109,14 +168,22 @@ func (s *Sweeper) Run(ctx context.Context, now time.Time) (SweepResult, error) {
 		s.mu.Unlock()
 		return SweepResult{}, errors.New("a sweep is already running")
 	}
-	s.running = true
+	if now.UTC().Format(stampFormat) == s.last.Stamp {
+		now = now.Add(time.Second) // one stamp, one sweep: two in a second would share a folder
+	}
+	s.running, s.asked = true, false
+	s.now = SweepProgress{Stamp: now.UTC().Format(stampFormat), Started: now}
+	select {
+	case <-s.kick: // an ask made before this sweep started is this sweep
+	default:
+	}
 	s.mu.Unlock()
 	res, err := s.run(ctx, now)
 	if err != nil {
 		res.Err = err.Error()
 	}
 	s.mu.Lock()
-	s.running, s.last = false, res
+	s.running, s.last, s.now = false, res, SweepProgress{}
 	s.mu.Unlock()
 	return res, err
 }
@@ -130,6 +197,7 @@ func (s *Sweeper) run(ctx context.Context, now time.Time) (SweepResult, error) {
 		return res, err
 	}
 	m := SweepManifest{Started: now.UTC(), Sums: map[string]FileSum{}}
+	s.progress(func(p *SweepProgress) { p.Total = len(rels) })
 	for _, rel := range rels {
 		if err := ctx.Err(); err != nil {
 			return res, err
@@ -142,6 +210,7 @@ func (s *Sweeper) run(ctx context.Context, now time.Time) (SweepResult, error) {
 			m.Bytes += sum.Size
 			m.Sums[rel] = sum
 		}
+		s.progress(func(p *SweepProgress) { p.Done, p.Bytes = p.Done+1, m.Bytes })
 		if s.Pace > 0 {
 			select {
 			case <-ctx.Done():
@@ -149,6 +218,7 @@ func (s *Sweeper) run(ctx context.Context, now time.Time) (SweepResult, error) {
 			}
 		}
 	}
+	s.progress(func(p *SweepProgress) { p.Media = true })
 	n, bytes, failed, err := s.mirrorMedia(ctx, blobs)
 	if err != nil {
 		m.Failed = append(m.Failed, "media: "+err.Error())
@@ -162,6 +232,12 @@ func (s *Sweeper) run(ctx context.Context, now time.Time) (SweepResult, error) {
 		return res, err
 	}
 	return res, s.prune(ctx, blobs)
+}
+
+func (s *Sweeper) progress(f func(*SweepProgress)) {
+	s.mu.Lock()
+	f(&s.now)
+	s.mu.Unlock()
 }
 
 func (s *Sweeper) copyOne(ctx context.Context, blobs blobStore, stamp, rel string) (FileSum, error) {

@@ -249,6 +249,13 @@ type blobStore interface {
 	get(ctx context.Context, key string) (io.ReadCloser, error)
 	list(ctx context.Context, prefix string) ([]string, error) // keys under prefix, sorted
 	remove(ctx context.Context, prefix string) error           // every key under prefix
+	// open is get with the object's size, which a tar header needs first.
+	open(ctx context.Context, key string) (io.ReadCloser, int64, error)
+	// children are the names one level under prefix, files or folders,
+	// sorted: the sweeps' stamps without listing each sweep's files.
+	children(ctx context.Context, prefix string) ([]string, error)
+	// usage counts the keys under prefix and their bytes.
+	usage(ctx context.Context, prefix string) (n int, bytes int64, err error)
 }
 
 // store returns the target's plain-object store.

@@ -1,6 +1,9 @@
 package ui
 
-import "time"
+import (
+	"strconv"
+	"time"
+)
 
 // The views of the console's Backups page (backups.templ): replication's
 // health and per-file state, the last sweep, the downloads, and a person's
@@ -44,6 +47,12 @@ type Backups struct {
 	Sweep     *SweepRow // nil: no sweep planned (NAH_SWEEP_EVERY off)
 	Sweeping  bool
 	NextSweep time.Time
+	// Copies are the nightly copies on the target, newest first;
+	// CopiesError says why they could not be listed. Copying is the one
+	// being made now (nil: none).
+	Copies      []CopyRow
+	CopiesError string
+	Copying     *CopyProgress
 
 	// RestoreCommand rebuilds the whole server from the target.
 	RestoreCommand string
@@ -73,6 +82,37 @@ type SweepRow struct {
 	Bytes    int64
 	Failed   []string
 	Err      string
+}
+
+// CopyRow is one nightly copy on the target.
+type CopyRow struct {
+	Stamp             string
+	Started           time.Time
+	Files, Failed     int
+	Bytes             int64
+	Complete, Running bool // neither: it was cut short
+}
+
+// CopyProgress is the nightly copy being made now.
+type CopyProgress struct {
+	Asked       bool // asked for, about to start
+	Started     time.Time
+	Done, Total int // databases
+	Bytes       int64
+	Media       bool // the databases are copied; the media follow
+}
+
+// copyDoing says how far the copy being made has come, in a sentence.
+func copyDoing(p CopyProgress) string {
+	switch {
+	case p.Asked:
+		return "A copy is about to start."
+	case p.Media:
+		return "Every database is copied (" + Bytes(p.Bytes) + "); now the photos and videos new since the last copy."
+	case p.Total == 0:
+		return "A copy has started: listing the files."
+	}
+	return "Copying file " + strconv.Itoa(min(p.Done+1, p.Total)) + " of " + strconv.Itoa(p.Total) + ", " + Bytes(p.Bytes) + " so far."
 }
 
 // RestorePerson is a person's restore to a time: the confirmation step

@@ -45,9 +45,20 @@ type Overview struct {
 	AttentionTotal int
 	Certificates   []CertProblem
 
+	// Checklist is what a new server still needs (empty once each is
+	// done).
+	Checklist []CheckItem
+
 	// Backups is replication at a glance (nil: NAH_REPLICA_URL is off).
 	Backups *BackupHealth
 	Drill   *DrillView // the last restore drill (nil: none)
+}
+
+// CheckItem is one item of the first-run checklist: what, whether it is
+// done, and how to do it (Link: the page where it is done, if any).
+type CheckItem struct {
+	ID, Title, How, Link string
+	Done                 bool
 }
 
 // CertProblem is a name of NAH_DOMAIN without a good HTTPS certificate:
@@ -76,6 +87,12 @@ type PersonRow struct {
 	ID, Handle          string
 	CreatedAt, NewestAt int64
 	Disabled            bool
+	// Moments and Storage are the store's counts (the list's columns);
+	// StorageKnown is false while their media are not counted in this
+	// run, so Storage is their database alone.
+	Moments      int64
+	Storage      int64
+	StorageKnown bool
 }
 
 // People is the people list with its search.

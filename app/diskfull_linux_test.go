@@ -46,6 +46,7 @@ func TestDiskFull(t *testing.T) {
 		{"sign up", "POST", "/api/v1/accounts", "", map[string]string{"handle": "cat", "password": "password-cat"}},
 		{"invite", "POST", "/api/v1/invites", bob.token, nil},
 	} {
+		ts.store.WaitClosed() // a close still running would free its WAL's space after the fill
 		testdisk.Fill(t, dir)
 		r := ts.do(t, w.method, w.path, w.token, w.body)
 		if r.status != 507 || r.errCode() != "insufficient_storage" {

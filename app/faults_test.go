@@ -46,6 +46,7 @@ func TestUnreadableFileHarmsOnlyItsOwner(t *testing.T) {
 		t.Run(damage.name, func(t *testing.T) {
 			// cat's post opens cat's file, which closes ann's (the bound is 1).
 			others = append([]string{ts.post(t, cat, []byte("cat before "+damage.name))}, others...)
+			ts.store.WaitClosed() // ann's close checkpoints her WAL into the file read next
 			good, err := os.ReadFile(path)
 			if err != nil {
 				t.Fatal(err)

@@ -349,6 +349,11 @@ type Stats struct {
 	Ships int64
 }
 
+// WaitClosed returns once the person files evicted so far are closed:
+// a close runs off the request path and checkpoints, so until then the
+// file on disk and the free space are not what they will be.
+func (s *Store) WaitClosed() { s.files.WaitClosed() }
+
 // Stats returns the store's gauges now.
 func (s *Store) Stats() Stats {
 	open := s.files.Len()

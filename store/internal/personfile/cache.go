@@ -220,6 +220,12 @@ func (c *Cache) closeLater(fs []*File) {
 	}
 }
 
+// WaitClosed returns once every close of an evicted file that had begun
+// has finished (its checkpoint done, its WAL gone or kept). A caller that
+// reads or fills the disk under the files needs it: a close still running
+// changes both.
+func (c *Cache) WaitClosed() { c.closers.Wait() }
+
 // Drop takes f out of the cache if it is still there, so that the next
 // Acquire opens the file afresh; f closes with its last user. For a handle
 // that proved broken: kept, it would go on reading the broken file, even

@@ -202,6 +202,7 @@ func TestConsoleLocalTimeInBrowser(t *testing.T) {
 	ts := newTestServer(t)
 	mustAdmin(t, ts.store, "root", "admin-password")
 	ann := ts.signup(t, "ann")
+	ts.post(t, ann, []byte("a moment, so the People list shows when she was last active"))
 	p, err := ts.store.FindPersonByID(context.Background(), ann.id)
 	if err != nil {
 		t.Fatal(err)

@@ -7,8 +7,10 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -34,6 +36,33 @@ type replicatedServer struct {
 	*testServer
 	replicaDir string
 	backups    *backup.Backups
+}
+
+// takeTargetAway puts a file where the target's folder was, so that even
+// root cannot write it. The folder is renamed away first: a sync running
+// beside the test may write into it while RemoveAll walks it.
+func (rs *replicatedServer) takeTargetAway(t *testing.T) {
+	t.Helper()
+	for i := 0; ; i++ {
+		away := fmt.Sprintf("%s.away%d", rs.replicaDir, i)
+		if err := os.Rename(rs.replicaDir, away); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.Fatal(err)
+		}
+		f, err := os.OpenFile(rs.replicaDir, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err == nil {
+			_, err = f.WriteString("not a directory")
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		if !errors.Is(err, fs.ErrExist) || i == 10 {
+			t.Fatal(err)
+		}
+	}
 }
 
 func newReplicatedServer(t *testing.T, edit ...func(*serverConfig)) *replicatedServer {
@@ -297,12 +326,7 @@ func TestBackupsBehindHealth(t *testing.T) {
 	c := signedInAdmin(t, rs.testServer)
 
 	// A file where the target's directory was: even root cannot write it.
-	if err := os.RemoveAll(rs.replicaDir); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(rs.replicaDir, []byte("not a directory"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	rs.takeTargetAway(t)
 	start := time.Now()
 	rs.post(t, ann, []byte("while the target is away"))
 	if d := time.Since(start); d > 2*time.Second {
@@ -728,12 +752,7 @@ func TestBackupsFailedSyncClears(t *testing.T) {
 	mustSync(t, rs.backups)
 	c := signedInAdmin(t, rs.testServer)
 
-	if err := os.RemoveAll(rs.replicaDir); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(rs.replicaDir, []byte("not a directory"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	rs.takeTargetAway(t)
 	rs.post(t, ann, []byte("while the target is away"))
 	if s := postForm(t, c, rs.URL+"/console/backups/sync", nil); s.status != http.StatusServiceUnavailable || !strings.Contains(s.body, "a file stands where the folder should be") {
 		t.Fatalf("sync now with the target away: %d\n%s", s.status, s.body)
@@ -792,12 +811,7 @@ func TestReplicaLagIsTheOldestWriteNotShipped(t *testing.T) {
 	// what the replica lacks, so the lag counts from the post, through the
 	// failed sync of the syncers' next tick (a second).
 	time.Sleep(2 * time.Second)
-	if err := os.RemoveAll(rs.replicaDir); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(rs.replicaDir, []byte("not a directory"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	rs.takeTargetAway(t)
 	posted := time.Now()
 	rs.post(t, ann, []byte("while the target is away"))
 	time.Sleep(1500 * time.Millisecond)

@@ -346,8 +346,7 @@ func TestBackupsRecoverInBrowser(t *testing.T) {
 		chromedp.Click(chromedp.CSS("button[type=submit]"))))
 	browserWait(t, ctx, "overview", `location.pathname === "/console"`)
 
-	must("target away", os.RemoveAll(rs.replicaDir))
-	must("target away", os.WriteFile(rs.replicaDir, []byte("not a directory"), 0o600))
+	rs.takeTargetAway(t)
 	rs.post(t, ann, []byte("while the target is away"))
 	must("backups", chromedp.Do(ctx, chromedp.Navigate(rs.URL+"/console/backups")))
 	browserWait(t, ctx, "backups", `document.querySelector("#sync-now") !== null`)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/url"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -110,8 +109,7 @@ func TestConsoleRefusalsInBrowser(t *testing.T) {
 	waitFor("no copy then", seen("#error", "holds no copy of ann's file"))
 
 	// 8. Sync now with the target away: a file where its folder was.
-	must("target away", os.RemoveAll(rs.replicaDir))
-	must("target away", os.WriteFile(rs.replicaDir, []byte("not a directory"), 0o600))
+	rs.takeTargetAway(t)
 	rs.post(t, ann, []byte("while the target is away"))
 	must("backups", chromedp.Do(ctx, chromedp.Navigate(rs.URL+"/console/backups")))
 	waitFor("backups", `document.querySelector("#sync-now") !== null`)

@@ -92,7 +92,7 @@ func hexSum(b []byte) string {
 	return hex.EncodeToString(s[:])
 }
 
-// TestMediaRoundTrip uploads 0, 1, 64 KiB, 10 MiB and exactly the limit,
+// TestMediaRoundTrip uploads 1, 64 KiB, 10 MiB and exactly the limit,
 // downloads each whole with its sha256, and refuses one byte over the limit
 // both when Content-Length says so and when a chunked stream passes it,
 // leaving no file behind.
@@ -100,7 +100,7 @@ func TestMediaRoundTrip(t *testing.T) {
 	ts := newTestServer(t)
 	ann := ts.signup(t, "ann")
 	limit := int(nah.DefaultMaxMediaBytes)
-	for _, n := range []int{0, 1, 64 << 10, 10 << 20, limit} {
+	for _, n := range []int{1, 64 << 10, 10 << 20, limit} {
 		body := randomBytes(n)
 		m := ts.mustUpload(t, ann, body)
 		if m.Size != int64(n) || m.SHA256 != hexSum(body) || m.ContentType != "image/jpeg" || !nah.ValidMediaID(m.ID) || !timeRE.MatchString(m.CreatedAt) {
@@ -131,8 +131,38 @@ func TestMediaRoundTrip(t *testing.T) {
 	}
 	me := ts.do(t, "GET", "/api/v1/me", ann.token, nil)
 	st := me.json["storage"].(map[string]any)
-	if want := float64(0 + 1 + 64<<10 + 10<<20 + limit); st["media"] != want {
+	if want := float64(1 + 64<<10 + 10<<20 + limit); st["media"] != want {
 		t.Errorf("storage %v, want media %v", st, want)
+	}
+}
+
+// TestEmptyMediaRefused: an empty body, with Content-Length: 0 or chunked,
+// and a resumable upload of Upload-Length: 0 are 400 empty_media, and
+// leave no row, no file and no quota taken.
+func TestEmptyMediaRefused(t *testing.T) {
+	ts := newTestServer(t)
+	ann := ts.signup(t, "ann")
+	if status, _, raw := ts.upload(t, ann, nil, "image/jpeg"); status != 400 || !strings.Contains(string(raw), `"empty_media"`) {
+		t.Errorf("Content-Length: 0: %d %s", status, raw)
+	}
+	res, raw := ts.exchangeMedia(t, "POST", "/api/v1/media", ann.token, map[string]string{"Content-Type": "image/jpeg"},
+		struct{ io.Reader }{bytes.NewReader(nil)}, nil)
+	if res.StatusCode != 400 || !strings.Contains(string(raw), `"empty_media"`) {
+		t.Errorf("chunked, empty: %d %s", res.StatusCode, raw)
+	}
+	res, raw = ts.tus(t, "POST", "/api/v1/uploads", ann.token, map[string]string{"Upload-Length": "0"}, nil)
+	if res.StatusCode != 400 || !strings.Contains(string(raw), `"empty_media"`) {
+		t.Errorf("Upload-Length: 0: %d %s", res.StatusCode, raw)
+	}
+	if l := ts.leftovers(t, ann); len(l) > 0 {
+		t.Errorf("left in the media folder: %v", l)
+	}
+	if files := uploadFiles(t, ts.dir, ann.id); len(files) > 0 {
+		t.Errorf("left in the uploads folder: %v", files)
+	}
+	st, err := ts.store.StorageOf(t.Context(), ann.id)
+	if err != nil || st.MediaCount != 0 || st.Media != 0 || st.Uploads != 0 {
+		t.Errorf("storage after empty uploads: %+v %v", st, err)
 	}
 }
 
@@ -575,7 +605,7 @@ func TestMediaExportImportDelete(t *testing.T) {
 	ts := newTestServer(t, func(c *serverConfig) { c.DeleteGrace = -1 })
 	ann := ts.signup(t, "ann")
 	bodies := map[string][]byte{}
-	for _, n := range []int{0, 1000, 300 << 10} {
+	for _, n := range []int{1, 1000, 300 << 10} {
 		b := randomBytes(n)
 		bodies[ts.mustUpload(t, ann, b).ID] = b
 	}
@@ -618,7 +648,7 @@ func TestMediaExportImportDelete(t *testing.T) {
 		}
 	}
 	st, err := other.store.StorageOf(t.Context(), res2.Person.ID)
-	if err != nil || st.MediaCount != len(bodies) || st.Media != 1000+300<<10 {
+	if err != nil || st.MediaCount != len(bodies) || st.Media != 1+1000+300<<10 {
 		t.Errorf("imported storage %+v %v", st, err)
 	}
 

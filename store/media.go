@@ -51,6 +51,12 @@ func (s Storage) Used() int64 { return s.Database + s.Media }
 
 func errNoMedia() error { return nah.Errorf(nah.NotFound, "", "no such media") }
 
+// ErrEmptyMedia refuses a media of no bytes: it would be a row and a file
+// that no phone can use.
+func ErrEmptyMedia() error {
+	return nah.Errorf(nah.Invalid, "empty_media", "a media file has at least one byte: this one is empty")
+}
+
 func (s *Store) mediaDir(id string) (string, error) {
 	d, err := s.personDir(id)
 	if err != nil {
@@ -299,6 +305,10 @@ func (up *Upload) Commit(ctx context.Context, contentType string) (nah.Media, er
 // stored in the row's transaction. When the key was used before for the
 // same request, the upload is dropped and replay is the first answer.
 func (up *Upload) CommitOnce(ctx context.Context, contentType string, idem *Idem) (m nah.Media, replay []byte, err error) {
+	if up.size == 0 {
+		up.Abort()
+		return nah.Media{}, nil, ErrEmptyMedia()
+	}
 	if err := up.f.Sync(); err != nil {
 		up.Abort()
 		return nah.Media{}, nil, up.s.spaceErr(err)

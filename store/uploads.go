@@ -201,6 +201,9 @@ func saveState(dir string, r *resumable) error {
 // storage with every unfinished upload at its declared length may not pass
 // quota; with an Idempotency-Key used before, it returns that upload.
 func (s *Store) CreateResumable(ctx context.Context, owner string, spec ResumableSpec, quota int64) (Resumable, bool, error) {
+	if spec.Length < 1 {
+		return Resumable{}, false, ErrEmptyMedia()
+	}
 	dir, err := s.uploadsDir(owner)
 	if err != nil {
 		return Resumable{}, false, err
@@ -559,6 +562,10 @@ func (s *Store) finishResumable(ctx context.Context, owner, dir string, u *media
 	sum := hex.EncodeToString(r.h.Sum(nil))
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	if r.st.Length < 1 { // a state from before creations were checked
+		s.dropResumable(dir, u, r)
+		return r.snapshot(), ErrEmptyMedia()
+	}
 	if r.st.SHA256 != "" && r.st.SHA256 != sum {
 		s.dropResumable(dir, u, r)
 		return r.snapshot(), ErrChecksumMismatch(true)

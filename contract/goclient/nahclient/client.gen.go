@@ -62,6 +62,7 @@ const (
 	ErrorCode0ChecksumMismatch       ErrorCode0 = "checksum_mismatch"
 	ErrorCode0Conflict               ErrorCode0 = "conflict"
 	ErrorCode0ConnectionLimit        ErrorCode0 = "connection_limit"
+	ErrorCode0EmptyMedia             ErrorCode0 = "empty_media"
 	ErrorCode0ExportInFlight         ErrorCode0 = "export_in_flight"
 	ErrorCode0Forbidden              ErrorCode0 = "forbidden"
 	ErrorCode0HandleTaken            ErrorCode0 = "handle_taken"
@@ -137,6 +138,8 @@ func (e ErrorCode0) Valid() bool {
 	case ErrorCode0Conflict:
 		return true
 	case ErrorCode0ConnectionLimit:
+		return true
+	case ErrorCode0EmptyMedia:
 		return true
 	case ErrorCode0ExportInFlight:
 		return true

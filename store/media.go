@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"hash"
 	"io/fs"
@@ -82,58 +83,86 @@ func (s *Store) withUsage(ctx context.Context, id string, fn func(u *mediaUsage)
 	return fn(u)
 }
 
-// loadUsage reads person id's media rows into u and sweeps their folder
-// against them. u.mu is held: no upload commits and no delete runs meanwhile.
+// loadUsage reads person id's media count and bytes into u with one
+// query, and sweeps their folder against the rows. u.mu is held: no upload
+// commits and no delete runs meanwhile.
 func (s *Store) loadUsage(ctx context.Context, id string, u *mediaUsage) error {
-	rows := make(map[string]bool)
 	var sum int64
+	var count int
+	dir, _ := s.mediaDir(id)
 	err := s.useFile(ctx, id, false, func(f *personFile) error {
-		r, err := f.db.QueryContext(ctx, `SELECT id, size FROM media`)
-		if err != nil {
+		if err := f.db.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(size), 0) FROM media`).Scan(&count, &sum); err != nil {
 			return err
 		}
-		defer r.Close()
-		for r.Next() {
-			var mid string
-			var size int64
-			if err := r.Scan(&mid, &size); err != nil {
-				return err
-			}
-			rows[mid] = true
-			sum += size
-		}
-		return r.Err()
+		s.sweepMedia(ctx, dir, f.db)
+		return nil
 	})
 	if err != nil {
 		return err
 	}
-	dir, _ := s.mediaDir(id)
-	s.sweepMedia(dir, rows)
 	if u.resumables == nil {
 		s.loadResumables(id, u)
 	}
-	u.bytes, u.count, u.loaded = sum, len(rows), true
+	u.bytes, u.count, u.loaded = sum, count, true
 	return nil
 }
 
+// sweepBatch is how many names of a media folder the sweep reads, and
+// asks db about, at a time: its memory is one batch, whatever the count.
+const sweepBatch = 256
+
 // sweepMedia removes from dir the temporary files that no upload holds
-// and, unless rows is nil, the media files that have no row.
-func (s *Store) sweepMedia(dir string, rows map[string]bool) {
-	es, err := os.ReadDir(dir)
+// and the media files that have no row in db, a batch of names at a time.
+func (s *Store) sweepMedia(ctx context.Context, dir string, db *sql.DB) {
+	d, err := os.Open(dir)
 	if err != nil {
 		return // no media yet
 	}
-	for _, e := range es {
-		name := e.Name()
-		switch {
-		case strings.HasPrefix(name, uploadPrefix):
-		case rows != nil && nah.ValidMediaID(name) && !rows[name]:
-		default:
-			continue
+	defer d.Close()
+	ids := make([]string, 0, sweepBatch)
+	for {
+		es, rerr := d.ReadDir(sweepBatch)
+		ids = ids[:0]
+		for _, e := range es {
+			switch name := e.Name(); {
+			case strings.HasPrefix(name, uploadPrefix):
+				s.removeLeft(filepath.Join(dir, name))
+			case nah.ValidMediaID(name):
+				ids = append(ids, name)
+			}
 		}
-		if removeUnlocked(filepath.Join(dir, name)) {
-			s.log.Info("removed what an interrupted upload or delete left", "path", filepath.Join(dir, name))
+		if len(ids) > 0 {
+			s.removeOrphans(ctx, dir, db, ids)
 		}
+		if rerr != nil {
+			return // io.EOF, or a folder that cannot be read: the next load tries again
+		}
+	}
+}
+
+// removeOrphans removes the files among ids (names in dir) that have no
+// row in db. A failed query removes nothing.
+func (s *Store) removeOrphans(ctx context.Context, dir string, db *sql.DB, ids []string) {
+	list, _ := json.Marshal(ids)
+	rows, err := db.QueryContext(ctx, `SELECT value FROM json_each(?) WHERE value NOT IN (SELECT id FROM media)`, string(list))
+	if err != nil {
+		s.log.Warn("sweep media files without a row", "dir", dir, "err", err)
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		if rows.Scan(&id) == nil && nah.ValidMediaID(id) {
+			s.removeLeft(filepath.Join(dir, id))
+		}
+	}
+}
+
+// removeLeft removes what an interrupted upload or delete left at p,
+// unless an upload holds it.
+func (s *Store) removeLeft(p string) {
+	if removeUnlocked(p) {
+		s.log.Info("removed what an interrupted upload or delete left", "path", p)
 	}
 }
 

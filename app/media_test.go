@@ -414,6 +414,81 @@ func walkMedia(t *testing.T, ts *testServer, id string) (database, media int64) 
 	return database, media
 }
 
+// TestTinyFilesCountAgainstTheQuota: 1-byte uploads from four phones at a
+// 20 MiB quota are refused (413 quota_exceeded, a resumable one too) once
+// their nah.MediaChargeBytes each fill it, near 20 MiB / 4 KiB less the
+// database, not after tens of thousands; a delete gives one charge back.
+func TestTinyFilesCountAgainstTheQuota(t *testing.T) {
+	const quota = 20 << 20
+	ts := newTestServer(t, func(c *serverConfig) { c.QuotaBytes = quota })
+	ann := ts.signup(t, "ann")
+	most := quota / nah.MediaChargeBytes // 5,120: none fits past it
+	var (
+		mu       sync.Mutex
+		ok       []string
+		refused  bool
+		attempts int
+		wg       sync.WaitGroup
+	)
+	for range 4 {
+		wg.Go(func() {
+			for {
+				mu.Lock()
+				if refused || attempts > 2*most {
+					mu.Unlock()
+					return
+				}
+				attempts++
+				mu.Unlock()
+				// Not checked against openapi.json one by one: thousands.
+				req, _ := http.NewRequest("POST", ts.URL+"/api/v1/media", strings.NewReader("x"))
+				req.Header.Set("Authorization", "Bearer "+ann.token)
+				req.Header.Set("Content-Type", "image/png")
+				res, err := ts.Client().Do(req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				raw, _ := io.ReadAll(res.Body)
+				res.Body.Close()
+				mu.Lock()
+				switch {
+				case res.StatusCode == 201:
+					var m mediaJSON
+					json.Unmarshal(raw, &m)
+					ok = append(ok, m.ID)
+				case res.StatusCode == 413 && strings.Contains(string(raw), `"quota_exceeded"`):
+					refused = true
+				default:
+					t.Errorf("upload: %d %s", res.StatusCode, raw)
+					refused = true
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	db, _ := walkMedia(t, ts, ann.id)
+	t.Logf("%d 1-byte files stored before a refusal (database %d bytes), %d at most at %d bytes each", len(ok), db, most, nah.MediaChargeBytes)
+	if !refused || len(ok) > most || int64(len(ok)+1)*nah.MediaChargeBytes+db < quota-nah.MediaChargeBytes*8 {
+		t.Fatalf("%d 1-byte files stored, refused %v: want a refusal once %d files of %d bytes and the database's %d fill %d",
+			len(ok), refused, len(ok), nah.MediaChargeBytes, db, quota)
+	}
+	if status, _, raw := ts.upload(t, ann, []byte("y"), "image/png"); status != 413 || !strings.Contains(string(raw), "quota_exceeded") {
+		t.Errorf("one more: %d %s", status, raw)
+	}
+	res, raw := ts.tus(t, "POST", "/api/v1/uploads", ann.token, map[string]string{"Upload-Length": "1"}, nil)
+	if res.StatusCode != 413 || !strings.Contains(string(raw), "quota_exceeded") {
+		t.Errorf("a resumable one more: %d %s", res.StatusCode, raw)
+	}
+	for _, id := range ok[:2] {
+		if r := ts.do(t, "DELETE", "/api/v1/media/"+id, ann.token, nil); r.status != 204 {
+			t.Fatalf("delete: %d %s", r.status, r.raw)
+		}
+	}
+	ts.mustUpload(t, ann, []byte("z"))
+}
+
 // TestMediaQuotaRace fills a person's quota from two phones at once: the
 // total never passes it, the uploads that would are 413 quota_exceeded,
 // and GET /me's counter equals a walk of the folder, before and after

@@ -160,10 +160,10 @@ func (s *Store) ImportPerson(ctx context.Context, r io.Reader, opts ImportOption
 	}
 	defer db.Close()
 	// The quota counts what the copy writes, not what the tar claims: the
-	// new file's database beside the media's bytes.
+	// new file's database beside the media's charge (nah.MediaCharge).
 	var mediaBytes int64
 	for _, f := range media {
-		mediaBytes += f.Size
+		mediaBytes += nah.MediaCharge(f.Size)
 	}
 	room := opts.QuotaBytes - mediaBytes
 
@@ -335,10 +335,6 @@ func (s *Store) insertImported(ctx context.Context, p nah.Person, moments int, f
 	return token, err
 }
 
-// maxImportMedia bounds the media entries of an export: 2 GiB of quota
-// is 100,000 files of 20 KB.
-const maxImportMedia = 100_000
-
 // readExport extracts the tar from r into dir, which must be empty,
 // accepting regular files only: person.db, then any media/<id> (into
 // dir/media), then manifest.json; and checks every entry against the
@@ -387,9 +383,6 @@ func readEntries(r io.Reader, dir string, opts ImportOptions) (*Manifest, map[st
 		if m != nil {
 			return nil, nil, badExport("more entries after manifest.json (%s)", short(h.Name))
 		}
-		if entries > 2+maxImportMedia {
-			return nil, nil, badExport("more than %d media files", maxImportMedia)
-		}
 		if h.Typeflag != tar.TypeReg {
 			return nil, nil, badExport("entry %s is not a regular file", short(h.Name))
 		}
@@ -408,10 +401,13 @@ func readEntries(r io.Reader, dir string, opts ImportOptions) (*Manifest, map[st
 			if _, dup := media[id]; dup {
 				return nil, nil, badExport("%s appears twice", h.Name)
 			}
+			if len(media) >= nah.MaxMediaCount {
+				return nil, nil, nah.Errorf(nah.QuotaExceeded, "", "the export holds more than %d media files, the most a person may keep", nah.MaxMediaCount)
+			}
 			if h.Size > opts.MaxMediaBytes {
 				return nil, nil, nah.Errorf(nah.TooLarge, "too_large", "%s claims %d bytes, over the limit of %d", h.Name, h.Size, opts.MaxMediaBytes)
 			}
-			if total += h.Size; total > opts.QuotaBytes {
+			if total += nah.MediaCharge(h.Size); total > opts.QuotaBytes {
 				return nil, nil, nah.Errorf(nah.QuotaExceeded, "", "the export holds more than the quota of %d bytes", opts.QuotaBytes)
 			}
 			if len(media) == 0 {

@@ -7,6 +7,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -424,5 +426,86 @@ func TestPendingImportRemovedAtOpen(t *testing.T) {
 	}
 	if left, _ := filepath.Glob(filepath.Join(dir, importPendingPrefix+"*")); len(left) != 0 {
 		t.Errorf("markers left: %v", left)
+	}
+}
+
+// TestImportTinyFilesCountAgainstTheQuota: an export of 300 media of one
+// byte is 300 bytes of media but 300 × nah.MediaChargeBytes against the
+// quota, as uploads here would be: refused at a quota of 1 MiB, imported
+// at 4 MiB with its usage charged so.
+func TestImportTinyFilesCountAgainstTheQuota(t *testing.T) {
+	ctx := context.Background()
+	old := MustOpen(t, Config{})
+	ann := mustPerson(t, old, "ann")
+	ids := seedMedia(t, old, ann.ID, 300, 1)
+	tarball := exportOf(t, old, ann.ID)
+
+	s := MustOpen(t, Config{})
+	before := tree(t, s.dir)
+	_, err := s.ImportPerson(ctx, bytes.NewReader(tarball), ImportOptions{QuotaBytes: 1 << 20})
+	if nah.ErrorCode(err) != nah.QuotaExceeded {
+		t.Fatalf("300 files of 1 byte at a quota of 1 MiB: %v, want QuotaExceeded", err)
+	}
+	if after := tree(t, s.dir); !slices.Equal(before, after) {
+		t.Errorf("a refused import left %v", after)
+	}
+	res, err := s.ImportPerson(ctx, bytes.NewReader(tarball), ImportOptions{QuotaBytes: 4 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := mediaRows(t, s, res.Person.ID); n != len(ids) {
+		t.Errorf("%d media imported, want %d", n, len(ids))
+	}
+	var charged int64
+	s.withUsage(ctx, res.Person.ID, func(u *mediaUsage) error { charged = u.charged; return nil })
+	if charged != int64(len(ids))*nah.MediaChargeBytes {
+		t.Errorf("the imported media are charged %d bytes, want %d", charged, int64(len(ids))*nah.MediaChargeBytes)
+	}
+}
+
+// TestImportMediaCountBound: a tar with one media file more than
+// nah.MaxMediaCount, each of one byte (well under the default quota even
+// at nah.MediaChargeBytes each), is refused with QuotaExceeded as that file
+// is reached, and leaves nothing behind.
+func TestImportMediaCountBound(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 100,000 files")
+	}
+	ctx := context.Background()
+	old := MustOpen(t, Config{})
+	ann := mustPerson(t, old, "ann")
+	_, files := untar(t, bytes.NewReader(exportOf(t, old, ann.ID)))
+	pr, pw := io.Pipe()
+	go func() {
+		tw := tar.NewWriter(pw)
+		write := func(name string, body []byte) error {
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o600, Size: int64(len(body))}); err != nil {
+				return err
+			}
+			_, err := tw.Write(body)
+			return err
+		}
+		err := write("person.db", files["person.db"])
+		at := int64(1_700_000_000_000)
+		for i := 0; err == nil && i <= nah.MaxMediaCount; i++ {
+			err = write("media/"+nah.NewMediaID(at+int64(i)), []byte{'x'})
+		}
+		if err == nil {
+			err = write("manifest.json", files["manifest.json"])
+		}
+		if err == nil {
+			err = tw.Close()
+		}
+		pw.CloseWithError(err)
+	}()
+	s := MustOpen(t, Config{})
+	before := tree(t, s.dir)
+	_, err := s.ImportPerson(ctx, pr, ImportOptions{})
+	pr.CloseWithError(errors.New("import returned"))
+	if nah.ErrorCode(err) != nah.QuotaExceeded || !strings.Contains(err.Error(), "100000 media") {
+		t.Fatalf("%d media files: %v, want QuotaExceeded for the count", nah.MaxMediaCount+1, err)
+	}
+	if after := tree(t, s.dir); !slices.Equal(before, after) {
+		t.Errorf("a refused import left %v", after)
 	}
 }

@@ -28,13 +28,20 @@ const uploadPrefix = "upload-"
 // reserved under the person's lock before it is written, so concurrent
 // uploads never together pass the quota, and usage never walks the media.
 type mediaUsage struct {
-	mu      sync.Mutex // held to load, reserve, commit and delete
-	loaded  bool
-	bytes   int64 // sum of the sizes of the person's media rows
+	mu     sync.Mutex // held to load, reserve, commit and delete
+	loaded bool
+	bytes  int64 // sum of the sizes of the person's media rows
+	// charged is what the rows count against the quota: each at least
+	// nah.MediaChargeBytes (nah.MediaCharge).
+	charged int64
 	count   int
-	pending int64 // reserved by this process's uploads in flight
-	// staged is the declared length of the unfinished resumable uploads,
-	// resumables those uploads and the finished ones kept (uploads.go).
+	pending int64 // charge reserved by this process's uploads in flight
+	// uploading is this process's one-request uploads in flight, each one
+	// media more against nah.MaxMediaCount once it commits.
+	uploading int
+	// staged is the charge of the unfinished resumable uploads at their
+	// declared length, resumables those uploads and the finished ones kept
+	// (uploads.go).
 	staged     int64
 	resumables map[string]*resumable
 }
@@ -44,7 +51,7 @@ type Storage struct {
 	Database   int64 // person.db with its -wal and -shm (every file at the top of the folder)
 	Media      int64 // bytes of their media files
 	MediaCount int
-	Uploads    int64 // unfinished resumable uploads at their declared length, held against the quota
+	Uploads    int64 // unfinished resumable uploads at their declared length (nah.MediaCharge), held against the quota
 }
 
 // Used is what counts against the quota.
@@ -56,6 +63,14 @@ func errNoMedia() error { return nah.Errorf(nah.NotFound, "", "no such media") }
 // that no phone can use.
 func ErrEmptyMedia() error {
 	return nah.Errorf(nah.Invalid, "empty_media", "a media file has at least one byte: this one is empty")
+}
+
+func errTooManyMedia() error {
+	return nah.Errorf(nah.QuotaExceeded, "", "you keep %d media files, the most a person may: delete some first", nah.MaxMediaCount)
+}
+
+func errOverQuota(quota int64) error {
+	return nah.Errorf(nah.QuotaExceeded, "", "this upload would take your storage past your quota of %d bytes (a file counts at least %d bytes): delete some media first", quota, nah.MediaChargeBytes)
 }
 
 func (s *Store) mediaDir(id string) (string, error) {
@@ -87,11 +102,12 @@ func (s *Store) withUsage(ctx context.Context, id string, fn func(u *mediaUsage)
 // query, and sweeps their folder against the rows. u.mu is held: no upload
 // commits and no delete runs meanwhile.
 func (s *Store) loadUsage(ctx context.Context, id string, u *mediaUsage) error {
-	var sum int64
+	var sum, charged int64
 	var count int
 	dir, _ := s.mediaDir(id)
 	err := s.useFile(ctx, id, false, func(f *personFile) error {
-		if err := f.db.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(size), 0) FROM media`).Scan(&count, &sum); err != nil {
+		if err := f.db.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(size), 0), coalesce(sum(max(size, ?)), 0) FROM media`,
+			nah.MediaChargeBytes).Scan(&count, &sum, &charged); err != nil {
 			return err
 		}
 		s.sweepMedia(ctx, dir, f.db)
@@ -103,7 +119,7 @@ func (s *Store) loadUsage(ctx context.Context, id string, u *mediaUsage) error {
 	if u.resumables == nil {
 		s.loadResumables(id, u)
 	}
-	u.bytes, u.count, u.loaded = sum, count, true
+	u.bytes, u.charged, u.count, u.loaded = sum, charged, count, true
 	return nil
 }
 
@@ -263,6 +279,9 @@ func (s *Store) StartUpload(ctx context.Context, owner string, quota int64) (*Up
 	}
 	err = s.withUsage(ctx, owner, func(u *mediaUsage) error {
 		up.u = u
+		if u.count+u.uploading+u.unfinished() >= nah.MaxMediaCount {
+			return errTooManyMedia()
+		}
 		// Mkdir, not MkdirAll: a person deleted meanwhile has no folder,
 		// and must not get one back.
 		if err := os.Mkdir(dir, privateDir); err != nil && !errors.Is(err, fs.ErrExist) {
@@ -278,6 +297,7 @@ func (s *Store) StartUpload(ctx context.Context, owner string, quota int64) (*Up
 			return err
 		}
 		up.f, up.tmp = f, f.Name()
+		u.uploading++
 		return nil
 	})
 	if err != nil {
@@ -293,16 +313,18 @@ func (up *Upload) Size() int64 { return up.size }
 func (up *Upload) SHA256() []byte { return up.h.Sum(nil) }
 
 // Reserve takes quota for total bytes of this upload ahead of writing
-// them, or fails with QuotaExceeded: for a Content-Length known at once.
+// them (at least nah.MediaChargeBytes), or fails with QuotaExceeded: for a
+// Content-Length known at once.
 func (up *Upload) Reserve(total int64) error {
-	if total <= up.reserved {
+	charge := nah.MediaCharge(total)
+	if charge <= up.reserved {
 		return nil
 	}
 	up.u.mu.Lock()
 	defer up.u.mu.Unlock()
-	need := total - up.reserved
-	if up.base+up.u.bytes+up.u.pending+up.u.staged+need > up.quota {
-		return nah.Errorf(nah.QuotaExceeded, "", "this upload would take your storage past your quota of %d bytes: delete some media first", up.quota)
+	need := charge - up.reserved
+	if up.base+up.u.charged+up.u.pending+up.u.staged+need > up.quota {
+		return errOverQuota(up.quota)
 	}
 	up.u.pending += need
 	up.reserved += need
@@ -381,6 +403,7 @@ func (up *Upload) CommitOnce(ctx context.Context, contentType string, idem *Idem
 	}
 	up.done = true
 	up.u.pending -= up.reserved
+	up.u.uploading--
 	if err != nil || replay != nil {
 		os.Remove(up.tmp)
 		up.f.Close()
@@ -390,6 +413,7 @@ func (up *Upload) CommitOnce(ctx context.Context, contentType string, idem *Idem
 		return nah.Media{}, replay, nil
 	}
 	up.u.bytes += m.Size
+	up.u.charged += nah.MediaCharge(m.Size)
 	up.u.count++
 	up.f.Close() // the lock goes with it, once the row is there
 	return m, nil, nil
@@ -405,6 +429,7 @@ func (up *Upload) Abort() {
 	up.f.Close()
 	up.u.mu.Lock()
 	up.u.pending -= up.reserved
+	up.u.uploading--
 	up.u.mu.Unlock()
 }
 
@@ -476,6 +501,7 @@ func (s *Store) DeleteMedia(ctx context.Context, owner, id string) error {
 			return err
 		}
 		u.bytes -= size
+		u.charged -= nah.MediaCharge(size)
 		u.count--
 		dir, _ := s.mediaDir(owner)
 		if err := os.Remove(filepath.Join(dir, id)); err != nil && !errors.Is(err, fs.ErrNotExist) {

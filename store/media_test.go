@@ -7,14 +7,16 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/nah-app/nah"
 )
 
 // seedMedia gives owner n media files of size bytes each, their rows in one
-// transaction and their files written without fsync: a fixture of tens of
-// thousands of media in seconds, where uploads fsync each one. The usage is
+// transaction and their files hard links of one, without fsync: a fixture
+// of tens of thousands of media in seconds, where uploads fsync each one. The usage is
 // read again at its next use. It returns the ids.
 func seedMedia(t testing.TB, s *Store, owner string, n, size int) []string {
 	t.Helper()
@@ -34,6 +36,10 @@ func seedMedia(t testing.TB, s *Store, owner string, n, size int) []string {
 	h := sha256.Sum256(body)
 	sum := hex.EncodeToString(h[:])
 	at := s.now().UnixMilli() - int64(n)
+	// Links of a few files: a tenth of the time of writing each. 30,000
+	// a file leaves room under ext4's 65,000 links for an export's own.
+	var src string
+	tmp := t.TempDir()
 	err = s.withUsage(ctx, owner, func(u *mediaUsage) error {
 		defer func() { u.loaded = false }()
 		return s.useFile(ctx, owner, true, func(f *personFile) error {
@@ -44,7 +50,13 @@ func seedMedia(t testing.TB, s *Store, owner string, n, size int) []string {
 			defer tx.Rollback()
 			for i := range ids {
 				ids[i] = nah.NewMediaID(at + int64(i))
-				if err := os.WriteFile(filepath.Join(dir, ids[i]), body, privateFile); err != nil {
+				if i%30_000 == 0 {
+					src = filepath.Join(tmp, strconv.Itoa(i))
+					if err := os.WriteFile(src, body, privateFile); err != nil {
+						return err
+					}
+				}
+				if err := os.Link(src, filepath.Join(dir, ids[i])); err != nil {
 					return err
 				}
 				if _, err := tx.ExecContext(ctx, `INSERT INTO media(id, size, sha256, content_type, created_at) VALUES (?, ?, ?, 'image/jpeg', ?)`,
@@ -119,4 +131,56 @@ func TestMediaSweepInBatches(t *testing.T) {
 	if n := mediaRows(t, s, ann.ID); n != len(ids) {
 		t.Errorf("%d rows, want %d", n, len(ids))
 	}
+}
+
+// TestMediaCountBound: a person at nah.MaxMediaCount media can start no
+// upload, one-request or resumable (QuotaExceeded), whatever their quota;
+// after a delete, an upload in flight and an unfinished resumable one each
+// hold the one place left, and finishing the resumable one takes it.
+func TestMediaCountBound(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 100,000 files")
+	}
+	ctx := t.Context()
+	s := MustOpen(t, Config{})
+	ann := mustPerson(t, s, "ann")
+	ids := seedMedia(t, s, ann.ID, nah.MaxMediaCount, 1)
+	const quota = 1 << 40
+	spec := ResumableSpec{Length: 1, ContentType: "image/png"}
+	full := func(what string, err error) {
+		t.Helper()
+		if nah.ErrorCode(err) != nah.QuotaExceeded {
+			t.Fatalf("%s at %d media: %v, want QuotaExceeded", what, nah.MaxMediaCount, err)
+		}
+	}
+	_, err := s.StartUpload(ctx, ann.ID, quota)
+	full("an upload", err)
+	_, _, err = s.CreateResumable(ctx, ann.ID, spec, quota)
+	full("a resumable upload", err)
+
+	if err := s.DeleteMedia(ctx, ann.ID, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	up, err := s.StartUpload(ctx, ann.ID, quota)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = s.CreateResumable(ctx, ann.ID, spec, quota)
+	full("a resumable upload beside one in flight", err)
+	up.Abort()
+	r, _, err := s.CreateResumable(ctx, ann.ID, spec, quota)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.StartUpload(ctx, ann.ID, quota)
+	full("an upload beside an unfinished resumable one", err)
+	if r, err = s.WriteResumable(ctx, ann.ID, r.ID, Piece{Offset: 0, Body: strings.NewReader("x")}); err != nil || r.MediaID == "" {
+		t.Fatalf("finish the resumable upload: %+v %v", r, err)
+	}
+	st, err := s.StorageOf(ctx, ann.ID)
+	if err != nil || st.MediaCount != nah.MaxMediaCount {
+		t.Fatalf("storage %+v %v, want %d media", st, err, nah.MaxMediaCount)
+	}
+	_, err = s.StartUpload(ctx, ann.ID, quota)
+	full("an upload after the resumable one finished", err)
 }

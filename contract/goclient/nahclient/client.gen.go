@@ -570,7 +570,7 @@ type Me struct {
 		// Quota What they may store, database and media together (`NAH_QUOTA_BYTES`); an upload that would pass it is 413 quota_exceeded.
 		Quota int64 `json:"quota"`
 
-		// Uploads Bytes held by their unfinished resumable uploads, at each one's declared length: they count against the quota until they end, are abandoned or expire. Not in `storage_used`.
+		// Uploads Bytes held by their unfinished resumable uploads, at each one's declared length (at least 4,096 bytes each): they count against the quota until they end, are abandoned or expire. Not in `storage_used`.
 		Uploads int64 `json:"uploads"`
 	} `json:"storage"`
 

@@ -263,8 +263,19 @@ func TestImportHostile(t *testing.T) {
 		{"extra file after", makeTar(t, reg("person.db", db), reg("manifest.json", manifest), reg("x", nil)), nah.Invalid, "more entries"},
 		{"media path trick", makeTar(t, reg("person.db", db), reg("media/../person.db", db), reg("manifest.json", manifest)), nah.Invalid, `unexpected entry "media/../person.db"`},
 		{"media before person.db", makeTar(t, reg("media/"+mediaID, []byte("x")), reg("person.db", db), reg("manifest.json", manifest)), nah.Invalid, "before person.db"},
-		{"media not in the manifest", makeTar(t, reg("person.db", db), reg("media/"+mediaID, []byte("x")), reg("manifest.json", manifest)), nah.Invalid, "the manifest lists 0"},
+		{"media not counted in the manifest", makeTar(t, reg("person.db", db), reg("media/"+mediaID, []byte("x")), reg("manifest.json", manifest)), nah.Invalid, "the manifest counts 0"},
 		{"media without a row", makeTar(t, reg("person.db", db), reg("media/"+mediaID, []byte("x")), reg("manifest.json", remanifest(func(m *Manifest) {
+			m.MediaCount = 1
+		}))), nah.Invalid, "1 media files for 0 rows"},
+		{"media listed in a format 2 manifest", makeTar(t, reg("person.db", db), reg("media/"+mediaID, []byte("x")), reg("manifest.json", remanifest(func(m *Manifest) {
+			m.Files = append(m.Files, ManifestFile{Name: "media/" + mediaID, Size: 1, SHA256: "2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881"})
+			m.MediaCount = 1
+		}))), nah.Invalid, "not only person.db"},
+		{"format 1: media not in the manifest", makeTar(t, reg("person.db", db), reg("media/"+mediaID, []byte("x")), reg("manifest.json", remanifest(func(m *Manifest) {
+			m.FormatVersion = 1
+		}))), nah.Invalid, "the manifest lists 0"},
+		{"format 1: media without a row", makeTar(t, reg("person.db", db), reg("media/"+mediaID, []byte("x")), reg("manifest.json", remanifest(func(m *Manifest) {
+			m.FormatVersion = 1
 			m.Files = append(m.Files, ManifestFile{Name: "media/" + mediaID, Size: 1, SHA256: "2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881"})
 		}))), nah.Invalid, "1 media files for 0 rows"},
 		{"media over the limit", makeTar(t, reg("person.db", db), reg("media/"+mediaID, make([]byte, 2<<20)), reg("manifest.json", manifest)), nah.TooLarge, "over the limit"},
@@ -507,5 +518,61 @@ func TestImportMediaCountBound(t *testing.T) {
 	}
 	if after := tree(t, s.dir); !slices.Equal(before, after) {
 		t.Errorf("a refused import left %v", after)
+	}
+}
+
+// TestImportReadsFormat1: an export made before format 2, whose manifest
+// lists every media file with its size and sha256 and counts none, imports
+// with its media; one whose list disagrees with a file is refused.
+func TestImportReadsFormat1(t *testing.T) {
+	ctx := context.Background()
+	old := MustOpen(t, Config{})
+	ann := mustPerson(t, old, "ann")
+	if err := old.ImportMoments(ctx, ann.ID, sampleMoments(3)); err != nil {
+		t.Fatal(err)
+	}
+	ids := seedMedia(t, old, ann.ID, 40, 300)
+	names, files := untar(t, bytes.NewReader(exportOf(t, old, ann.ID)))
+	var m Manifest
+	if err := json.Unmarshal(files["manifest.json"], &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.FormatVersion != 2 || m.MediaCount != len(ids) || len(m.Files) != 1 {
+		t.Fatalf("the export's manifest: format %d, %d media, %d files", m.FormatVersion, m.MediaCount, len(m.Files))
+	}
+	v1 := func(change func(f *ManifestFile)) []byte {
+		c := m
+		c.FormatVersion, c.MediaCount = 1, 0
+		c.Files = slices.Clone(m.Files)
+		var es []entry
+		for _, n := range names {
+			if n == "manifest.json" {
+				continue
+			}
+			es = append(es, reg(n, files[n]))
+			if n != "person.db" {
+				sum := sha256.Sum256(files[n])
+				f := ManifestFile{Name: n, Size: int64(len(files[n])), SHA256: hex.EncodeToString(sum[:])}
+				change(&f)
+				c.Files = append(c.Files, f)
+			}
+		}
+		b, err := json.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return makeTar(t, append(es, reg("manifest.json", b))...)
+	}
+	s := MustOpen(t, Config{})
+	res, err := s.ImportPerson(ctx, bytes.NewReader(v1(func(*ManifestFile) {})), ImportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := mediaRows(t, s, res.Person.ID); n != len(ids) || res.Moments != 3 {
+		t.Errorf("format 1: %d media and %d moments imported, want %d and 3", n, res.Moments, len(ids))
+	}
+	_, err = s.ImportPerson(ctx, bytes.NewReader(v1(func(f *ManifestFile) { f.Size++ })), ImportOptions{Handle: "ann2"})
+	if nah.ErrorCode(err) != nah.Invalid || !strings.Contains(err.Error(), "does not match the manifest") {
+		t.Errorf("format 1 with a wrong size listed: %v", err)
 	}
 }

@@ -1283,7 +1283,7 @@ type ClientInterface interface {
 
 	// ExportMe Export the signed-in person
 	//
-	// The signed-in person's data as a tar, streamed: `person.db`, a consistent copy of their SQLite database (made with SQLite's online backup API, so posting goes on while it is made), then `manifest.json`: `format` ("nah-export"), `format_version`, the person's id, handle and created_at, `exported_at`, `server_version`, `schema_version` (person.db's `PRAGMA user_version`), `connections` (handle and connected_at of each), and `files`: name, size and sha256 of every entry before it. The manifest is the last entry. One export per person per minute.
+	// The signed-in person's data as a tar, streamed: `person.db`, a consistent copy of their SQLite database (made with SQLite's online backup API, so posting goes on while it is made), then `manifest.json`: `format` ("nah-export"), `format_version`, the person's id, handle and created_at, `exported_at`, `server_version`, `schema_version` (person.db's `PRAGMA user_version`), `connections` (handle and connected_at of each), `files`: name, size and sha256 of person.db, and `media_count`: how many media files come between them. The manifest is the last entry. One export per person per minute.
 	//
 	// Corresponds with GET /api/v1/me/export (the `ExportMe` operationId).
 	ExportMe(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1863,7 +1863,7 @@ func (c *Client) PutDigest(ctx context.Context, body PutDigestJSONRequestBody, r
 
 // ExportMe Export the signed-in person
 //
-// The signed-in person's data as a tar, streamed: `person.db`, a consistent copy of their SQLite database (made with SQLite's online backup API, so posting goes on while it is made), then `manifest.json`: `format` ("nah-export"), `format_version`, the person's id, handle and created_at, `exported_at`, `server_version`, `schema_version` (person.db's `PRAGMA user_version`), `connections` (handle and connected_at of each), and `files`: name, size and sha256 of every entry before it. The manifest is the last entry. One export per person per minute.
+// The signed-in person's data as a tar, streamed: `person.db`, a consistent copy of their SQLite database (made with SQLite's online backup API, so posting goes on while it is made), then `manifest.json`: `format` ("nah-export"), `format_version`, the person's id, handle and created_at, `exported_at`, `server_version`, `schema_version` (person.db's `PRAGMA user_version`), `connections` (handle and connected_at of each), `files`: name, size and sha256 of person.db, and `media_count`: how many media files come between them. The manifest is the last entry. One export per person per minute.
 //
 // Corresponds with GET /api/v1/me/export (the `ExportMe` operationId).
 func (c *Client) ExportMe(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4144,7 +4144,7 @@ type ClientWithResponsesInterface interface {
 
 	// ExportMeWithResponse Export the signed-in person
 	//
-	// The signed-in person's data as a tar, streamed: `person.db`, a consistent copy of their SQLite database (made with SQLite's online backup API, so posting goes on while it is made), then `manifest.json`: `format` ("nah-export"), `format_version`, the person's id, handle and created_at, `exported_at`, `server_version`, `schema_version` (person.db's `PRAGMA user_version`), `connections` (handle and connected_at of each), and `files`: name, size and sha256 of every entry before it. The manifest is the last entry. One export per person per minute.
+	// The signed-in person's data as a tar, streamed: `person.db`, a consistent copy of their SQLite database (made with SQLite's online backup API, so posting goes on while it is made), then `manifest.json`: `format` ("nah-export"), `format_version`, the person's id, handle and created_at, `exported_at`, `server_version`, `schema_version` (person.db's `PRAGMA user_version`), `connections` (handle and connected_at of each), `files`: name, size and sha256 of person.db, and `media_count`: how many media files come between them. The manifest is the last entry. One export per person per minute.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -7927,7 +7927,7 @@ func (c *ClientWithResponses) PutDigestWithResponse(ctx context.Context, body Pu
 
 // ExportMeWithResponse Export the signed-in person
 //
-// The signed-in person's data as a tar, streamed: `person.db`, a consistent copy of their SQLite database (made with SQLite's online backup API, so posting goes on while it is made), then `manifest.json`: `format` ("nah-export"), `format_version`, the person's id, handle and created_at, `exported_at`, `server_version`, `schema_version` (person.db's `PRAGMA user_version`), `connections` (handle and connected_at of each), and `files`: name, size and sha256 of every entry before it. The manifest is the last entry. One export per person per minute.
+// The signed-in person's data as a tar, streamed: `person.db`, a consistent copy of their SQLite database (made with SQLite's online backup API, so posting goes on while it is made), then `manifest.json`: `format` ("nah-export"), `format_version`, the person's id, handle and created_at, `exported_at`, `server_version`, `schema_version` (person.db's `PRAGMA user_version`), `connections` (handle and connected_at of each), `files`: name, size and sha256 of person.db, and `media_count`: how many media files come between them. The manifest is the last entry. One export per person per minute.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -31,7 +31,18 @@ const (
 	// and DefaultQuotaBytes what one person may store, database and media.
 	DefaultMaxMediaBytes = 25 << 20
 	DefaultQuotaBytes    = 2 << 30
+	// MediaChargeBytes is the least one media counts against the quota,
+	// whatever its size: a file costs a row, a folder entry and an inode
+	// beside its bytes, so 1-byte files cannot hold the disk for free.
+	MediaChargeBytes = 4 << 10
+	// MaxMediaCount bounds a person's media, wherever they come from
+	// (uploads, resumable uploads, an import): every walk of them is then
+	// bounded too. 2 GiB of quota at 20 KB a photo is 100,000.
+	MaxMediaCount = 100_000
 )
+
+// MediaCharge is what a media of size bytes counts against the quota.
+func MediaCharge(size int64) int64 { return max(size, MediaChargeBytes) }
 
 // Person is an account. Its id is made by the server and is the only thing
 // that ever becomes part of a path.

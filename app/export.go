@@ -31,7 +31,8 @@ const (
 	// maxExports bounds the exports in flight across people; past it the
 	// answer is 503 overloaded. Each holds, beside exportCost, about
 	// 380 KB of SQLite memory (a read connection to the file and one to
-	// the copy; measured in TestExportMeasure), which is outside the
+	// the copy, which reads its media rows while the tar streams; measured
+	// in TestExportMeasure), which is outside the
 	// request budget and not in store.SQLiteMemoryBound: 4 keep it under
 	// 2 MB, and an export is bound by the disk, which 4 already share.
 	// A person has at most one of them in flight (a.exporting), so one

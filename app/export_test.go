@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -300,5 +301,118 @@ func TestExportMeasure(t *testing.T) {
 	// Buffered whole, the tar alone would be allocated at least once.
 	if allocated >= uint64(size)/2 {
 		t.Errorf("the export allocated %d bytes for a tar of %d: it is not streamed", allocated, size)
+	}
+}
+
+// TestExportDuringDeletesAndUploads: exports of a person made while another
+// phone of theirs uploads and deletes media all the time are each whole:
+// every tar imports cleanly into a new person, with exactly its media/
+// entries as media rows, byte for byte. The export takes the copy of the
+// database and the links to its media under the person's media lock, so
+// no delete lands between the two.
+func TestExportDuringDeletesAndUploads(t *testing.T) {
+	ts := newTestServer(t)
+	ann := ts.signup(t, "ann")
+	var (
+		mu   sync.Mutex
+		live []string
+	)
+	for range 60 {
+		live = append(live, ts.mustUpload(t, ann, randomBytes(1+mrand.IntN(4<<10))).ID)
+	}
+	send := func(method, path string, body []byte) (int, []byte, error) {
+		req, _ := http.NewRequest(method, ts.URL+path, bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+ann.token)
+		req.Header.Set("Content-Type", "image/jpeg")
+		res, err := ts.Client().Do(req)
+		if err != nil {
+			return 0, nil, err
+		}
+		defer res.Body.Close()
+		raw, err := io.ReadAll(res.Body)
+		return res.StatusCode, raw, err
+	}
+	stop := make(chan struct{})
+	churned := make(chan int)
+	go func() {
+		n := 0
+		defer func() { churned <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			status, raw, err := send("POST", "/api/v1/media", randomBytes(1+mrand.IntN(4<<10)))
+			if err != nil || status != 201 {
+				t.Errorf("upload during exports: %d %s %v", status, raw, err)
+				return
+			}
+			var m mediaJSON
+			json.Unmarshal(raw, &m)
+			mu.Lock()
+			live = append(live, m.ID)
+			i := mrand.IntN(len(live))
+			gone := live[i]
+			live = append(live[:i], live[i+1:]...)
+			mu.Unlock()
+			if status, raw, err := send("DELETE", "/api/v1/media/"+gone, nil); err != nil || status != 204 {
+				t.Errorf("delete during exports: %d %s %v", status, raw, err)
+				return
+			}
+			n++
+		}
+	}()
+
+	other := newTestServer(t)
+	const exports = 25
+	var tars [][]byte
+	for i := range exports {
+		// One export a minute, on the tests' clocks: the importing server
+		// keeps the same time, or the media would be from its future.
+		ts.clock.Advance(exportWindow)
+		other.clock.Advance(exportWindow)
+		res, err := ts.Client().Do(exportRequest(t, ts, "GET", ann.token))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		if err != nil || res.StatusCode != 200 {
+			t.Errorf("export %d: %d %v %.200s", i, res.StatusCode, err, b)
+			continue
+		}
+		tars = append(tars, b)
+	}
+	close(stop)
+	t.Logf("%d exports during %d uploads and deletes", len(tars), <-churned)
+	for i, b := range tars {
+		_, files := untarExport(t, b)
+		res, err := other.store.ImportPerson(t.Context(), bytes.NewReader(b), store.ImportOptions{Handle: fmt.Sprintf("ann-%d", i)})
+		if err != nil {
+			t.Errorf("import of export %d: %v", i, err)
+			continue
+		}
+		entries := 0
+		for name, body := range files {
+			id, ok := strings.CutPrefix(name, "media/")
+			if !ok {
+				continue
+			}
+			entries++
+			f, m, err := other.store.OpenMedia(t.Context(), res.Person.ID, id)
+			if err != nil {
+				t.Errorf("export %d: %s has no media after the import: %v", i, name, err)
+				continue
+			}
+			got, _ := io.ReadAll(f)
+			f.Close()
+			if !bytes.Equal(got, body) || m.SHA256 != hexSum(body) {
+				t.Errorf("export %d: %s imported with other bytes", i, name)
+			}
+		}
+		if st, err := other.store.StorageOf(t.Context(), res.Person.ID); err != nil || st.MediaCount != entries {
+			t.Errorf("export %d: %d media entries, imported as %+v %v", i, entries, st, err)
+		}
 	}
 }

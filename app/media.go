@@ -71,6 +71,10 @@ func (a *App) handleMediaCreate(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, tooLarge)
 		return
 	}
+	if r.ContentLength == 0 { // a chunked empty body is refused at the commit
+		a.writeError(w, r, store.ErrEmptyMedia())
+		return
+	}
 	ct, err := mediaType(r.Header.Get("Content-Type"))
 	if err != nil {
 		a.writeError(w, r, err)

@@ -86,8 +86,12 @@ func (a *App) handleUploadCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	length, err := strconv.ParseInt(r.Header.Get("Upload-Length"), 10, 64)
-	if err != nil || length < 1 {
+	if err != nil || length < 0 {
 		a.writeError(w, r, nah.Errorf(nah.Invalid, "invalid_upload_length", "Upload-Length is the file's size in bytes, at least 1"))
+		return
+	}
+	if length == 0 {
+		a.writeError(w, r, store.ErrEmptyMedia())
 		return
 	}
 	if length > a.cfg.MaxMediaBytes {

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path"
 	"path/filepath"
 	"time"
 
@@ -20,21 +19,27 @@ import (
 	"github.com/nah-app/nah"
 )
 
-// A person's export is a tar, its manifest last so that its checksums are
-// computed in the one read of each entry (an import extracts all before it
+// A person's export is a tar, its manifest last so that its checksum is
+// computed in the one read of person.db (an import extracts all before it
 // trusts any, so it loses nothing):
 //
 //	person.db      a consistent copy of the person file
 //	media/<id>     each media file with a row in that copy, by id
-//	manifest.json  who, when, which schema, their connections, and a
-//	               sha256 of every entry before it
+//	manifest.json  who, when, which schema, their connections, person.db's
+//	               size and sha256, and how many media files
+//
+// Format 2 names no media file in the manifest: each is checked on import
+// against its row (size and sha256), so the manifest and the export's
+// memory stay the same size for any number of media. Format 1 listed
+// every file, and passed the 1 MiB manifest limit at about 7,000 media.
 
 // ExportFormat is Manifest.Format: what tells a nah export from any tar.
 const ExportFormat = "nah-export"
 
 // exportFormatVersion is Manifest.FormatVersion, raised when the layout
-// of the tar changes in a way an older import could not read.
-const exportFormatVersion = 1
+// of the tar changes in a way an older import could not read. Imports
+// read every version up to it.
+const exportFormatVersion = 2
 
 // exportCopyBuffer is the one buffer an export streams through.
 const exportCopyBuffer = 32 << 10
@@ -54,8 +59,11 @@ type Manifest struct {
 	// SchemaVersion is person.db's PRAGMA user_version.
 	SchemaVersion int                  `json:"schema_version"`
 	Connections   []ManifestConnection `json:"connections"`
-	// Files lists every other entry of the tar, in its order.
+	// Files lists person.db (format 2), or every other entry of the tar
+	// in its order (format 1).
 	Files []ManifestFile `json:"files"`
+	// MediaCount is how many media/<id> entries the tar holds (format 2).
+	MediaCount int `json:"media_count"`
 }
 
 // ManifestConnection is one of the person's connections at export time.
@@ -74,8 +82,8 @@ type ManifestFile struct {
 // Export is a person's export made ready to stream: the copy of their
 // database is taken and every fact of the manifest known, so whatever can
 // fail before the first byte has failed already. WriteTo streams it once;
-// Close releases the copy. The copy's file is unlinked as soon as it is
-// open, so a crash while the tar streams leaves nothing behind.
+// Close releases the copy. A crash while the tar streams leaves the copy's
+// folder, which the person's next export removes once it is an hour old.
 type Export struct {
 	Person nah.Person
 	At     time.Time
@@ -83,12 +91,14 @@ type Export struct {
 	manifest Manifest
 	snap     *os.File
 	size     int64
-	// media are the media files of the copy's rows, hard-linked into
-	// linkDir as the copy was taken: a delete during the download unlinks
-	// only the person's own name of the file, so the tar still holds
-	// exactly what the copy's rows say.
-	media   []ManifestFile
+	// linkDir holds the copy (person.db) and a hard link of each media
+	// file of its rows, made as the copy was taken: a delete during the
+	// download unlinks only the person's own name of the file, so the tar
+	// still holds exactly what the copy's rows say. copyDB reads those
+	// rows again, one at a time, as the tar is written.
 	linkDir string
+	copyDB  *sql.DB
+	media   int
 }
 
 // backuper is what modernc's connection offers for SQLite's online backup
@@ -124,12 +134,22 @@ func (s *Store) ExportPerson(ctx context.Context, id, serverVersion string) (*Ex
 	// runs: the copy's rows and the linked files agree.
 	err = s.withUsage(ctx, id, func(*mediaUsage) error {
 		return s.useFile(ctx, id, false, func(f *personFile) error {
+			dir := filepath.Dir(f.path)
+			removeStaleExports(dir)
 			var err error
-			if e.snap, m.SchemaVersion, err = backupFile(ctx, f.path); err != nil {
+			if e.linkDir, err = os.MkdirTemp(dir, "export-*.media"); err != nil {
 				return err
 			}
-			if e.media, e.linkDir, err = linkMedia(ctx, f.db, filepath.Dir(f.path)); err != nil {
-				e.snap.Close()
+			copyPath := filepath.Join(e.linkDir, nah.PersonFileName)
+			if e.snap, m.SchemaVersion, err = backupFile(ctx, f.path, copyPath); err != nil {
+				os.RemoveAll(e.linkDir)
+				return err
+			}
+			if e.copyDB, err = openDB(copyPath, true, 1, personCacheKiB, SyncFull, false); err == nil {
+				e.media, err = linkMedia(ctx, e.copyDB, filepath.Join(dir, nah.MediaDirName), e.linkDir)
+			}
+			if err != nil {
+				e.Close()
 			}
 			return err
 		})
@@ -146,21 +166,20 @@ func (s *Store) ExportPerson(ctx context.Context, id, serverVersion string) (*Ex
 	return e, nil
 }
 
-// backupFile copies the database at p into an unlinked file beside it, open
-// for reading, with its schema version. An export holds p in the cache, so
-// this close never checkpoints or tells replication; the sweep's (Store.Backup)
-// may be the last and empty a small WAL, which is harmless.
-func backupFile(ctx context.Context, p string) (_ *os.File, schema int, err error) {
-	removeStaleExports(filepath.Dir(p))
-	tmp, err := os.CreateTemp(filepath.Dir(p), "export-*.db")
+// backupFile copies the database at p into dst, a new file, and returns
+// it open for reading with its schema version. An export holds p in the
+// cache, so this close never checkpoints or tells replication; the sweep's
+// (Store.Backup) may be the last and empty a small WAL, which is harmless.
+func backupFile(ctx context.Context, p, dst string) (_ *os.File, schema int, err error) {
+	tmp, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, privateFile)
 	if err != nil {
 		return nil, 0, err
 	}
-	dst := tmp.Name()
 	tmp.Close()
 	defer func() {
-		// The copy is unlinked on success too: it lives on as the open file.
-		os.Remove(dst)
+		if err != nil {
+			os.Remove(dst)
+		}
 	}()
 
 	db, err := openDB(p, true, 1, personCacheKiB, SyncFull, false)
@@ -201,36 +220,39 @@ func backupFile(ctx context.Context, p string) (_ *os.File, schema int, err erro
 	return f, schema, nil
 }
 
-// linkMedia hard-links every media file of db's rows from dir/media into
-// a new folder dir/export-*.media, and lists them (size and sha256 from
-// their rows). No media: no folder.
-func linkMedia(ctx context.Context, db *sql.DB, dir string) (files []ManifestFile, linkDir string, err error) {
-	rows, err := db.QueryContext(ctx, `SELECT id, size, sha256 FROM media ORDER BY id`)
+// backupUnlinked is backupFile into a file beside p, unlinked once open
+// (Store.Backup's copies): a crash while it is read leaves nothing.
+func backupUnlinked(ctx context.Context, p string) (*os.File, int, error) {
+	removeStaleExports(filepath.Dir(p))
+	tmp, err := os.CreateTemp(filepath.Dir(p), "export-*.db")
 	if err != nil {
-		return nil, "", err
+		return nil, 0, err
+	}
+	tmp.Close()
+	f, schema, err := backupFile(ctx, p, tmp.Name())
+	os.Remove(tmp.Name())
+	return f, schema, err
+}
+
+// linkMedia hard-links every media file of the copy's rows (db) from
+// mediaDir into linkDir, walking the rows with one cursor, and counts them.
+func linkMedia(ctx context.Context, db *sql.DB, mediaDir, linkDir string) (n int, err error) {
+	rows, err := db.QueryContext(ctx, `SELECT id FROM media`)
+	if err != nil {
+		return 0, err
 	}
 	defer rows.Close()
+	var id string
 	for rows.Next() {
-		var f ManifestFile
-		if err := rows.Scan(&f.Name, &f.Size, &f.SHA256); err != nil {
-			return nil, "", err
+		if err := rows.Scan(&id); err != nil {
+			return 0, err
 		}
-		files = append(files, f)
-	}
-	if err := rows.Err(); err != nil || len(files) == 0 {
-		return nil, "", err
-	}
-	if linkDir, err = os.MkdirTemp(dir, "export-*.media"); err != nil {
-		return nil, "", err
-	}
-	for i, f := range files {
-		if err := os.Link(filepath.Join(dir, nah.MediaDirName, f.Name), filepath.Join(linkDir, f.Name)); err != nil {
-			os.RemoveAll(linkDir)
-			return nil, "", err
+		if err := os.Link(filepath.Join(mediaDir, id), filepath.Join(linkDir, id)); err != nil {
+			return 0, err
 		}
-		files[i].Name = nah.MediaDirName + "/" + f.Name
+		n++
 	}
-	return files, linkDir, nil
+	return n, rows.Err()
 }
 
 // Filename is the name the export is downloaded under.
@@ -242,8 +264,10 @@ func ExportFilename(handle string, at time.Time) string {
 	return "nah-" + handle + "-" + at.UTC().Format("20060102") + ".tar"
 }
 
-// WriteTo streams the tar to w through one small buffer: person.db, then
-// manifest.json with the checksum computed on the way.
+// WriteTo streams the tar to w through one small buffer: person.db with
+// its checksum computed on the way, each media file of the copy's rows as
+// a cursor reads them, then manifest.json. Its memory does not grow with
+// the number of media (TestExportMemoryIsConstant).
 func (e *Export) WriteTo(w io.Writer) (int64, error) {
 	cw := &countingWriter{w: w}
 	tw := tar.NewWriter(cw)
@@ -266,13 +290,11 @@ func (e *Export) WriteTo(w io.Writer) (int64, error) {
 	}
 	m := e.manifest
 	m.Files = []ManifestFile{{Name: nah.PersonFileName, Size: e.size, SHA256: hex.EncodeToString(h.Sum(nil))}}
-	for _, f := range e.media {
-		sum, err := writeMedia(tw, filepath.Join(e.linkDir, path.Base(f.Name)), f, e.At, buf)
-		if err != nil {
-			return cw.n, err
-		}
-		f.SHA256 = sum // what was sent, which the import checks against the row's
-		m.Files = append(m.Files, f)
+	if m.MediaCount, err = e.writeMedia(tw, buf); err != nil {
+		return cw.n, err
+	}
+	if m.MediaCount != e.media {
+		return cw.n, fmt.Errorf("export: %d media rows in the copy, %d linked", m.MediaCount, e.media)
 	}
 	body, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
@@ -291,31 +313,60 @@ func (e *Export) WriteTo(w io.Writer) (int64, error) {
 	return cw.n, err
 }
 
-// writeMedia writes one media file as the tar entry f.Name and returns
-// the sha256 of what it sent.
-func writeMedia(tw *tar.Writer, p string, f ManifestFile, at time.Time, buf []byte) (string, error) {
+// writeMedia writes each media file of the copy's rows, read by one
+// cursor, as the tar entry media/<id>, and counts them.
+func (e *Export) writeMedia(tw *tar.Writer, buf []byte) (n int, err error) {
+	rows, err := e.copyDB.Query(`SELECT id, size FROM media ORDER BY id`)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	var (
+		id   string
+		size int64
+	)
+	for rows.Next() {
+		if err := rows.Scan(&id, &size); err != nil {
+			return 0, err
+		}
+		if err := writeMediaFile(tw, filepath.Join(e.linkDir, id), nah.MediaDirName+"/"+id, size, e.At, buf); err != nil {
+			return 0, err
+		}
+		n++
+	}
+	return n, rows.Err()
+}
+
+// writeMediaFile writes the file at p as the tar entry name of size bytes.
+func writeMediaFile(tw *tar.Writer, p, name string, size int64, at time.Time, buf []byte) error {
 	src, err := os.Open(p)
 	if err != nil {
-		return "", err
+		return err
 	}
 	defer src.Close()
-	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: f.Name, Mode: 0o600, Size: f.Size, ModTime: at}); err != nil {
-		return "", err
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o600, Size: size, ModTime: at}); err != nil {
+		return err
 	}
-	h := sha256.New()
-	n, err := io.CopyBuffer(io.MultiWriter(tw, h), io.LimitReader(struct{ io.Reader }{src}, f.Size), buf)
-	if err == nil && n != f.Size {
-		err = fmt.Errorf("export: %s: copied %d bytes of %d", f.Name, n, f.Size)
+	n, err := io.CopyBuffer(tw, io.LimitReader(struct{ io.Reader }{src}, size), buf)
+	if err == nil && n != size {
+		err = fmt.Errorf("export: %s: copied %d bytes of %d", name, n, size)
 	}
-	return hex.EncodeToString(h.Sum(nil)), err
+	return err
 }
 
 // Close releases the copy of the database and the links to the media.
 func (e *Export) Close() error {
+	var err error
+	if e.copyDB != nil {
+		err = e.copyDB.Close()
+	}
+	if e.snap != nil {
+		err = errors.Join(err, e.snap.Close())
+	}
 	if e.linkDir != "" {
 		os.RemoveAll(e.linkDir)
 	}
-	return e.snap.Close()
+	return err
 }
 
 type countingWriter struct {
@@ -367,8 +418,8 @@ func ExportedMoments(ctx context.Context, path string) ([]string, error) {
 // once, so one still there an hour later was left by a crash mid-copy.
 const staleExport = time.Hour
 
-// removeStaleExports removes scratch copies and media links in dir that a
-// crash left.
+// removeStaleExports removes the copies and media links in dir that a
+// crash left (export-*.db: format 1's copies, made beside the file).
 func removeStaleExports(dir string) {
 	old, _ := filepath.Glob(filepath.Join(dir, "export-*.db"))
 	links, _ := filepath.Glob(filepath.Join(dir, "export-*.media"))

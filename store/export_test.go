@@ -11,6 +11,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -189,5 +192,94 @@ func TestStaleExportCopiesRemoved(t *testing.T) {
 	}
 	if _, err := os.Stat(fresh); err != nil {
 		t.Errorf("a fresh copy was removed: %v", err)
+	}
+}
+
+// peakWriter writes to w and samples the Go heap's live and unswept
+// objects at each write: the most it saw, as the export streams.
+type peakWriter struct {
+	w      io.Writer
+	sample []metrics.Sample
+	peak   uint64
+}
+
+func newPeakWriter(w io.Writer) *peakWriter {
+	return &peakWriter{w: w, sample: []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}}
+}
+
+func (p *peakWriter) Write(b []byte) (int, error) {
+	metrics.Read(p.sample)
+	p.peak = max(p.peak, p.sample[0].Value.Uint64())
+	return p.w.Write(b)
+}
+
+// TestExportMemoryIsConstant: the heap an export of 25,000 media holds
+// while it streams is that of an export of 5,000 (format 2: no manifest
+// entry per media, the rows read by a cursor), and the tar of 25,000
+// imports whole, each media with its row and file. The GC runs at 10% so
+// that the peak is what is held, not garbage waiting.
+func TestExportMemoryIsConstant(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 30,000 media files")
+	}
+	ctx := t.Context()
+	export := func(n int) (grown uint64, tarball string) {
+		s := MustOpen(t, Config{})
+		ann := mustPerson(t, s, "ann")
+		seedMedia(t, s, ann.ID, n, 100)
+		if _, err := s.StorageOf(ctx, ann.ID); err != nil { // the usage loaded, as it would be
+			t.Fatal(err)
+		}
+		tarball = filepath.Join(t.TempDir(), "export.tar")
+		f, err := os.Create(tarball)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		defer debug.SetGCPercent(debug.SetGCPercent(10))
+		runtime.GC()
+		w := newPeakWriter(f)
+		metrics.Read(w.sample)
+		base := w.sample[0].Value.Uint64()
+		e, err := s.ExportPerson(ctx, ann.ID, "v-test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.WriteTo(w); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return w.peak - min(base, w.peak), tarball
+	}
+	small, _ := export(5_000)
+	large, tarball := export(25_000)
+	t.Logf("heap grown while exporting: %.1f MB for 5,000 media, %.1f MB for 25,000", float64(small)/1e6, float64(large)/1e6)
+	if large > small+1<<20 {
+		t.Errorf("an export of 25,000 media held %d bytes more than one of 5,000 (%d)", large-small, small)
+	}
+
+	f, err := os.Open(tarball)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	s := MustOpen(t, Config{})
+	res, err := s.ImportPerson(ctx, f, ImportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := mediaRows(t, s, res.Person.ID); n != 25_000 {
+		t.Errorf("%d media rows imported, want 25,000", n)
+	}
+	dir, _ := s.mediaDir(res.Person.ID)
+	es, err := os.ReadDir(dir)
+	if err != nil || len(es) != 25_000 {
+		t.Errorf("%d media files imported (%v), want 25,000", len(es), err)
+	}
+	st, err := s.StorageOf(ctx, res.Person.ID)
+	if err != nil || st.MediaCount != 25_000 || st.Media != 25_000*100 {
+		t.Errorf("imported storage %+v %v", st, err)
 	}
 }

@@ -160,10 +160,10 @@ func (s *Store) ImportPerson(ctx context.Context, r io.Reader, opts ImportOption
 	}
 	defer db.Close()
 	// The quota counts what the copy writes, not what the tar claims: the
-	// new file's database beside the media's bytes.
+	// new file's database beside the media's charge (nah.MediaCharge).
 	var mediaBytes int64
 	for _, f := range media {
-		mediaBytes += f.Size
+		mediaBytes += nah.MediaCharge(f.Size)
 	}
 	room := opts.QuotaBytes - mediaBytes
 
@@ -335,14 +335,12 @@ func (s *Store) insertImported(ctx context.Context, p nah.Person, moments int, f
 	return token, err
 }
 
-// maxImportMedia bounds the media entries of an export: 2 GiB of quota
-// is 100,000 files of 20 KB.
-const maxImportMedia = 100_000
-
 // readExport extracts the tar from r into dir, which must be empty,
 // accepting regular files only: person.db, then any media/<id> (into
-// dir/media), then manifest.json; and checks every entry against the
-// manifest. It returns the media files, by id, with their size and sha256.
+// dir/media), then manifest.json; and checks person.db against the
+// manifest, and the media against its count (format 2) or its list (format
+// 1). It returns the media files, by id, with their size and sha256, which
+// copyMedia checks against person.db's rows.
 // Sizes in headers are never trusted: a header over a limit is refused,
 // and copying stops at the limit and at what the header promised,
 // whichever comes first.
@@ -350,6 +348,12 @@ func readExport(r io.Reader, dir string, opts ImportOptions) (*Manifest, map[str
 	m, media, err := readEntries(r, dir, opts)
 	if err != nil {
 		return nil, nil, err
+	}
+	if m.FormatVersion >= 2 {
+		if len(m.Files) != 1 || m.MediaCount != len(media) {
+			return nil, nil, badExport("the tar holds %d media files and the manifest counts %d (and lists %d files, not only person.db)", len(media), m.MediaCount, len(m.Files))
+		}
+		return m, media, nil
 	}
 	for _, f := range m.Files[1:] {
 		got, ok := media[path.Base(f.Name)]
@@ -387,9 +391,6 @@ func readEntries(r io.Reader, dir string, opts ImportOptions) (*Manifest, map[st
 		if m != nil {
 			return nil, nil, badExport("more entries after manifest.json (%s)", short(h.Name))
 		}
-		if entries > 2+maxImportMedia {
-			return nil, nil, badExport("more than %d media files", maxImportMedia)
-		}
 		if h.Typeflag != tar.TypeReg {
 			return nil, nil, badExport("entry %s is not a regular file", short(h.Name))
 		}
@@ -408,10 +409,13 @@ func readEntries(r io.Reader, dir string, opts ImportOptions) (*Manifest, map[st
 			if _, dup := media[id]; dup {
 				return nil, nil, badExport("%s appears twice", h.Name)
 			}
+			if len(media) >= nah.MaxMediaCount {
+				return nil, nil, nah.Errorf(nah.QuotaExceeded, "", "the export holds more than %d media files, the most a person may keep", nah.MaxMediaCount)
+			}
 			if h.Size > opts.MaxMediaBytes {
 				return nil, nil, nah.Errorf(nah.TooLarge, "too_large", "%s claims %d bytes, over the limit of %d", h.Name, h.Size, opts.MaxMediaBytes)
 			}
-			if total += h.Size; total > opts.QuotaBytes {
+			if total += nah.MediaCharge(h.Size); total > opts.QuotaBytes {
 				return nil, nil, nah.Errorf(nah.QuotaExceeded, "", "the export holds more than the quota of %d bytes", opts.QuotaBytes)
 			}
 			if len(media) == 0 {
@@ -462,8 +466,8 @@ func readEntries(r io.Reader, dir string, opts ImportOptions) (*Manifest, map[st
 	if m.Format != ExportFormat {
 		return nil, nil, badExport("the manifest's format is %s, not %q", short(m.Format), ExportFormat)
 	}
-	if m.FormatVersion != exportFormatVersion {
-		return nil, nil, badExport("format version %d; this server reads version %d", m.FormatVersion, exportFormatVersion)
+	if m.FormatVersion < 1 || m.FormatVersion > exportFormatVersion {
+		return nil, nil, badExport("format version %d; this server reads versions 1 to %d", m.FormatVersion, exportFormatVersion)
 	}
 	if len(m.Connections) > nah.MaxConnections {
 		return nil, nil, badExport("the manifest lists %d connections; a person has at most %d", len(m.Connections), nah.MaxConnections)
@@ -674,10 +678,11 @@ const mediaBounded = `typeof(id) = 'text' AND octet_length(id) = ?1 AND typeof(s
 	AND typeof(content_type) = 'text' AND octet_length(content_type) BETWEEN 1 AND 255
 	AND typeof(created_at) = 'integer'`
 
-// copyMedia copies the media rows of src into dst, after moving their
-// files from tmp into the person's folder dir: every row must have its
-// file, with the size and sha256 it says, and every file a row. Files
-// first, as an upload does, so a row never points to a missing file.
+// copyMedia copies the media rows of src into dst, one row at a time,
+// moving each one's file from tmp into the person's folder dir: every row
+// must have its file, with the size and sha256 it says, and every file a
+// row. The rows commit after every file is moved and dir fsynced, so a row
+// never points to a missing file.
 func copyMedia(ctx context.Context, src *untrustedDB, dst *sql.DB, files map[string]ManifestFile, tmp, dir string, latest int64) error {
 	if src.version < mediaVersion {
 		if len(files) != 0 {
@@ -690,9 +695,19 @@ func copyMedia(ctx context.Context, src *untrustedDB, dst *sql.DB, files map[str
 		return badExport("person.db has no readable media: %v", err)
 	}
 	defer rows.Close()
-	var ms []nah.Media
+	tx, err := dst.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	stmt, err := tx.PrepareContext(ctx, `INSERT INTO media(id, size, sha256, content_type, created_at) VALUES (?, ?, ?, ?, ?)`)
+	if err != nil {
+		return err
+	}
+	defer stmt.Close()
+	n := 0
+	var m nah.Media
 	for rows.Next() {
-		var m nah.Media
 		if err := rows.Scan(&m.ID, &m.Size, &m.SHA256, &m.ContentType, &m.CreatedAt); err != nil {
 			return badExport("a media row of person.db: %v", err)
 		}
@@ -703,41 +718,33 @@ func copyMedia(ctx context.Context, src *untrustedDB, dst *sql.DB, files map[str
 		if strings.ContainsFunc(m.ContentType, func(r rune) bool { return r < ' ' || r > '~' }) || m.CreatedAt <= 0 || m.CreatedAt > latest {
 			return badExport("media %s of person.db has an invalid type or time", short(m.ID))
 		}
-		ms = append(ms, m)
-	}
-	if err := rows.Err(); err != nil {
-		return badExport("reading person.db's media: %v", err)
-	}
-	if len(ms) != len(files) {
-		return badExport("the tar holds %d media files for %d rows", len(files), len(ms))
-	}
-	if len(ms) == 0 {
-		return nil
-	}
-	if err := os.Mkdir(dir, privateDir); err != nil {
-		return err
-	}
-	for _, m := range ms {
-		if err := os.Rename(filepath.Join(tmp, m.ID), filepath.Join(dir, m.ID)); err != nil {
-			return err
-		}
-	}
-	if err := syncDir(dir); err != nil {
-		return err
-	}
-	tx, err := dst.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	for _, m := range ms {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO media(id, size, sha256, content_type, created_at) VALUES (?, ?, ?, ?, ?)`,
-			m.ID, m.Size, m.SHA256, m.ContentType, m.CreatedAt); err != nil {
+		if _, err := stmt.ExecContext(ctx, m.ID, m.Size, m.SHA256, m.ContentType, m.CreatedAt); err != nil {
 			if isUniqueViolation(err) {
 				return badExport("person.db holds media %s twice", short(m.ID))
 			}
 			return err
 		}
+		if n == 0 {
+			if err := os.Mkdir(dir, privateDir); err != nil {
+				return err
+			}
+		}
+		if err := os.Rename(filepath.Join(tmp, m.ID), filepath.Join(dir, m.ID)); err != nil {
+			return err
+		}
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		return badExport("reading person.db's media: %v", err)
+	}
+	if n != len(files) {
+		return badExport("the tar holds %d media files for %d rows", len(files), n)
+	}
+	if n == 0 {
+		return nil
+	}
+	if err := syncDir(dir); err != nil {
+		return err
 	}
 	return tx.Commit()
 }

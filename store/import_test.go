@@ -7,6 +7,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -261,8 +263,19 @@ func TestImportHostile(t *testing.T) {
 		{"extra file after", makeTar(t, reg("person.db", db), reg("manifest.json", manifest), reg("x", nil)), nah.Invalid, "more entries"},
 		{"media path trick", makeTar(t, reg("person.db", db), reg("media/../person.db", db), reg("manifest.json", manifest)), nah.Invalid, `unexpected entry "media/../person.db"`},
 		{"media before person.db", makeTar(t, reg("media/"+mediaID, []byte("x")), reg("person.db", db), reg("manifest.json", manifest)), nah.Invalid, "before person.db"},
-		{"media not in the manifest", makeTar(t, reg("person.db", db), reg("media/"+mediaID, []byte("x")), reg("manifest.json", manifest)), nah.Invalid, "the manifest lists 0"},
+		{"media not counted in the manifest", makeTar(t, reg("person.db", db), reg("media/"+mediaID, []byte("x")), reg("manifest.json", manifest)), nah.Invalid, "the manifest counts 0"},
 		{"media without a row", makeTar(t, reg("person.db", db), reg("media/"+mediaID, []byte("x")), reg("manifest.json", remanifest(func(m *Manifest) {
+			m.MediaCount = 1
+		}))), nah.Invalid, "1 media files for 0 rows"},
+		{"media listed in a format 2 manifest", makeTar(t, reg("person.db", db), reg("media/"+mediaID, []byte("x")), reg("manifest.json", remanifest(func(m *Manifest) {
+			m.Files = append(m.Files, ManifestFile{Name: "media/" + mediaID, Size: 1, SHA256: "2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881"})
+			m.MediaCount = 1
+		}))), nah.Invalid, "not only person.db"},
+		{"format 1: media not in the manifest", makeTar(t, reg("person.db", db), reg("media/"+mediaID, []byte("x")), reg("manifest.json", remanifest(func(m *Manifest) {
+			m.FormatVersion = 1
+		}))), nah.Invalid, "the manifest lists 0"},
+		{"format 1: media without a row", makeTar(t, reg("person.db", db), reg("media/"+mediaID, []byte("x")), reg("manifest.json", remanifest(func(m *Manifest) {
+			m.FormatVersion = 1
 			m.Files = append(m.Files, ManifestFile{Name: "media/" + mediaID, Size: 1, SHA256: "2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881"})
 		}))), nah.Invalid, "1 media files for 0 rows"},
 		{"media over the limit", makeTar(t, reg("person.db", db), reg("media/"+mediaID, make([]byte, 2<<20)), reg("manifest.json", manifest)), nah.TooLarge, "over the limit"},
@@ -424,5 +437,142 @@ func TestPendingImportRemovedAtOpen(t *testing.T) {
 	}
 	if left, _ := filepath.Glob(filepath.Join(dir, importPendingPrefix+"*")); len(left) != 0 {
 		t.Errorf("markers left: %v", left)
+	}
+}
+
+// TestImportTinyFilesCountAgainstTheQuota: an export of 300 media of one
+// byte is 300 bytes of media but 300 × nah.MediaChargeBytes against the
+// quota, as uploads here would be: refused at a quota of 1 MiB, imported
+// at 4 MiB with its usage charged so.
+func TestImportTinyFilesCountAgainstTheQuota(t *testing.T) {
+	ctx := context.Background()
+	old := MustOpen(t, Config{})
+	ann := mustPerson(t, old, "ann")
+	ids := seedMedia(t, old, ann.ID, 300, 1)
+	tarball := exportOf(t, old, ann.ID)
+
+	s := MustOpen(t, Config{})
+	before := tree(t, s.dir)
+	_, err := s.ImportPerson(ctx, bytes.NewReader(tarball), ImportOptions{QuotaBytes: 1 << 20})
+	if nah.ErrorCode(err) != nah.QuotaExceeded {
+		t.Fatalf("300 files of 1 byte at a quota of 1 MiB: %v, want QuotaExceeded", err)
+	}
+	if after := tree(t, s.dir); !slices.Equal(before, after) {
+		t.Errorf("a refused import left %v", after)
+	}
+	res, err := s.ImportPerson(ctx, bytes.NewReader(tarball), ImportOptions{QuotaBytes: 4 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := mediaRows(t, s, res.Person.ID); n != len(ids) {
+		t.Errorf("%d media imported, want %d", n, len(ids))
+	}
+	var charged int64
+	s.withUsage(ctx, res.Person.ID, func(u *mediaUsage) error { charged = u.charged; return nil })
+	if charged != int64(len(ids))*nah.MediaChargeBytes {
+		t.Errorf("the imported media are charged %d bytes, want %d", charged, int64(len(ids))*nah.MediaChargeBytes)
+	}
+}
+
+// TestImportMediaCountBound: a tar with one media file more than
+// nah.MaxMediaCount, each of one byte (well under the default quota even
+// at nah.MediaChargeBytes each), is refused with QuotaExceeded as that file
+// is reached, and leaves nothing behind.
+func TestImportMediaCountBound(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 100,000 files")
+	}
+	ctx := context.Background()
+	old := MustOpen(t, Config{})
+	ann := mustPerson(t, old, "ann")
+	_, files := untar(t, bytes.NewReader(exportOf(t, old, ann.ID)))
+	pr, pw := io.Pipe()
+	go func() {
+		tw := tar.NewWriter(pw)
+		write := func(name string, body []byte) error {
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o600, Size: int64(len(body))}); err != nil {
+				return err
+			}
+			_, err := tw.Write(body)
+			return err
+		}
+		err := write("person.db", files["person.db"])
+		at := int64(1_700_000_000_000)
+		for i := 0; err == nil && i <= nah.MaxMediaCount; i++ {
+			err = write("media/"+nah.NewMediaID(at+int64(i)), []byte{'x'})
+		}
+		if err == nil {
+			err = write("manifest.json", files["manifest.json"])
+		}
+		if err == nil {
+			err = tw.Close()
+		}
+		pw.CloseWithError(err)
+	}()
+	s := MustOpen(t, Config{})
+	before := tree(t, s.dir)
+	_, err := s.ImportPerson(ctx, pr, ImportOptions{})
+	pr.CloseWithError(errors.New("import returned"))
+	if nah.ErrorCode(err) != nah.QuotaExceeded || !strings.Contains(err.Error(), "100000 media") {
+		t.Fatalf("%d media files: %v, want QuotaExceeded for the count", nah.MaxMediaCount+1, err)
+	}
+	if after := tree(t, s.dir); !slices.Equal(before, after) {
+		t.Errorf("a refused import left %v", after)
+	}
+}
+
+// TestImportReadsFormat1: an export made before format 2, whose manifest
+// lists every media file with its size and sha256 and counts none, imports
+// with its media; one whose list disagrees with a file is refused.
+func TestImportReadsFormat1(t *testing.T) {
+	ctx := context.Background()
+	old := MustOpen(t, Config{})
+	ann := mustPerson(t, old, "ann")
+	if err := old.ImportMoments(ctx, ann.ID, sampleMoments(3)); err != nil {
+		t.Fatal(err)
+	}
+	ids := seedMedia(t, old, ann.ID, 40, 300)
+	names, files := untar(t, bytes.NewReader(exportOf(t, old, ann.ID)))
+	var m Manifest
+	if err := json.Unmarshal(files["manifest.json"], &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.FormatVersion != 2 || m.MediaCount != len(ids) || len(m.Files) != 1 {
+		t.Fatalf("the export's manifest: format %d, %d media, %d files", m.FormatVersion, m.MediaCount, len(m.Files))
+	}
+	v1 := func(change func(f *ManifestFile)) []byte {
+		c := m
+		c.FormatVersion, c.MediaCount = 1, 0
+		c.Files = slices.Clone(m.Files)
+		var es []entry
+		for _, n := range names {
+			if n == "manifest.json" {
+				continue
+			}
+			es = append(es, reg(n, files[n]))
+			if n != "person.db" {
+				sum := sha256.Sum256(files[n])
+				f := ManifestFile{Name: n, Size: int64(len(files[n])), SHA256: hex.EncodeToString(sum[:])}
+				change(&f)
+				c.Files = append(c.Files, f)
+			}
+		}
+		b, err := json.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return makeTar(t, append(es, reg("manifest.json", b))...)
+	}
+	s := MustOpen(t, Config{})
+	res, err := s.ImportPerson(ctx, bytes.NewReader(v1(func(*ManifestFile) {})), ImportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := mediaRows(t, s, res.Person.ID); n != len(ids) || res.Moments != 3 {
+		t.Errorf("format 1: %d media and %d moments imported, want %d and 3", n, res.Moments, len(ids))
+	}
+	_, err = s.ImportPerson(ctx, bytes.NewReader(v1(func(f *ManifestFile) { f.Size++ })), ImportOptions{Handle: "ann2"})
+	if nah.ErrorCode(err) != nah.Invalid || !strings.Contains(err.Error(), "does not match the manifest") {
+		t.Errorf("format 1 with a wrong size listed: %v", err)
 	}
 }

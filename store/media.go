@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"hash"
 	"io/fs"
@@ -27,13 +28,20 @@ const uploadPrefix = "upload-"
 // reserved under the person's lock before it is written, so concurrent
 // uploads never together pass the quota, and usage never walks the media.
 type mediaUsage struct {
-	mu      sync.Mutex // held to load, reserve, commit and delete
-	loaded  bool
-	bytes   int64 // sum of the sizes of the person's media rows
+	mu     sync.Mutex // held to load, reserve, commit and delete
+	loaded bool
+	bytes  int64 // sum of the sizes of the person's media rows
+	// charged is what the rows count against the quota: each at least
+	// nah.MediaChargeBytes (nah.MediaCharge).
+	charged int64
 	count   int
-	pending int64 // reserved by this process's uploads in flight
-	// staged is the declared length of the unfinished resumable uploads,
-	// resumables those uploads and the finished ones kept (uploads.go).
+	pending int64 // charge reserved by this process's uploads in flight
+	// uploading is this process's one-request uploads in flight, each one
+	// media more against nah.MaxMediaCount once it commits.
+	uploading int
+	// staged is the charge of the unfinished resumable uploads at their
+	// declared length, resumables those uploads and the finished ones kept
+	// (uploads.go).
 	staged     int64
 	resumables map[string]*resumable
 }
@@ -43,13 +51,27 @@ type Storage struct {
 	Database   int64 // person.db with its -wal and -shm (every file at the top of the folder)
 	Media      int64 // bytes of their media files
 	MediaCount int
-	Uploads    int64 // unfinished resumable uploads at their declared length, held against the quota
+	Uploads    int64 // unfinished resumable uploads at their declared length (nah.MediaCharge), held against the quota
 }
 
 // Used is what counts against the quota.
 func (s Storage) Used() int64 { return s.Database + s.Media }
 
 func errNoMedia() error { return nah.Errorf(nah.NotFound, "", "no such media") }
+
+// ErrEmptyMedia refuses a media of no bytes: it would be a row and a file
+// that no phone can use.
+func ErrEmptyMedia() error {
+	return nah.Errorf(nah.Invalid, "empty_media", "a media file has at least one byte: this one is empty")
+}
+
+func errTooManyMedia() error {
+	return nah.Errorf(nah.QuotaExceeded, "", "you keep %d media files, the most a person may: delete some first", nah.MaxMediaCount)
+}
+
+func errOverQuota(quota int64) error {
+	return nah.Errorf(nah.QuotaExceeded, "", "this upload would take your storage past your quota of %d bytes (a file counts at least %d bytes): delete some media first", quota, nah.MediaChargeBytes)
+}
 
 func (s *Store) mediaDir(id string) (string, error) {
 	d, err := s.personDir(id)
@@ -76,58 +98,87 @@ func (s *Store) withUsage(ctx context.Context, id string, fn func(u *mediaUsage)
 	return fn(u)
 }
 
-// loadUsage reads person id's media rows into u and sweeps their folder
-// against them. u.mu is held: no upload commits and no delete runs meanwhile.
+// loadUsage reads person id's media count and bytes into u with one
+// query, and sweeps their folder against the rows. u.mu is held: no upload
+// commits and no delete runs meanwhile.
 func (s *Store) loadUsage(ctx context.Context, id string, u *mediaUsage) error {
-	rows := make(map[string]bool)
-	var sum int64
+	var sum, charged int64
+	var count int
+	dir, _ := s.mediaDir(id)
 	err := s.useFile(ctx, id, false, func(f *personFile) error {
-		r, err := f.db.QueryContext(ctx, `SELECT id, size FROM media`)
-		if err != nil {
+		if err := f.db.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(size), 0), coalesce(sum(max(size, ?)), 0) FROM media`,
+			nah.MediaChargeBytes).Scan(&count, &sum, &charged); err != nil {
 			return err
 		}
-		defer r.Close()
-		for r.Next() {
-			var mid string
-			var size int64
-			if err := r.Scan(&mid, &size); err != nil {
-				return err
-			}
-			rows[mid] = true
-			sum += size
-		}
-		return r.Err()
+		s.sweepMedia(ctx, dir, f.db)
+		return nil
 	})
 	if err != nil {
 		return err
 	}
-	dir, _ := s.mediaDir(id)
-	s.sweepMedia(dir, rows)
 	if u.resumables == nil {
 		s.loadResumables(id, u)
 	}
-	u.bytes, u.count, u.loaded = sum, len(rows), true
+	u.bytes, u.charged, u.count, u.loaded = sum, charged, count, true
 	return nil
 }
 
+// sweepBatch is how many names of a media folder the sweep reads, and
+// asks db about, at a time: its memory is one batch, whatever the count.
+const sweepBatch = 256
+
 // sweepMedia removes from dir the temporary files that no upload holds
-// and, unless rows is nil, the media files that have no row.
-func (s *Store) sweepMedia(dir string, rows map[string]bool) {
-	es, err := os.ReadDir(dir)
+// and the media files that have no row in db, a batch of names at a time.
+func (s *Store) sweepMedia(ctx context.Context, dir string, db *sql.DB) {
+	d, err := os.Open(dir)
 	if err != nil {
 		return // no media yet
 	}
-	for _, e := range es {
-		name := e.Name()
-		switch {
-		case strings.HasPrefix(name, uploadPrefix):
-		case rows != nil && nah.ValidMediaID(name) && !rows[name]:
-		default:
-			continue
+	defer d.Close()
+	ids := make([]string, 0, sweepBatch)
+	for {
+		es, rerr := d.ReadDir(sweepBatch)
+		ids = ids[:0]
+		for _, e := range es {
+			switch name := e.Name(); {
+			case strings.HasPrefix(name, uploadPrefix):
+				s.removeLeft(filepath.Join(dir, name))
+			case nah.ValidMediaID(name):
+				ids = append(ids, name)
+			}
 		}
-		if removeUnlocked(filepath.Join(dir, name)) {
-			s.log.Info("removed what an interrupted upload or delete left", "path", filepath.Join(dir, name))
+		if len(ids) > 0 {
+			s.removeOrphans(ctx, dir, db, ids)
 		}
+		if rerr != nil {
+			return // io.EOF, or a folder that cannot be read: the next load tries again
+		}
+	}
+}
+
+// removeOrphans removes the files among ids (names in dir) that have no
+// row in db. A failed query removes nothing.
+func (s *Store) removeOrphans(ctx context.Context, dir string, db *sql.DB, ids []string) {
+	list, _ := json.Marshal(ids)
+	rows, err := db.QueryContext(ctx, `SELECT value FROM json_each(?) WHERE value NOT IN (SELECT id FROM media)`, string(list))
+	if err != nil {
+		s.log.Warn("sweep media files without a row", "dir", dir, "err", err)
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		if rows.Scan(&id) == nil && nah.ValidMediaID(id) {
+			s.removeLeft(filepath.Join(dir, id))
+		}
+	}
+}
+
+// removeLeft removes what an interrupted upload or delete left at p,
+// unless an upload holds it.
+func (s *Store) removeLeft(p string) {
+	if removeUnlocked(p) {
+		s.log.Info("removed what an interrupted upload or delete left", "path", p)
 	}
 }
 
@@ -228,6 +279,9 @@ func (s *Store) StartUpload(ctx context.Context, owner string, quota int64) (*Up
 	}
 	err = s.withUsage(ctx, owner, func(u *mediaUsage) error {
 		up.u = u
+		if u.count+u.uploading+u.unfinished() >= nah.MaxMediaCount {
+			return errTooManyMedia()
+		}
 		// Mkdir, not MkdirAll: a person deleted meanwhile has no folder,
 		// and must not get one back.
 		if err := os.Mkdir(dir, privateDir); err != nil && !errors.Is(err, fs.ErrExist) {
@@ -243,6 +297,7 @@ func (s *Store) StartUpload(ctx context.Context, owner string, quota int64) (*Up
 			return err
 		}
 		up.f, up.tmp = f, f.Name()
+		u.uploading++
 		return nil
 	})
 	if err != nil {
@@ -258,16 +313,18 @@ func (up *Upload) Size() int64 { return up.size }
 func (up *Upload) SHA256() []byte { return up.h.Sum(nil) }
 
 // Reserve takes quota for total bytes of this upload ahead of writing
-// them, or fails with QuotaExceeded: for a Content-Length known at once.
+// them (at least nah.MediaChargeBytes), or fails with QuotaExceeded: for a
+// Content-Length known at once.
 func (up *Upload) Reserve(total int64) error {
-	if total <= up.reserved {
+	charge := nah.MediaCharge(total)
+	if charge <= up.reserved {
 		return nil
 	}
 	up.u.mu.Lock()
 	defer up.u.mu.Unlock()
-	need := total - up.reserved
-	if up.base+up.u.bytes+up.u.pending+up.u.staged+need > up.quota {
-		return nah.Errorf(nah.QuotaExceeded, "", "this upload would take your storage past your quota of %d bytes: delete some media first", up.quota)
+	need := charge - up.reserved
+	if up.base+up.u.charged+up.u.pending+up.u.staged+need > up.quota {
+		return errOverQuota(up.quota)
 	}
 	up.u.pending += need
 	up.reserved += need
@@ -299,6 +356,10 @@ func (up *Upload) Commit(ctx context.Context, contentType string) (nah.Media, er
 // stored in the row's transaction. When the key was used before for the
 // same request, the upload is dropped and replay is the first answer.
 func (up *Upload) CommitOnce(ctx context.Context, contentType string, idem *Idem) (m nah.Media, replay []byte, err error) {
+	if up.size == 0 {
+		up.Abort()
+		return nah.Media{}, nil, ErrEmptyMedia()
+	}
 	if err := up.f.Sync(); err != nil {
 		up.Abort()
 		return nah.Media{}, nil, up.s.spaceErr(err)
@@ -342,6 +403,7 @@ func (up *Upload) CommitOnce(ctx context.Context, contentType string, idem *Idem
 	}
 	up.done = true
 	up.u.pending -= up.reserved
+	up.u.uploading--
 	if err != nil || replay != nil {
 		os.Remove(up.tmp)
 		up.f.Close()
@@ -351,6 +413,7 @@ func (up *Upload) CommitOnce(ctx context.Context, contentType string, idem *Idem
 		return nah.Media{}, replay, nil
 	}
 	up.u.bytes += m.Size
+	up.u.charged += nah.MediaCharge(m.Size)
 	up.u.count++
 	up.f.Close() // the lock goes with it, once the row is there
 	return m, nil, nil
@@ -366,6 +429,7 @@ func (up *Upload) Abort() {
 	up.f.Close()
 	up.u.mu.Lock()
 	up.u.pending -= up.reserved
+	up.u.uploading--
 	up.u.mu.Unlock()
 }
 
@@ -437,6 +501,7 @@ func (s *Store) DeleteMedia(ctx context.Context, owner, id string) error {
 			return err
 		}
 		u.bytes -= size
+		u.charged -= nah.MediaCharge(size)
 		u.count--
 		dir, _ := s.mediaDir(owner)
 		if err := os.Remove(filepath.Join(dir, id)); err != nil && !errors.Is(err, fs.ErrNotExist) {

@@ -60,7 +60,7 @@ func (s *Store) Databases(ctx context.Context) ([]string, error) {
 // open-file cache, like an export.
 func (s *Store) Backup(ctx context.Context, rel string) (*os.File, error) {
 	if rel == nah.DirectoryRel {
-		f, _, err := backupFile(ctx, s.Path(rel))
+		f, _, err := backupUnlinked(ctx, s.Path(rel))
 		return f, err
 	}
 	id := nah.PersonOfRel(rel)
@@ -83,13 +83,13 @@ func (s *Store) Backup(ctx context.Context, rel string) (*os.File, error) {
 			err = nah.ErrNoPerson()
 			return
 		}
-		out, _, err = backupFile(ctx, p)
+		out, _, err = backupUnlinked(ctx, p)
 	}) {
 		return out, err
 	}
 	err = s.useFile(ctx, id, false, func(f *personFile) error {
 		var err error
-		out, _, err = backupFile(ctx, f.path)
+		out, _, err = backupUnlinked(ctx, f.path)
 		return err
 	})
 	return out, err

@@ -157,7 +157,7 @@ func (s *Store) loadResumables(id string, u *mediaUsage) {
 		r := &resumable{id: uid, busy: make(chan struct{}, 1), st: st}
 		if st.MediaID == "" {
 			r.offset.Store(min(data.Size(), st.Length))
-			u.staged += st.Length
+			u.staged += nah.MediaCharge(st.Length)
 		} else {
 			r.offset.Store(st.Length)
 		}
@@ -201,6 +201,9 @@ func saveState(dir string, r *resumable) error {
 // storage with every unfinished upload at its declared length may not pass
 // quota; with an Idempotency-Key used before, it returns that upload.
 func (s *Store) CreateResumable(ctx context.Context, owner string, spec ResumableSpec, quota int64) (Resumable, bool, error) {
+	if spec.Length < 1 {
+		return Resumable{}, false, ErrEmptyMedia()
+	}
 	dir, err := s.uploadsDir(owner)
 	if err != nil {
 		return Resumable{}, false, err
@@ -229,8 +232,11 @@ func (s *Store) CreateResumable(ctx context.Context, owner string, spec Resumabl
 		if unfinished >= MaxResumables {
 			return nah.Errorf(nah.Conflict, "too_many_uploads", "you have %d unfinished uploads: finish or delete one first", unfinished)
 		}
-		if base+u.bytes+u.pending+u.staged+spec.Length > quota {
-			return nah.Errorf(nah.QuotaExceeded, "", "this upload would take your storage past your quota of %d bytes (unfinished uploads count at their full length): delete some media first", quota)
+		if u.count+u.uploading+unfinished >= nah.MaxMediaCount {
+			return errTooManyMedia()
+		}
+		if base+u.charged+u.pending+u.staged+nah.MediaCharge(spec.Length) > quota {
+			return nah.Errorf(nah.QuotaExceeded, "", "this upload would take your storage past your quota of %d bytes (unfinished uploads count at their full length, a file at least %d bytes): delete some media first", quota, nah.MediaChargeBytes)
 		}
 		if err := os.Mkdir(dir, privateDir); err != nil && !errors.Is(err, fs.ErrExist) {
 			return err
@@ -254,7 +260,7 @@ func (s *Store) CreateResumable(ctx context.Context, owner string, spec Resumabl
 			return err
 		}
 		u.resumables[r.id] = r
-		u.staged += spec.Length
+		u.staged += nah.MediaCharge(spec.Length)
 		s.uploaders.Store(owner, true)
 		out = r.snapshot()
 		return nil
@@ -317,7 +323,7 @@ func (s *Store) dropResumable(dir string, u *mediaUsage, r *resumable) {
 	removeUpload(dir, r.id)
 	delete(u.resumables, r.id)
 	if r.st.MediaID == "" {
-		u.staged -= r.st.Length
+		u.staged -= nah.MediaCharge(r.st.Length)
 	}
 	r.gone = true
 }
@@ -559,9 +565,18 @@ func (s *Store) finishResumable(ctx context.Context, owner, dir string, u *media
 	sum := hex.EncodeToString(r.h.Sum(nil))
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	if r.st.Length < 1 { // a state from before creations were checked
+		s.dropResumable(dir, u, r)
+		return r.snapshot(), ErrEmptyMedia()
+	}
 	if r.st.SHA256 != "" && r.st.SHA256 != sum {
 		s.dropResumable(dir, u, r)
 		return r.snapshot(), ErrChecksumMismatch(true)
+	}
+	// The creation counted this upload against nah.MaxMediaCount; a
+	// count passed meanwhile (a restored copy's rows) keeps it unfinished.
+	if u.count+u.uploading >= nah.MaxMediaCount {
+		return r.snapshot(), errTooManyMedia()
 	}
 	mdir, _ := s.mediaDir(owner)
 	if err := os.Mkdir(mdir, privateDir); err != nil && !errors.Is(err, fs.ErrExist) {
@@ -587,8 +602,9 @@ func (s *Store) finishResumable(ctx context.Context, owner, dir string, u *media
 	if err != nil {
 		return r.snapshot(), s.spaceErr(err)
 	}
-	u.staged -= r.st.Length
+	u.staged -= nah.MediaCharge(r.st.Length)
 	u.bytes += m.Size
+	u.charged += nah.MediaCharge(m.Size)
 	u.count++
 	r.st.MediaID, r.st.Hash = m.ID, nil
 	r.st.Expires = s.now().Add(s.uploadExpiry).UnixMilli()
@@ -640,4 +656,15 @@ func (s *Store) DeleteResumable(ctx context.Context, owner, uid string) error {
 	r.stop = nil
 	s.dropResumable(dir, u, r)
 	return nil
+}
+
+// unfinished counts u's resumable uploads not yet a media. u.mu is held.
+func (u *mediaUsage) unfinished() int {
+	n := 0
+	for _, r := range u.resumables {
+		if r.st.MediaID == "" {
+			n++
+		}
+	}
+	return n
 }

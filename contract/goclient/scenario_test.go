@@ -322,8 +322,8 @@ func TestPhoneScenario(t *testing.T) {
 	checkExport(t, exp.Body, map[string][]byte{"media/" + up.JSON201.Id: media})
 }
 
-// checkExport reads a whole export tar and checks each entry against the
-// manifest (last), and the entries of want byte for byte.
+// checkExport reads a whole export tar and checks it against the manifest
+// (last), and the entries of want byte for byte.
 func checkExport(t *testing.T, b []byte, want map[string][]byte) {
 	t.Helper()
 	tr := tar.NewReader(bytes.NewReader(b))
@@ -362,23 +362,27 @@ func checkExport(t *testing.T, b []byte, want map[string][]byte) {
 			t.Errorf("export lacks %s; it has %v", name, names)
 		}
 	}
+	// Format 2: the manifest lists person.db and counts the media files.
 	var m struct {
-		Format string `json:"format"`
-		Files  []struct {
+		Format        string `json:"format"`
+		FormatVersion int    `json:"format_version"`
+		Files         []struct {
 			Name   string `json:"name"`
 			Size   int64  `json:"size"`
 			SHA256 string `json:"sha256"`
 		} `json:"files"`
+		MediaCount int `json:"media_count"`
 	}
 	if err := json.Unmarshal(manifest, &m); err != nil {
 		t.Fatalf("export's manifest.json: %v: %q", err, manifest)
 	}
-	if m.Format != "nah-export" || len(m.Files) != len(names) {
-		t.Fatalf("manifest format %q lists %d files, the tar has %v", m.Format, len(m.Files), names)
+	if m.Format != "nah-export" || m.FormatVersion != 2 || len(m.Files) != 1 || len(names) == 0 || names[0] != "person.db" {
+		t.Fatalf("manifest format %q version %d lists %d files, the tar has %v", m.Format, m.FormatVersion, len(m.Files), names)
 	}
-	for i, f := range m.Files {
-		if f.Name != names[i] || entries[f.Name] != (entry{f.Size, f.SHA256}) {
-			t.Errorf("manifest file %d is %+v, the tar's is %s %+v", i, f, names[i], entries[names[i]])
-		}
+	if f := m.Files[0]; f.Name != "person.db" || entries[f.Name] != (entry{f.Size, f.SHA256}) {
+		t.Errorf("manifest file is %+v, the tar's person.db %+v", f, entries["person.db"])
+	}
+	if m.MediaCount != len(names)-1 {
+		t.Errorf("manifest counts %d media, the tar has %v", m.MediaCount, names)
 	}
 }

@@ -62,6 +62,7 @@ const (
 	ErrorCode0ChecksumMismatch       ErrorCode0 = "checksum_mismatch"
 	ErrorCode0Conflict               ErrorCode0 = "conflict"
 	ErrorCode0ConnectionLimit        ErrorCode0 = "connection_limit"
+	ErrorCode0EmptyMedia             ErrorCode0 = "empty_media"
 	ErrorCode0ExportInFlight         ErrorCode0 = "export_in_flight"
 	ErrorCode0Forbidden              ErrorCode0 = "forbidden"
 	ErrorCode0HandleTaken            ErrorCode0 = "handle_taken"
@@ -137,6 +138,8 @@ func (e ErrorCode0) Valid() bool {
 	case ErrorCode0Conflict:
 		return true
 	case ErrorCode0ConnectionLimit:
+		return true
+	case ErrorCode0EmptyMedia:
 		return true
 	case ErrorCode0ExportInFlight:
 		return true
@@ -567,7 +570,7 @@ type Me struct {
 		// Quota What they may store, database and media together (`NAH_QUOTA_BYTES`); an upload that would pass it is 413 quota_exceeded.
 		Quota int64 `json:"quota"`
 
-		// Uploads Bytes held by their unfinished resumable uploads, at each one's declared length: they count against the quota until they end, are abandoned or expire. Not in `storage_used`.
+		// Uploads Bytes held by their unfinished resumable uploads, at each one's declared length (at least 4,096 bytes each): they count against the quota until they end, are abandoned or expire. Not in `storage_used`.
 		Uploads int64 `json:"uploads"`
 	} `json:"storage"`
 
@@ -1280,7 +1283,7 @@ type ClientInterface interface {
 
 	// ExportMe Export the signed-in person
 	//
-	// The signed-in person's data as a tar, streamed: `person.db`, a consistent copy of their SQLite database (made with SQLite's online backup API, so posting goes on while it is made), then `manifest.json`: `format` ("nah-export"), `format_version`, the person's id, handle and created_at, `exported_at`, `server_version`, `schema_version` (person.db's `PRAGMA user_version`), `connections` (handle and connected_at of each), and `files`: name, size and sha256 of every entry before it. The manifest is the last entry. One export per person per minute.
+	// The signed-in person's data as a tar, streamed: `person.db`, a consistent copy of their SQLite database (made with SQLite's online backup API, so posting goes on while it is made), then `manifest.json`: `format` ("nah-export"), `format_version`, the person's id, handle and created_at, `exported_at`, `server_version`, `schema_version` (person.db's `PRAGMA user_version`), `connections` (handle and connected_at of each), `files`: name, size and sha256 of person.db, and `media_count`: how many media files come between them. The manifest is the last entry. One export per person per minute.
 	//
 	// Corresponds with GET /api/v1/me/export (the `ExportMe` operationId).
 	ExportMe(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1860,7 +1863,7 @@ func (c *Client) PutDigest(ctx context.Context, body PutDigestJSONRequestBody, r
 
 // ExportMe Export the signed-in person
 //
-// The signed-in person's data as a tar, streamed: `person.db`, a consistent copy of their SQLite database (made with SQLite's online backup API, so posting goes on while it is made), then `manifest.json`: `format` ("nah-export"), `format_version`, the person's id, handle and created_at, `exported_at`, `server_version`, `schema_version` (person.db's `PRAGMA user_version`), `connections` (handle and connected_at of each), and `files`: name, size and sha256 of every entry before it. The manifest is the last entry. One export per person per minute.
+// The signed-in person's data as a tar, streamed: `person.db`, a consistent copy of their SQLite database (made with SQLite's online backup API, so posting goes on while it is made), then `manifest.json`: `format` ("nah-export"), `format_version`, the person's id, handle and created_at, `exported_at`, `server_version`, `schema_version` (person.db's `PRAGMA user_version`), `connections` (handle and connected_at of each), `files`: name, size and sha256 of person.db, and `media_count`: how many media files come between them. The manifest is the last entry. One export per person per minute.
 //
 // Corresponds with GET /api/v1/me/export (the `ExportMe` operationId).
 func (c *Client) ExportMe(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4141,7 +4144,7 @@ type ClientWithResponsesInterface interface {
 
 	// ExportMeWithResponse Export the signed-in person
 	//
-	// The signed-in person's data as a tar, streamed: `person.db`, a consistent copy of their SQLite database (made with SQLite's online backup API, so posting goes on while it is made), then `manifest.json`: `format` ("nah-export"), `format_version`, the person's id, handle and created_at, `exported_at`, `server_version`, `schema_version` (person.db's `PRAGMA user_version`), `connections` (handle and connected_at of each), and `files`: name, size and sha256 of every entry before it. The manifest is the last entry. One export per person per minute.
+	// The signed-in person's data as a tar, streamed: `person.db`, a consistent copy of their SQLite database (made with SQLite's online backup API, so posting goes on while it is made), then `manifest.json`: `format` ("nah-export"), `format_version`, the person's id, handle and created_at, `exported_at`, `server_version`, `schema_version` (person.db's `PRAGMA user_version`), `connections` (handle and connected_at of each), `files`: name, size and sha256 of person.db, and `media_count`: how many media files come between them. The manifest is the last entry. One export per person per minute.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -7924,7 +7927,7 @@ func (c *ClientWithResponses) PutDigestWithResponse(ctx context.Context, body Pu
 
 // ExportMeWithResponse Export the signed-in person
 //
-// The signed-in person's data as a tar, streamed: `person.db`, a consistent copy of their SQLite database (made with SQLite's online backup API, so posting goes on while it is made), then `manifest.json`: `format` ("nah-export"), `format_version`, the person's id, handle and created_at, `exported_at`, `server_version`, `schema_version` (person.db's `PRAGMA user_version`), `connections` (handle and connected_at of each), and `files`: name, size and sha256 of every entry before it. The manifest is the last entry. One export per person per minute.
+// The signed-in person's data as a tar, streamed: `person.db`, a consistent copy of their SQLite database (made with SQLite's online backup API, so posting goes on while it is made), then `manifest.json`: `format` ("nah-export"), `format_version`, the person's id, handle and created_at, `exported_at`, `server_version`, `schema_version` (person.db's `PRAGMA user_version`), `connections` (handle and connected_at of each), `files`: name, size and sha256 of person.db, and `media_count`: how many media files come between them. The manifest is the last entry. One export per person per minute.
 //
 // Returns a wrapper object for the known response body format(s).
 //

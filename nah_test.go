@@ -8,14 +8,41 @@ import (
 var testKey = []byte("0123456789abcdef0123456789abcdef")
 
 func TestCursorRoundTrip(t *testing.T) {
-	c := Cursor{At: 1_780_000_000_123, ID: NewMomentID(1_780_000_000_123)}
-	s := EncodeCursor(testKey, c)
-	got, err := DecodeCursor(testKey, s)
-	if err != nil || got != c {
-		t.Fatalf("round trip: %+v, %v", got, err)
+	for _, c := range []Cursor{
+		{At: 1_780_000_000_123, ID: NewMomentID(1_780_000_000_123), Author: NewPersonID()},
+		{At: 1_780_000_000_123, ID: NewMomentID(1_780_000_000_123)}, // as before the author
+	} {
+		s := EncodeCursor(testKey, c)
+		if want := map[bool]int{true: 70, false: 48}[c.Author != ""]; len(s) != want {
+			t.Errorf("%+v: %d characters, want %d", c, len(s), want)
+		}
+		got, err := DecodeCursor(testKey, s)
+		if err != nil || got != c {
+			t.Fatalf("round trip: %+v, %v", got, err)
+		}
+		if _, err := DecodeCursor([]byte("another key, another server....."), s); ErrorCode(err) != Invalid {
+			t.Fatalf("cursor accepted under another key: %v", err)
+		}
 	}
-	if _, err := DecodeCursor([]byte("another key, another server....."), s); ErrorCode(err) != Invalid {
-		t.Fatalf("cursor accepted under another key: %v", err)
+}
+
+// TestCursorTies: two moments at the same (time, id) by two authors are
+// two positions; a cursor without an author stands for both.
+func TestCursorTies(t *testing.T) {
+	id, a, b := NewMomentID(5), "a"+NewPersonID()[1:], "b"+NewPersonID()[1:]
+	at := Cursor{At: 5, ID: id, Author: b}
+	if !at.Before(5, id, a) || at.Before(5, id, b) || at.Newer(5, id, a) || at.Newer(5, id, b) {
+		t.Error("b's cursor: a's copy is after it, b's own is on neither side")
+	}
+	if !(Cursor{At: 5, ID: id, Author: a}).Newer(5, id, b) {
+		t.Error("a's cursor: b's copy is newer")
+	}
+	old := Cursor{At: 5, ID: id}
+	if old.Before(5, id, a) || old.Newer(5, id, b) || !old.Before(4, id, b) || !old.Newer(6, id, a) {
+		t.Error("an authorless cursor: both copies on neither side, the rest by time")
+	}
+	if !at.Inclusive(a, false) || at.Inclusive(a, true) || at.Inclusive(b, false) || old.Inclusive(a, false) {
+		t.Error("Inclusive disagrees with Before and Newer")
 	}
 }
 
@@ -59,6 +86,7 @@ func TestValidHandle(t *testing.T) {
 // cursor that encodes back to exactly the same string.
 func FuzzDecodeCursor(f *testing.F) {
 	f.Add(EncodeCursor(testKey, Cursor{At: 1, ID: NewMomentID(1)}))
+	f.Add(EncodeCursor(testKey, Cursor{At: 1, ID: NewMomentID(1), Author: NewPersonID()}))
 	f.Add("")
 	f.Add("AAAA")
 	f.Fuzz(func(t *testing.T, s string) {

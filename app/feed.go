@@ -88,7 +88,7 @@ func (a *App) servePage(w http.ResponseWriter, r *http.Request, id string, circl
 	// refresh from it misses nothing and repeats nothing.
 	horizon := a.store.Horizon()
 	settled := nah.Cursor{At: horizon}
-	if after != nil && (before == nil || settled.Newer(before.At, before.ID)) {
+	if after != nil && (before == nil || settled.Newer(before.At, before.ID, before.Author)) {
 		before = &settled
 	}
 	// The page's bodies read from files are taken from the memory budget as
@@ -115,7 +115,7 @@ func (a *App) servePage(w http.ResponseWriter, r *http.Request, id string, circl
 	}
 	for _, m := range p.Moments {
 		if m.CreatedAt < horizon {
-			refresh = []byte(nah.EncodeCursor(a.store.CursorKey(), nah.Cursor{At: m.CreatedAt, ID: m.ID}))
+			refresh = []byte(nah.EncodeCursor(a.store.CursorKey(), nah.Cursor{At: m.CreatedAt, ID: m.ID, Author: m.Author}))
 			break
 		}
 	}

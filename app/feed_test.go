@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -33,7 +34,10 @@ func bruteForce(t *testing.T, s *store.Store, ids []string) []pageItem {
 		if a.CreatedAt != b.CreatedAt {
 			return -compare(a.CreatedAt, b.CreatedAt)
 		}
-		return -compare(a.ID, b.ID)
+		if a.ID != b.ID {
+			return -compare(a.ID, b.ID)
+		}
+		return -compare(a.Author, b.Author)
 	})
 	return all
 }
@@ -100,12 +104,12 @@ func checkFeeds(t *testing.T, ts *testServer, w *world, rng *rand.Rand, label st
 
 func assertSameList(t *testing.T, label string, got, want []pageItem) {
 	t.Helper()
-	seen := map[string]bool{}
+	seen := map[[2]string]bool{}
 	for _, g := range got {
-		if seen[g.ID] {
-			t.Fatalf("%s: %s appears twice", label, g.ID)
+		if seen[[2]string{g.ID, g.Author}] {
+			t.Fatalf("%s: %s by %s appears twice", label, g.ID, g.Author)
 		}
-		seen[g.ID] = true
+		seen[[2]string{g.ID, g.Author}] = true
 	}
 	if len(got) != len(want) {
 		t.Fatalf("%s: %d moments, want %d", label, len(got), len(want))
@@ -249,6 +253,157 @@ func TestCursorIsAPosition(t *testing.T) {
 		ts.clock.Advance(time.Millisecond)
 	}
 	assertSameList(t, "paging while posting", got, want)
+}
+
+// TestCursorTiesAcrossAuthors: ann's export imported as a second person on
+// the same server keeps every moment's id and time, so a third person
+// connected to both sees pairs of moments at the same (time, id). Paging
+// with limit 1 to 3, and refreshing with after= from every position, shows
+// each moment exactly once, newest first. (Issue 23, item 10: before the
+// author broke ties, limit=1 showed 3 of 6.) With heads, and without: the
+// files' queries break ties too.
+func TestCursorTiesAcrossAuthors(t *testing.T) {
+	for _, heads := range []int64{0, -1} {
+		t.Run(fmt.Sprintf("heads=%d", heads), func(t *testing.T) { testCursorTies(t, heads) })
+	}
+}
+
+func testCursorTies(t *testing.T, heads int64) {
+	ts := newTestServer(t, func(c *serverConfig) { c.HeadCacheBytes = heads })
+	ctx := context.Background()
+	ann, cyd, dan := ts.signup(t, "ann"), ts.signup(t, "cyd"), ts.signup(t, "dan")
+	for i := range 7 {
+		// Pairs of ann's posts share a millisecond; cyd posts in the same
+		// milliseconds, with other ids.
+		if i%2 == 0 {
+			ts.clock.Advance(time.Millisecond)
+		}
+		ts.post(t, ann, []byte{'a', byte(i)})
+		if i%3 == 0 {
+			ts.post(t, cyd, []byte{'c', byte(i)})
+		}
+	}
+	res, err := ts.Client().Do(exportRequest(t, ts, "GET", ann.token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tarball, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("export: %d %v", res.StatusCode, err)
+	}
+	if p := postImport(t, signedInAdmin(t, ts), ts, "ann.two", tarball); p.status != 201 {
+		t.Fatalf("import as ann.two: %d\n%s", p.status, p.body)
+	}
+	two, _, err := ts.store.FindPersonByHandle(ctx, "ann.two")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := ts.store.CreateSession(ctx, two.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	annTwo := account{id: two.ID, handle: "ann.two", token: tok}
+	for _, p := range []account{ann, annTwo, cyd} {
+		ts.connect(t, dan, p)
+	}
+	ts.clock.Advance(time.Second) // every moment settled: refresh cursors on every page
+	want := bruteForce(t, ts.store, []string{dan.id, ann.id, annTwo.id, cyd.id})
+	ties := 0
+	for i := 1; i < len(want); i++ {
+		if want[i].ID == want[i-1].ID {
+			ties++
+		}
+	}
+	if len(want) != 17 || ties != 7 {
+		t.Fatalf("%d moments, %d ties: want 17 and 7", len(want), ties)
+	}
+	for limit := 1; limit <= 3; limit++ {
+		label := fmt.Sprintf("dan's feed, limit %d", limit)
+		assertSameList(t, label, ts.readAll(t, dan.token, "/api/v1/feed", limit), want)
+		// A refresh from each moment's position: exactly the moments before it.
+		for i, cur := range ts.positions(t, dan.token, "/api/v1/feed", len(want)) {
+			assertSameList(t, fmt.Sprintf("%s, after= moment %d", label, i), ts.pagedAfter(t, dan.token, "/api/v1/feed", cur, limit), want[:i])
+		}
+	}
+	// A cursor of an earlier version (48 characters, no author) still
+	// works, as it did: both moments at its (time, id) are on neither side.
+	for i, m := range want {
+		at, err := time.Parse(nah.TimeFormat, m.CreatedAt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		old := nah.EncodeCursor(ts.store.CursorKey(), nah.Cursor{At: at.UnixMilli(), ID: m.ID})
+		if len(old) != 48 {
+			t.Fatalf("an authorless cursor is %d characters", len(old))
+		}
+		var older, newer []pageItem
+		for _, w := range want {
+			if c := compare(w.CreatedAt+w.ID, m.CreatedAt+m.ID); c < 0 {
+				older = append(older, w)
+			} else if c > 0 {
+				newer = append(newer, w)
+			}
+		}
+		r := ts.do(t, "GET", "/api/v1/feed?limit=100&before="+old, dan.token, nil)
+		var got []pageItem
+		for _, x := range r.json["moments"].([]any) {
+			x := x.(map[string]any)
+			got = append(got, pageItem{x["id"].(string), x["author"].(string), x["created_at"].(string), x["body"].(string)})
+		}
+		assertSameList(t, fmt.Sprintf("before= an old cursor at moment %d", i), got, older)
+		assertSameList(t, fmt.Sprintf("after= an old cursor at moment %d", i), ts.pagedAfter(t, dan.token, "/api/v1/feed", old, 2), newer)
+	}
+}
+
+// positions returns the refresh cursor of each moment of a list, newest
+// first: the first page's refresh, then the refresh of the page after each
+// moment's predecessor (a page's refresh is its newest settled moment).
+func (ts *testServer) positions(t *testing.T, token, path string, n int) []string {
+	t.Helper()
+	var out []string
+	next := ""
+	for range n {
+		u := path + "?limit=1"
+		if next != "" {
+			u += "&before=" + next
+		}
+		r := ts.do(t, "GET", u, token, nil)
+		refresh, _ := r.json["refresh"].(string)
+		if r.status != 200 || refresh == "" {
+			t.Fatalf("GET %s: %d, refresh %q", u, r.status, refresh)
+		}
+		out = append(out, refresh)
+		next, _ = r.json["next"].(string)
+	}
+	return out
+}
+
+// pagedAfter reads every moment newer than after, the gap paged with
+// before= as the document says.
+func (ts *testServer) pagedAfter(t *testing.T, token, path, after string, limit int) []pageItem {
+	t.Helper()
+	var got []pageItem
+	next := ""
+	for range 1000 {
+		u := fmt.Sprintf("%s?limit=%d&after=%s", path, limit, after)
+		if next != "" {
+			u += "&before=" + next
+		}
+		r := ts.do(t, "GET", u, token, nil)
+		if r.status != 200 {
+			t.Fatalf("GET %s: %d %s", u, r.status, r.raw)
+		}
+		for _, m := range r.json["moments"].([]any) {
+			m := m.(map[string]any)
+			got = append(got, pageItem{m["id"].(string), m["author"].(string), m["created_at"].(string), m["body"].(string)})
+		}
+		if next, _ = r.json["next"].(string); next == "" {
+			return got
+		}
+	}
+	t.Fatal("the refresh does not end")
+	return nil
 }
 
 func TestTamperedCursorIs400(t *testing.T) {

@@ -244,6 +244,40 @@ func TestHugeHeaderIsStill431(t *testing.T) {
 	}
 }
 
+// TestUnknownTransferEncodingIs501: a Transfer-Encoding other than one
+// "chunked" is answered by net/http before any handler, in its own plain
+// text (issue 23 item 11 asked for the SPEC's JSON error; README "Under
+// attack" says why it stays): 501, the connection closed, no handler run,
+// so the post it carried is not made. The same post chunked is.
+func TestUnknownTransferEncodingIs501(t *testing.T) {
+	ts := newTestServer(t)
+	ann := ts.signup(t, "ann")
+	post := func(te ...string) string {
+		const body = `{"body":"aGVsbG8="}`
+		req := "POST /api/v1/moments HTTP/1.1\r\nHost: nah.test\r\nAuthorization: Bearer " + ann.token + "\r\nContent-Type: application/json\r\n"
+		for _, v := range te {
+			req += "Transfer-Encoding: " + v + "\r\n"
+		}
+		return req + "\r\n" + fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(body), body)
+	}
+	for _, te := range [][]string{{"gzip"}, {"gzip, chunked"}, {"chunked, gzip"}, {"chunked", "chunked"}, {"identity"}} {
+		c := dialRaw(t, ts)
+		status, h, body := c.roundTrip(t, post(te...))
+		if status != http.StatusNotImplemented || !strings.HasPrefix(h.Get("Content-Type"), "text/plain") || string(body) != "Unsupported transfer encoding" {
+			t.Errorf("Transfer-Encoding %q: %d %q %q, want net/http's plain 501", te, status, h.Get("Content-Type"), body)
+		}
+		if _, err := c.br.ReadByte(); err != io.EOF {
+			t.Errorf("Transfer-Encoding %q: the connection is still open after the 501 (%v)", te, err)
+		}
+	}
+	if n, err := ts.store.MomentCount(context.Background(), ann.id); err != nil || n != 0 {
+		t.Fatalf("%d moments after the refused posts, %v: a handler ran", n, err)
+	}
+	if status, _, body := dialRaw(t, ts).roundTrip(t, post("chunked")); status != 201 {
+		t.Fatalf("the same post chunked: %d %s", status, body)
+	}
+}
+
 // TestSlowClientIsCutOff: a client that sends its headers slower than the
 // server's header timeout loses its connection, and others are served.
 func TestSlowClientIsCutOff(t *testing.T) {

@@ -124,7 +124,9 @@ func BenchmarkFeedEveryFile(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		slices.SortFunc(ms, func(x, y nah.Moment) int { return nah.CompareNewest(x.CreatedAt, x.ID, y.CreatedAt, y.ID) })
+		slices.SortFunc(ms, func(x, y nah.Moment) int {
+			return nah.CompareNewest(x.CreatedAt, x.ID, x.Author, y.CreatedAt, y.ID, y.Author)
+		})
 		i += 7
 	}
 }

@@ -112,7 +112,7 @@ type rest struct {
 
 // newer orders items newest first, in the one order of moments.
 func newer(a, b item) int {
-	return nah.CompareNewest(a.CreatedAt, a.ID, b.CreatedAt, b.ID)
+	return nah.CompareNewest(a.CreatedAt, a.ID, a.Author, b.CreatedAt, b.ID, b.Author)
 }
 
 // Feed fills p with up to limit moments older than before (all when before
@@ -155,7 +155,7 @@ func (s *Store) FeedRange(ctx context.Context, id string, circle bool, before, a
 	p.Next = nil
 	if len(p.top) > limit {
 		last := p.top[limit-1]
-		p.next = nah.Cursor{At: last.CreatedAt, ID: last.ID}
+		p.next = nah.Cursor{At: last.CreatedAt, ID: last.ID, Author: last.Author}
 		p.Next = &p.next
 	}
 	return nil
@@ -273,10 +273,10 @@ func (s *Store) page(ctx context.Context, p *Page, before, after *nah.Cursor, li
 		}
 		p.cand = p.cand[:0]
 		for _, it := range h.items {
-			if after != nil && !after.Newer(it.CreatedAt, it.ID) {
+			if after != nil && !after.Newer(it.CreatedAt, it.ID, c.n.id) {
 				break // the head is newest first: the rest is older still
 			}
-			if before == nil || before.Before(it.CreatedAt, it.ID) {
+			if before == nil || before.Before(it.CreatedAt, it.ID, c.n.id) {
 				p.cand = append(p.cand, item{momentKey: momentKey{ID: it.ID, Author: c.n.id, CreatedAt: it.CreatedAt}, body: it.Body, found: true})
 			}
 		}
@@ -284,14 +284,14 @@ func (s *Store) page(ctx context.Context, p *Page, before, after *nah.Cursor, li
 		if h.complete || len(h.items) == 0 {
 			continue
 		}
-		if after != nil && !after.Newer(h.items[len(h.items)-1].CreatedAt, h.items[len(h.items)-1].ID) {
+		last := h.items[len(h.items)-1]
+		if after != nil && !after.Newer(last.CreatedAt, last.ID, c.n.id) {
 			continue // the head reaches past after: the file holds nothing newer
 		}
 		// The file holds more, all older than the head's last item.
-		last := h.items[len(h.items)-1]
-		r := rest{id: c.n.id, from: before, after: after, last: item{momentKey: momentKey{ID: last.ID, CreatedAt: last.CreatedAt}}}
-		if before == nil || before.Before(last.CreatedAt, last.ID) {
-			r.from = &nah.Cursor{At: last.CreatedAt, ID: last.ID}
+		r := rest{id: c.n.id, from: before, after: after, last: item{momentKey: momentKey{ID: last.ID, Author: c.n.id, CreatedAt: last.CreatedAt}}}
+		if before == nil || before.Before(last.CreatedAt, last.ID, c.n.id) {
+			r.from = &nah.Cursor{At: last.CreatedAt, ID: last.ID, Author: c.n.id}
 		}
 		p.rest = append(p.rest, r)
 	}
@@ -411,15 +411,12 @@ func (s *Store) momentKeys(ctx context.Context, author string, before, after *na
 			if before != nil {
 				at, id = before.At, before.ID
 			}
-			rows, err = f.db.QueryContext(ctx, `SELECT id, created_at FROM moments
-				WHERE (created_at, id) < (?, ?) AND (created_at, id) > (?, ?)
-				ORDER BY created_at DESC, id DESC LIMIT ?`, at, id, after.At, after.ID, limit)
+			q := keysBetween[b2i(before != nil && before.Inclusive(author, false))][b2i(after.Inclusive(author, true))]
+			rows, err = f.db.QueryContext(ctx, q, at, id, after.At, after.ID, limit)
 		case before == nil:
-			rows, err = f.db.QueryContext(ctx, `SELECT id, created_at FROM moments
-				ORDER BY created_at DESC, id DESC LIMIT ?`, limit)
+			rows, err = f.db.QueryContext(ctx, keysAll, limit)
 		default:
-			rows, err = f.db.QueryContext(ctx, `SELECT id, created_at FROM moments
-				WHERE (created_at, id) < (?, ?) ORDER BY created_at DESC, id DESC LIMIT ?`, before.At, before.ID, limit)
+			rows, err = f.db.QueryContext(ctx, keysBefore[b2i(before.Inclusive(author, false))], before.At, before.ID, limit)
 		}
 		if err != nil {
 			return err
@@ -435,6 +432,30 @@ func (s *Store) momentKeys(ctx context.Context, author string, before, after *na
 		return rows.Err()
 	})
 	return dst, err
+}
+
+// The keys queries. A bound includes the moment at exactly the cursor's
+// (time, id) when the tie-break by author puts it on the page's side
+// (Cursor.Inclusive): index 1 is `<=` (before) or `>=` (after), 0 strict.
+const (
+	keysSelect = `SELECT id, created_at FROM moments `
+	keysOrder  = `ORDER BY created_at DESC, id DESC LIMIT ?`
+	keysAll    = keysSelect + keysOrder
+)
+
+var (
+	keysBefore  = [2]string{keysSelect + `WHERE (created_at, id) < (?, ?) ` + keysOrder, keysSelect + `WHERE (created_at, id) <= (?, ?) ` + keysOrder}
+	keysBetween = [2][2]string{
+		{keysSelect + `WHERE (created_at, id) < (?, ?) AND (created_at, id) > (?, ?) ` + keysOrder, keysSelect + `WHERE (created_at, id) < (?, ?) AND (created_at, id) >= (?, ?) ` + keysOrder},
+		{keysSelect + `WHERE (created_at, id) <= (?, ?) AND (created_at, id) > (?, ?) ` + keysOrder, keysSelect + `WHERE (created_at, id) <= (?, ?) AND (created_at, id) >= (?, ?) ` + keysOrder},
+	}
+)
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // momentBodies reads the bodies of moments ids of author and calls fn for

@@ -78,7 +78,9 @@ func checkFeed(t *testing.T, s *Store, id string, limit int) {
 		}
 		want = append(want, ms...)
 	}
-	slices.SortFunc(want, func(a, b nah.Moment) int { return nah.CompareNewest(a.CreatedAt, a.ID, b.CreatedAt, b.ID) })
+	slices.SortFunc(want, func(a, b nah.Moment) int {
+		return nah.CompareNewest(a.CreatedAt, a.ID, a.Author, b.CreatedAt, b.ID, b.Author)
+	})
 	want = want[:min(limit, len(want))]
 	p := NewPage()
 	defer p.Release()

@@ -55,7 +55,7 @@ func newHead(items []headItem, complete bool) *head {
 
 // itemNewer orders head items newest first, in the one order of moments.
 func itemNewer(a, b headItem) int {
-	return nah.CompareNewest(a.CreatedAt, a.ID, b.CreatedAt, b.ID)
+	return nah.CompareNewest(a.CreatedAt, a.ID, "", b.CreatedAt, b.ID, "") // one author
 }
 
 // withMoment returns a head with m added, or h itself if m is already in it

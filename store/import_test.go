@@ -326,9 +326,54 @@ func TestImportHostile(t *testing.T) {
 }
 
 // TestStaleImportsRemoved: Open removes the temporary folder of an import
-// cut off by a crash a day ago, and leaves a young one, which may be an
-// import running in another process.
+// whose process died (its lock file unlocked), whatever its age, and leaves
+// one whose lock is held: an import running in another process. A folder
+// without a lock file (an earlier version's) goes after a day, as it did.
 func TestStaleImportsRemoved(t *testing.T) {
+	dir := t.TempDir()
+	running, runningLock, err := makeImportTmp(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead, deadLock, err := makeImportTmp(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadLock.Close() // as the kernel does for a process killed
+	defer runningLock.Close()
+	// Killed before their rename: a folder without its lock file yet, a
+	// marker being made; and one being made by a live process, locked.
+	deadNew, deadMarker := filepath.Join(dir, importNewPattern+"1"), filepath.Join(dir, importNewPattern+"2")
+	if err := os.Mkdir(deadNew, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(deadMarker, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	liveMarker, err := os.CreateTemp(dir, importNewPattern+"*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer liveMarker.Close()
+	if err := tryLock(liveMarker); err != nil {
+		t.Fatal(err)
+	}
+	MustOpen(t, Config{Dir: dir})
+	for _, p := range []string{dead, deadNew, deadMarker} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s of a dead import is still there: %v", filepath.Base(p), err)
+		}
+	}
+	for _, p := range []string{running, liveMarker.Name()} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s of a running import is gone: %v", filepath.Base(p), err)
+		}
+	}
+}
+
+// TestStaleImportsRemovedUnlocked: folders without a lock file, made before
+// the lock: the one a day old goes, the young one stays.
+func TestStaleImportsRemovedUnlocked(t *testing.T) {
 	dir := t.TempDir()
 	old, young := filepath.Join(dir, "import-tmp-1"), filepath.Join(dir, "import-tmp-2")
 	for _, d := range []string{old, young} {
@@ -408,7 +453,8 @@ func TestImportCopyStopsAtQuota(t *testing.T) {
 // TestPendingImportRemovedAtOpen: a crash after an import moved its folder
 // into people/ and before its directory row committed leaves the folder
 // and its marker; the next Open removes that folder, and leaves the folder
-// of a marker whose person has a row (a crash after the commit).
+// of a marker whose person has a row (a crash after the commit), and that
+// of a marker still locked (an import of another process under way).
 func TestPendingImportRemovedAtOpen(t *testing.T) {
 	dir := t.TempDir()
 	s := MustOpen(t, Config{Dir: dir})
@@ -428,7 +474,25 @@ func TestPendingImportRemovedAtOpen(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// An import of another process between its move and its row: its
+	// marker is locked, and its folder stays.
+	running := nah.NewPersonID()
+	if err := os.MkdirAll(filepath.Join(dir, "people", running), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	marker, err := os.Create(filepath.Join(dir, importPendingPrefix+running))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer marker.Close()
+	if err := tryLock(marker); err != nil {
+		t.Fatal(err)
+	}
 	MustOpen(t, Config{Dir: dir})
+	if _, err := os.Stat(filepath.Join(dir, "people", running)); err != nil {
+		t.Errorf("the folder of a running import is gone: %v", err)
+	}
+	os.Remove(marker.Name())
 	if _, err := os.Stat(filepath.Join(dir, "people", orphan)); !os.IsNotExist(err) {
 		t.Errorf("the folder of an import without a row is still there: %v", err)
 	}

@@ -115,13 +115,16 @@ func readNewest(ctx context.Context, db *sql.DB) (int64, error) {
 // does not use it (it reads heads, then keys first); tests use it as the
 // oracle of the feed and of heads, and the benchmark of the whole-rows shape.
 func (s *Store) Moments(ctx context.Context, author string, before *nah.Cursor, limit int, dst []nah.Moment) ([]nah.Moment, error) {
-	at, id := int64(1<<62), ""
+	at, id, op := int64(1<<62), "", "<"
 	if before != nil {
 		at, id = before.At, before.ID
+		if before.Inclusive(author, false) {
+			op = "<="
+		}
 	}
 	err := s.useFile(ctx, author, false, func(f *personFile) error {
 		rows, err := f.db.QueryContext(ctx, `SELECT id, created_at, body FROM moments
-			WHERE (created_at, id) < (?, ?) ORDER BY created_at DESC, id DESC LIMIT ?`, at, id, limit)
+			WHERE (created_at, id) `+op+` (?, ?) ORDER BY created_at DESC, id DESC LIMIT ?`, at, id, limit)
 		if err != nil {
 			return err
 		}

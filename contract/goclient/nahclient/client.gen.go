@@ -420,7 +420,7 @@ type ConnectionList struct {
 	Connections []Connection `json:"connections"`
 }
 
-// Cursor An opaque position in a list of moments: 36 bytes (8 of time, 16 of moment id, 12 of HMAC) as 48 characters of unpadded base64url. Take it from `next`; a cursor the server did not make is 400 invalid_cursor.
+// Cursor An opaque position in a list of moments: 52 bytes (8 of time, 16 of moment id, 16 of author, 12 of HMAC) as 70 characters of unpadded base64url; the author breaks ties between two people's moments with the same time and id (an imported copy keeps its ids). The 48-character cursors of earlier versions (no author) are still accepted. Take it from `next` or `refresh`; a cursor the server did not make is 400 invalid_cursor.
 type Cursor = string
 
 // DeleteMe defines model for DeleteMe.

@@ -292,13 +292,15 @@ func (a *App) restoreRequest(r *http.Request, who, at string) (nah.Person, time.
 		return p, t, err
 	}
 	if t.After(time.Now()) {
-		return p, t, nah.Errorf(nah.Invalid, "", "%s is in the future: choose a past time (UTC)", ui.WhenT(t))
+		return p, t, nah.Errorf(nah.Invalid, "", "%s is in the future: choose a past time", ui.WhenT(t))
 	}
 	return p, t, nil
 }
 
-// parseRestoreTime reads a time in UTC as a datetime-local input sends it
-// (with or without seconds) or as RFC 3339.
+// parseRestoreTime reads a restore's time: RFC 3339 with its offset, as
+// console.js sends the browser's local time, or a datetime-local input's
+// value (with or without seconds) in UTC, as its label says without
+// JavaScript.
 func parseRestoreTime(s string) (time.Time, error) {
 	s = strings.TrimSpace(s)
 	for _, layout := range []string{time.RFC3339, "2006-01-02T15:04:05", "2006-01-02T15:04"} {

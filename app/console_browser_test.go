@@ -72,6 +72,9 @@ func startBrowser(t *testing.T) (context.Context, func() []string) {
 		chromedp.Flag("disable-component-update", true),
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1200, 900),
+		// The browser's zone is UTC unless a test chooses another, so that
+		// a time typed into the console means the same on every machine.
+		chromedp.Env("TZ=UTC"),
 	)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	t.Cleanup(cancelAlloc)

@@ -3,6 +3,11 @@ package app
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +15,7 @@ import (
 
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 )
 
@@ -127,6 +133,148 @@ func TestConsoleRestoreLocalTimeInBrowser(t *testing.T) {
 	browserWait(t, ctx, "restored", `document.querySelector("#restore-result") !== null`)
 	if got := momentIDs(t, rs.store, ann.id); !slices.Equal(got, early) {
 		t.Errorf("ann after the restore: %v, want %v", got, early)
+	}
+	if errs := consoleErrors(); len(errs) > 0 {
+		t.Errorf("browser console errors:\n%s", strings.Join(errs, "\n"))
+	}
+}
+
+// TestConsoleImportInBrowser: Import, with the upload slowed to a home
+// connection's pace: at the click its button is disabled and the progress
+// says what is happening; it moves, by how much of the file has gone,
+// without a reload; a second click sends nothing; the person is imported
+// once, and a reload then shows the People page, not the POST's address.
+func TestConsoleImportInBrowser(t *testing.T) {
+	old := newTestServer(t)
+	ann := old.signup(t, "ann")
+	for i := range 20 {
+		old.post(t, ann, []byte(strings.Repeat("moment ", i+1)))
+	}
+	res, err := old.Client().Do(exportRequest(t, old, "GET", ann.token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tarball, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("export: %d %v", res.StatusCode, err)
+	}
+	file := filepath.Join(t.TempDir(), "ann.tar")
+	if err := os.WriteFile(file, tarball, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, consoleErrors := startBrowser(t)
+	ts := newTestServer(t)
+	mustAdmin(t, ts.store, "root", "admin-password")
+	must := func(step string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+	}
+	browserSignIn(t, ctx, ts.URL)
+	must("people", chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`a[href="/console/people"]`))))
+	browserWait(t, ctx, "people", `location.pathname === "/console/people"`)
+	must("choose the export", chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(`details:has(#import-person) > summary`)),
+		chromedp.SetUploadFiles(chromedp.CSS("#import-file"), []string{file})))
+	// The whole file in about 4 s.
+	rate := float64(len(tarball)) / 4
+	must("slow upload", chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, network.EmulateNetworkConditionsByRule, network.EmulateNetworkConditionsByRuleParams{
+			MatchedNetworkConditions: []*network.Conditions{{UploadThroughput: rate, DownloadThroughput: -1}},
+		})
+		return err
+	})))
+	// Every text the progress shows, as it changes.
+	busy, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => {
+  const b = document.querySelector("#import"), p = document.querySelector("#import-progress");
+  window.progress = [];
+  new MutationObserver(() => window.progress.push(p.innerText)).observe(p, {childList: true, characterData: true, subtree: true});
+  b.click();
+  return b.disabled + " " + (p.checkVisibility() ? p.innerText : "(no progress shown)");
+})()`))
+	must("import", err)
+	if busy != "true Sending the export…" {
+		t.Errorf("Import at the click: disabled and progress = %q", busy)
+	}
+	_, err = chromedp.Run(ctx, chromedp.Poll[bool](`window.progress.length > 0`, chromedp.WithPollingTimeout(10*time.Second)))
+	must("progress moves", err)
+	must("click again", chromedp.Do(ctx, chromedp.Evaluate[chromedp.Void](`document.querySelector("#import").click()`)))
+	_, err = chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelector("#secret") !== null`, chromedp.WithPollingTimeout(20*time.Second)))
+	must("imported", err)
+	browserWait(t, ctx, "imported", `document.querySelector("h1").innerText === "Import a person" && document.querySelector("#secret") !== null`)
+	progress, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`window.progress`))
+	must("progress", err)
+	partway := regexp.MustCompile(`^Sending the export: \d+ KiB of 35 KiB \(([1-9]|[1-9]\d)%\)\.$`)
+	if !slices.ContainsFunc(progress, partway.MatchString) || progress[len(progress)-1] != "The export is sent: the server checks it and copies their moments and photos…" {
+		t.Errorf("the progress showed %q: want how far the upload is, then that the server is at work", progress)
+	}
+	must("fast again", chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, network.EmulateNetworkConditionsByRule, network.EmulateNetworkConditionsByRuleParams{MatchedNetworkConditions: []*network.Conditions{}})
+		return err
+	})))
+	if _, n, err := ts.store.ListPeople(context.Background(), "", 0, 10); err != nil || n != 1 {
+		t.Errorf("after a second click, %d people imported (%v), want 1", n, err)
+	}
+	must("reload", chromedp.Do(ctx, chromedp.Reload()))
+	browserWait(t, ctx, "after the reload", `document.contentType === "text/html" && location.pathname === "/console/people" && document.querySelector("h1").innerText === "People"`)
+	if errs := consoleErrors(); len(errs) > 0 {
+		t.Errorf("browser console errors:\n%s", strings.Join(errs, "\n"))
+	}
+}
+
+// TestConsoleRestoreOnceInBrowser: a restore of a person to a time, clicked
+// twice: at the first click its button is disabled and the progress says
+// what is happening, so the second sends nothing. Had it run twice, the
+// file kept for an undo would be the first restore's, and the undo would
+// not bring back all four of ann's moments. A reload of the result is a
+// console page.
+func TestConsoleRestoreOnceInBrowser(t *testing.T) {
+	ctx, consoleErrors := startBrowser(t)
+	rs := newReplicatedServer(t)
+	mustAdmin(t, rs.store, "root", "admin-password")
+	ann := rs.signup(t, "ann")
+	_, at := rs.postAroundTime(t, ann, 3)
+	rs.post(t, ann, []byte("late"))
+	mustSync(t, rs.backups)
+	all := momentIDs(t, rs.store, ann.id)
+	must := func(step string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+	}
+	browserSignIn(t, ctx, rs.URL)
+	confirm := "/console/backups/restore?" + url.Values{"person": {ann.id}, "at": {at.UTC().Format(time.RFC3339)}}.Encode()
+	must("confirmation", chromedp.Do(ctx, chromedp.Navigate(rs.URL+confirm)))
+	browserWait(t, ctx, "confirmation", `document.querySelector("#restore-confirm") !== null`)
+	busy, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => {
+  const b = document.querySelector("#restore-confirm");
+  b.click();
+  const p = b.form.querySelector(".htmx-indicator");
+  const shown = b.disabled + " " + (p !== null && p.checkVisibility() ? p.innerText : "(no progress shown)");
+  b.click();
+  return shown;
+})()`))
+	must("restore", err)
+	if want := "true Fetching ann's file from the replica, checking it, putting it in place: this takes up to 5 minutes."; busy != want {
+		t.Errorf("the restore at the click: %q, want %q", busy, want)
+	}
+	browserWait(t, ctx, "restored", `document.querySelector("#restore-result") !== null`)
+	if n := len(momentIDs(t, rs.store, ann.id)); n != 3 {
+		t.Fatalf("ann has %d moments after the restore, want 3", n)
+	}
+	must("reload", chromedp.Do(ctx, chromedp.Reload()))
+	browserWait(t, ctx, "after the reload", `document.contentType === "text/html" && location.pathname === "/console/backups/restore" && document.querySelector("h1").innerText === "Restore ann"`)
+
+	c := signedInAdminOn(t, rs.testServer)
+	if p := postForm(t, c, rs.URL+"/console/people/"+ann.id+"/undo-restore", nil); p.status != 303 {
+		t.Fatalf("undo: %d\n%s", p.status, p.body)
+	}
+	if got := momentIDs(t, rs.store, ann.id); !slices.Equal(got, all) {
+		t.Errorf("after the undo ann has %v, want all of %v: the restore ran more than once", got, all)
 	}
 	if errs := consoleErrors(); len(errs) > 0 {
 		t.Errorf("browser console errors:\n%s", strings.Join(errs, "\n"))

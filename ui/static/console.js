@@ -111,3 +111,30 @@
     navigator.clipboard.writeText(el.textContent.trim()).then(() => { b.textContent = "Copied"; }, select);
   });
 })();
+
+// An upload's progress (Import): how much of the file has gone, then what
+// the server is doing with it. htmx reports the upload's progress, then
+// the answer's, on the form: the first is the upload's until it is whole.
+(function () {
+  "use strict";
+  const size = (n) => n >= 1 << 30 ? (n / (1 << 30)).toFixed(1) + " GiB" :
+    n >= 1 << 20 ? (n / (1 << 20)).toFixed(1) + " MiB" : Math.ceil(n / 1024) + " KiB";
+  document.addEventListener("htmx:beforeRequest", (e) => {
+    const out = e.target.querySelector && e.target.querySelector("[data-upload-progress]");
+    if (!out) return;
+    out.dataset.first = out.dataset.first || out.textContent;
+    out.textContent = out.dataset.first;
+    delete out.dataset.whole;
+  });
+  document.addEventListener("htmx:xhr:progress", (e) => {
+    const out = e.target.querySelector && e.target.querySelector("[data-upload-progress]");
+    if (!out || out.dataset.whole || !e.detail.lengthComputable || !e.detail.total) return;
+    const { loaded, total } = e.detail;
+    if (loaded >= total) {
+      out.dataset.whole = "1";
+      out.textContent = out.dataset.sent;
+      return;
+    }
+    out.textContent = "Sending the export: " + size(loaded) + " of " + size(total) + " (" + Math.floor(100 * loaded / total) + "%).";
+  });
+})();

@@ -58,7 +58,7 @@
   function zoneName(d) {
     const z = zone.formatToParts(d).find((p) => p.type === "timeZoneName");
     const id = Intl.DateTimeFormat().resolvedOptions().timeZone;
-    return [id, z && z.value].filter(Boolean).join(", ");
+    return [...new Set([id, z && z.value].filter(Boolean))].join(", ");
   }
   function localInputs(root) {
     for (const input of root.querySelectorAll("input[data-local-time]")) {

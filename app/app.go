@@ -40,7 +40,11 @@ type App struct {
 	exporting            map[string]struct{} // people with an export in flight
 	fullBackups          chan struct{}       // the one slot for a full backup (console_backups.go)
 	imports              chan struct{}       // the one slot for an import (console_import.go)
-	uploading            inFlight            // keyed uploads running (idem.go)
+	// restoring holds the people whose file a restore or its undo is
+	// replacing now (console_backups.go): a second ask is refused, not
+	// run again after the first.
+	restoring sync.Map // person id: struct{}
+	uploading inFlight // keyed uploads running (idem.go)
 
 	handler http.Handler
 

@@ -292,13 +292,15 @@ func (a *App) restoreRequest(r *http.Request, who, at string) (nah.Person, time.
 		return p, t, err
 	}
 	if t.After(time.Now()) {
-		return p, t, nah.Errorf(nah.Invalid, "", "%s is in the future: choose a past time (UTC)", ui.WhenT(t))
+		return p, t, nah.Errorf(nah.Invalid, "", "%s is in the future: choose a past time", ui.WhenT(t))
 	}
 	return p, t, nil
 }
 
-// parseRestoreTime reads a time in UTC as a datetime-local input sends it
-// (with or without seconds) or as RFC 3339.
+// parseRestoreTime reads a restore's time: RFC 3339 with its offset, as
+// console.js sends the browser's local time, or a datetime-local input's
+// value (with or without seconds) in UTC, as its label says without
+// JavaScript.
 func parseRestoreTime(s string) (time.Time, error) {
 	s = strings.TrimSpace(s)
 	for _, layout := range []string{time.RFC3339, "2006-01-02T15:04:05", "2006-01-02T15:04"} {
@@ -338,6 +340,11 @@ func (a *App) handleRestore(w http.ResponseWriter, r *http.Request) {
 		a.consoleError(w, r, pg, err)
 		return
 	}
+	if !a.startRestore(p) {
+		a.consoleError(w, r, pg, errRestoreRunning(p))
+		return
+	}
+	defer a.restoring.Delete(p.ID)
 	a.extendWrite(w, restoreTimeout)
 	ctx, cancel := context.WithTimeout(r.Context(), restoreTimeout)
 	defer cancel()
@@ -403,6 +410,11 @@ func (a *App) handleUndoRestore(w http.ResponseWriter, r *http.Request) {
 		a.consoleError(w, r, pg, err)
 		return
 	}
+	if !a.startRestore(p) {
+		a.consoleError(w, r, pg, errRestoreRunning(p))
+		return
+	}
+	defer a.restoring.Delete(p.ID)
 	a.extendWrite(w, restoreTimeout)
 	ctx, cancel := context.WithTimeout(r.Context(), restoreTimeout)
 	defer cancel()
@@ -413,6 +425,19 @@ func (a *App) handleUndoRestore(w http.ResponseWriter, r *http.Request) {
 	}
 	a.log.Info("restore of a person undone", "person", p.ID, "took", time.Since(start).Round(time.Millisecond))
 	http.Redirect(w, r, "/console/people/"+p.ID+"?m=undone", http.StatusSeeOther)
+}
+
+// startRestore marks p's file as being replaced, by a restore or its
+// undo, and reports whether none was already: the store would run a
+// second one after the first (a double click without JavaScript, another
+// tab), restoring twice.
+func (a *App) startRestore(p nah.Person) bool {
+	_, running := a.restoring.LoadOrStore(p.ID, struct{}{})
+	return !running
+}
+
+func errRestoreRunning(p nah.Person) error {
+	return nah.Errorf(nah.Conflict, "", "A restore of %s is already under way, and one runs at a time: %s's page shows the result once it is done. Nothing more was changed.", p.Handle, p.Handle)
 }
 
 // restoreError is a failed restore of p to at as the operator reads it:

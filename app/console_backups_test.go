@@ -248,7 +248,7 @@ func TestBackupsPageAndOverview(t *testing.T) {
 		}
 	}
 	d := parseConsole(t, p.body)
-	if h := text(d.byID("backup-health")); !strings.HasPrefix(h, "Backed up ") || !strings.Contains(h, " to "+rs.replicaDir+". Last one ") || !strings.HasSuffix(h, "iB.") {
+	if h := text(d.byID("backup-health")); !strings.HasPrefix(h, "Backed up ") || !strings.Contains(h, " to "+rs.replicaDir+". Last nightly copy ") || !strings.HasSuffix(h, "iB.") {
 		t.Errorf("backups page's health line: %q", h)
 	}
 	if h := d.byID("backup-health"); h != nil {

@@ -123,3 +123,38 @@ func TestUndoRestore(t *testing.T) {
 		t.Errorf("ann's media folder holds %v", got)
 	}
 }
+
+// TestRestoreRunsOnce: while a restore of ann is under way (as a double
+// click without JavaScript, or a second tab, would find it), a second
+// restore and an undo are refused in words and change nothing, rather
+// than run again after the first; once it is done, the undo runs.
+func TestRestoreRunsOnce(t *testing.T) {
+	rs := newReplicatedServer(t)
+	ann := rs.signup(t, "ann")
+	_, at := rs.postAroundTime(t, ann, 2)
+	rs.post(t, ann, []byte("late"))
+	mustSync(t, rs.backups)
+	c := signedInAdmin(t, rs.testServer)
+	restore := url.Values{"person": {ann.id}, "at": {at.Format(time.RFC3339)}}
+	if p := postForm(t, c, rs.URL+"/console/backups/restore", restore); p.status != 200 {
+		t.Fatalf("restore: %d\n%s", p.status, p.body)
+	}
+
+	rs.app.restoring.Store(ann.id, struct{}{}) // a second restore, running
+	for _, u := range []string{"/console/backups/restore", "/console/people/" + ann.id + "/undo-restore"} {
+		p := postForm(t, c, rs.URL+u, restore)
+		if says := text(parseConsole(t, p.body).byID("error")); p.status != 409 || !strings.Contains(says, "A restore of ann is already under way") {
+			t.Errorf("POST %s during a restore: %d %q", u, p.status, says)
+		}
+	}
+	if n := len(momentIDs(t, rs.store, ann.id)); n != 2 {
+		t.Fatalf("ann has %d moments after the refused asks, want the restore's 2", n)
+	}
+	rs.app.restoring.Delete(ann.id) // it is done
+	if p := postForm(t, c, rs.URL+"/console/people/"+ann.id+"/undo-restore", nil); p.status != 303 {
+		t.Fatalf("undo after it: %d\n%s", p.status, p.body)
+	}
+	if n := len(momentIDs(t, rs.store, ann.id)); n != 3 {
+		t.Fatalf("ann has %d moments after the undo, want her 3", n)
+	}
+}

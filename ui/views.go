@@ -186,9 +186,16 @@ type JoinCodes struct {
 	OpenSignup bool // codes are not needed while it is on
 }
 
-// Setting is one line of the effective configuration.
+// Setting is one variable of the effective configuration: its name, a
+// label and a sentence in words, its value and where the value came from.
 type Setting struct {
-	Name, Value, Source string
+	Name, Label, About, Value, Source string
+}
+
+// SettingGroup is a heading of the Settings page, with a sentence.
+type SettingGroup struct {
+	Title, About string
+	Items        []Setting
 }
 
 // Settings is the settings page.
@@ -196,10 +203,9 @@ type Settings struct {
 	Page
 	OpenSignup       bool
 	OpenSignupSource string
-	// MediaLimits are the largest upload and the quota per person, each
-	// with its variable's source.
-	MediaLimits []Setting
-	Config      []Setting
+	// EnvFile names the environment file the settings are read from.
+	EnvFile string
+	Groups  []SettingGroup
 }
 
 // Form is a page with a single form: sign-in, first admin, password reset.
@@ -368,4 +374,20 @@ func SendsChart(sends []int) (bars []Bar, top float64) {
 		bars = append(bars, Bar{strconv.FormatFloat(x, 'f', 1, 64), strconv.FormatFloat(y, 'f', 1, 64)})
 	}
 	return bars, top
+}
+
+// slug is a heading as an id: lower case, words joined by hyphens.
+func slug(s string) string {
+	return strings.Join(strings.FieldsFunc(strings.ToLower(s), func(r rune) bool {
+		return (r < 'a' || r > 'z') && (r < '0' || r > '9')
+	}), "-")
+}
+
+// sourceWords says where a setting's value came from, as the Settings
+// page shows it: "the default", "set in the environment".
+func sourceWords(src string) string {
+	if src == "the environment" {
+		return "set in the environment"
+	}
+	return src
 }

@@ -326,3 +326,13 @@ func TestCgroupLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestEverySettingGrouped: the console's Settings page has words and a
+// group for every variable of `nah help`, so none lands under Other.
+func TestEverySettingGrouped(t *testing.T) {
+	for _, v := range variables {
+		if !app.GroupedSetting(v.Name) {
+			t.Errorf("%s is in no group of the console's Settings page (app/console_settings.go's settingGroups)", v.Name)
+		}
+	}
+}

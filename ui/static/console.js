@@ -24,6 +24,13 @@
     }
     return exact(d);
   }
+  // A time marked data-exact (a restore's) is shown to the second with
+  // its zone, never as "3 minutes ago".
+  function exactSeconds(d) {
+    const z = zone.formatToParts(d).find((p) => p.type === "timeZoneName");
+    return d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate()) + " " +
+      pad(d.getHours()) + ":" + pad(d.getMinutes()) + ":" + pad(d.getSeconds()) + (z ? " " + z.value : "");
+  }
   function localize(root) {
     const times = [...root.querySelectorAll("time[datetime]")];
     if (root.matches && root.matches("time[datetime]")) times.push(root);
@@ -33,11 +40,50 @@
       if (isNaN(d.getTime())) continue;
       t.dataset.utc = t.textContent;
       t.title = exact(d) + " (" + t.textContent + ")";
-      t.textContent = relative(d);
+      t.textContent = "exact" in t.dataset ? exactSeconds(d) : relative(d);
     }
   }
-  document.addEventListener("DOMContentLoaded", () => localize(document));
-  document.addEventListener("htmx:load", (e) => localize(e.target));
+
+  // A time to type (input data-local-time, a restore's) is the reader's
+  // local time: the label names their zone, and at submit the value goes
+  // with that zone's offset on the chosen date ("2026-01-31T18:00:00+13:00")
+  // in a hidden field of the input's name. The server reads a value
+  // without an offset as UTC, which the label says without JavaScript.
+  const local = (d) => d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate()) + "T" +
+    pad(d.getHours()) + ":" + pad(d.getMinutes()) + ":" + pad(d.getSeconds());
+  function offset(d) {
+    const m = -d.getTimezoneOffset(), a = Math.abs(m);
+    return (m < 0 ? "-" : "+") + pad(Math.floor(a / 60)) + ":" + pad(a % 60);
+  }
+  function zoneName(d) {
+    const z = zone.formatToParts(d).find((p) => p.type === "timeZoneName");
+    const id = Intl.DateTimeFormat().resolvedOptions().timeZone;
+    return [...new Set([id, z && z.value].filter(Boolean))].join(", ");
+  }
+  function localInputs(root) {
+    for (const input of root.querySelectorAll("input[data-local-time]")) {
+      if (input.dataset.zoneSent) continue;
+      const sent = document.createElement("input");
+      sent.type = "hidden";
+      sent.name = input.name;
+      input.removeAttribute("name");
+      input.dataset.zoneSent = sent.name;
+      input.after(sent);
+      const label = input.labels[0] && input.labels[0].querySelector("[data-zone]");
+      if (label) label.textContent = "(your time: " + zoneName(new Date()) + ")";
+      if (!input.value) input.value = local(new Date()).slice(0, 16);
+    }
+  }
+  document.addEventListener("submit", (e) => {
+    for (const input of e.target.querySelectorAll("input[data-local-time]")) {
+      const sent = input.nextElementSibling;
+      const d = new Date(input.value); // a date and time without a zone is local
+      if (sent && sent.name === input.dataset.zoneSent) sent.value = isNaN(d.getTime()) ? input.value : local(d) + offset(d);
+    }
+  }, true); // before htmx reads the form
+  const load = (root) => { localize(root); localInputs(root); };
+  document.addEventListener("DOMContentLoaded", () => load(document));
+  document.addEventListener("htmx:load", (e) => load(e.target));
 })();
 
 // Copy buttons (hidden without JavaScript): copy the text of the element
@@ -63,5 +109,32 @@
     };
     if (!navigator.clipboard) return select();
     navigator.clipboard.writeText(el.textContent.trim()).then(() => { b.textContent = "Copied"; }, select);
+  });
+})();
+
+// An upload's progress (Import): how much of the file has gone, then what
+// the server is doing with it. htmx reports the upload's progress, then
+// the answer's, on the form: the first is the upload's until it is whole.
+(function () {
+  "use strict";
+  const size = (n) => n >= 1 << 30 ? (n / (1 << 30)).toFixed(1) + " GiB" :
+    n >= 1 << 20 ? (n / (1 << 20)).toFixed(1) + " MiB" : Math.ceil(n / 1024) + " KiB";
+  document.addEventListener("htmx:beforeRequest", (e) => {
+    const out = e.target.querySelector && e.target.querySelector("[data-upload-progress]");
+    if (!out) return;
+    out.dataset.first = out.dataset.first || out.textContent;
+    out.textContent = out.dataset.first;
+    delete out.dataset.whole;
+  });
+  document.addEventListener("htmx:xhr:progress", (e) => {
+    const out = e.target.querySelector && e.target.querySelector("[data-upload-progress]");
+    if (!out || out.dataset.whole || !e.detail.lengthComputable || !e.detail.total) return;
+    const { loaded, total } = e.detail;
+    if (loaded >= total) {
+      out.dataset.whole = "1";
+      out.textContent = out.dataset.sent;
+      return;
+    }
+    out.textContent = "Sending the export: " + size(loaded) + " of " + size(total) + " (" + Math.floor(100 * loaded / total) + "%).";
   });
 })();

@@ -42,6 +42,9 @@ const (
 	// pbBatch is the records of one /api/batch request of the seed; it is
 	// the MaxRequests bench/pocketbase sets.
 	pbBatch = 100
+	// pbSchema names the seeds of bench/pocketbase's collections as they
+	// are: change it with them, and the next run seeds again.
+	pbSchema = "s2"
 )
 
 // pbPerson is fixture person i in PocketBase: record id pbID(i) and a
@@ -170,12 +173,12 @@ func parallel(ctx context.Context, n, workers int, what string, do func(i int) e
 }
 
 // pbSeedDir returns PocketBase's seed of fixture f, made on first use in
-// cache/pocketbase-NAME (pb_data and people.json, written last): the same
+// cache/pocketbase-NAME-SCHEMA (pb_data and people.json, written last): the same
 // people, connections and moments as nah's (fixture.Graph and
 // fixture.Histories, the history ending at the seed's time), written
 // through PocketBase's API with a superuser.
 func pbSeedDir(ctx context.Context, bin, cache string, f fixture.Fixture) (string, []pbPerson, error) {
-	dir := filepath.Join(cache, "pocketbase-"+f.Name)
+	dir := filepath.Join(cache, "pocketbase-"+f.Name+"-"+pbSchema)
 	peopleFile := filepath.Join(dir, fixture.PeopleFile)
 	if raw, err := os.ReadFile(peopleFile); err == nil {
 		var people []pbPerson

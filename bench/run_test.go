@@ -148,6 +148,15 @@ func TestPocketBaseSmall(t *testing.T) {
 	type page struct {
 		Items []struct{ ID, Author, Created string }
 	}
+	// The seed keeps the fixture's times (an autodate field would have
+	// stamped them all with the seed's minute).
+	var oldest page
+	if err := pbCall(ctx, c, "GET", base+"/api/collections/moments/records?perPage=1&sort=created", people[0].Token, nil, &oldest); err != nil || len(oldest.Items) != 1 {
+		t.Fatalf("person 0's oldest visible moment: %v %+v", err, oldest)
+	}
+	if at, err := time.Parse("2006-01-02 15:04:05.000Z", oldest.Items[0].Created); err != nil || time.Since(at) < time.Duration(f.Days-3)*24*time.Hour {
+		t.Fatalf("the oldest moment person 0 sees was created %s (%v), want about %d days ago", oldest.Items[0].Created, err, f.Days)
+	}
 	var theirs page
 	if err := pbCall(ctx, c, "GET", base+"/api/collections/moments/records?perPage=1&filter=author%3D%27"+pbID(stranger)+"%27", people[stranger].Token, nil, &theirs); err != nil || len(theirs.Items) != 1 {
 		t.Fatalf("the stranger's own moments: %v %+v", err, theirs)

@@ -190,7 +190,7 @@ func TestPocketBaseSmall(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	res, file, err := runPocketBase(ctx, bin, dir, filepath.Join(dir, "results"), f, nahPeople, 300*time.Millisecond)
+	res, file, err := runPocketBase(ctx, bin, dir, filepath.Join(dir, "results"), f, nahPeople, 300*time.Millisecond, true)
 	if err != nil {
 		t.Fatal(err)
 	}

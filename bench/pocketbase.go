@@ -426,11 +426,12 @@ func cpuCostedPosts(pid int, phase func() Latency) (Latency, *PostCost) {
 // of f, measured as nah was just measured; it writes the result beside
 // nah's and returns it.
 //
-// noStats deletes SQLite's statistics (sqlite_stat1) from the copy first:
-// PocketBase makes them itself (PRAGMA optimize after a change of schema
-// and every midnight), and with them SQLite 3.53 plans the feed's join
-// with a Bloom filter that cost 20-30 ms a feed where the plan without
-// takes 0.4-1 ms (modernc, people-1k, bench/README.md).
+// noStats deletes SQLite's statistics (sqlite_stat1) from the copy first,
+// what run does unless -pocketbase-stats: PocketBase makes them itself
+// (PRAGMA optimize after a change of schema and every midnight), and with
+// them SQLite 3.53 plans the feed's join with a Bloom filter that cost
+// 20-30 ms a feed where the plan without takes 0.4-1 ms (modernc,
+// people-1k, bench/README.md). Without, PocketBase is at its fastest.
 func runPocketBase(ctx context.Context, bin, cache, out string, f fixture.Fixture, nahPeople []fixture.Person, d time.Duration, noStats bool) (Result, string, error) {
 	seed, people, err := pbSeedDir(ctx, bin, cache, f)
 	if err != nil {

@@ -97,7 +97,7 @@ func runCmd(ctx context.Context, args []string) error {
 	d := fset.Duration("duration", 20*time.Second, "length of each load phase")
 	thresholds := fset.String("thresholds", "bench/THRESHOLDS.md", "file whose generated table is rewritten; empty for none")
 	drill := fset.Bool("drill", false, "keep a restore drill running through the measured phases (asked for from the console as each ends): their cost, against a run without")
-	pbNoStats := fset.Bool("pocketbase-nostats", false, "delete SQLite's statistics from PocketBase's copy before its start (see bench/README.md)")
+	pbStats := fset.Bool("pocketbase-stats", false, "keep SQLite's statistics in PocketBase's copy (as after its midnight PRAGMA optimize); by default they are deleted before its start (see bench/README.md)")
 	pocketbase := fset.String("pocketbase", "", "also measure this PocketBase (go -C bench/pocketbase build) after nah, on the same fixture seeded through its API, and print the two side by side")
 	var env envList
 	fset.Var(&env, "env", "KEY=VALUE for the server's environment, repeatable (experiments: a result so made is not a baseline)")
@@ -137,7 +137,7 @@ func runCmd(ctx context.Context, args []string) error {
 		return nil
 	}
 	cleanup() // nah's copy: PocketBase gets the disk to itself
-	pb, file, err := runPocketBase(ctx, *pocketbase, *cache, *out, f, people, *d, *pbNoStats)
+	pb, file, err := runPocketBase(ctx, *pocketbase, *cache, *out, f, people, *d, !*pbStats)
 	if err != nil {
 		return err
 	}

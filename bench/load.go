@@ -119,6 +119,11 @@ func feedLoad(ctx context.Context, base string, people []fixture.Person, workers
 		reqs[i], _ = http.NewRequest("GET", base+"/api/v1/feed", nil)
 		reqs[i].Header.Set("Authorization", "Bearer "+p.Token)
 	}
+	return readLoad(ctx, reqs, workers, d)
+}
+
+// readLoad sends requests picked at random from reqs, each answered 200.
+func readLoad(ctx context.Context, reqs []*http.Request, workers int, d time.Duration) Latency {
 	c := newClient(workers)
 	defer c.CloseIdleConnections()
 	return load(ctx, workers, d, func(rng *rand.Rand) (int64, bool) {
@@ -168,22 +173,35 @@ func postLoad(ctx context.Context, base string, people []fixture.Person, pick fu
 		body[i] = byte(i * 7)
 	}
 	payload := []byte(`{"body":"` + base64.StdEncoding.EncodeToString(body) + `"}`)
+	return writeLoad(ctx, nahPost(base, people, payload), 201, pick, workers, d)
+}
+
+// nahPost makes person i's post of payload to nah.
+func nahPost(base string, people []fixture.Person, payload []byte) func(context.Context, int) *http.Request {
 	auth := make([]string, len(people))
 	for i, p := range people {
 		auth[i] = "Bearer " + p.Token
 	}
+	return func(ctx context.Context, i int) *http.Request {
+		req, _ := http.NewRequestWithContext(ctx, "POST", base+"/api/v1/moments", bytes.NewReader(payload))
+		req.Header.Set("Authorization", auth[i])
+		return req
+	}
+}
+
+// writeLoad sends post(i) for people i chosen by pick; the answer must
+// have status want.
+func writeLoad(ctx context.Context, post func(context.Context, int) *http.Request, want int, pick func(*rand.Rand) int, workers int, d time.Duration) Latency {
 	c := newClient(workers)
 	defer c.CloseIdleConnections()
 	return load(ctx, workers, d, func(rng *rand.Rand) (int64, bool) {
-		req, _ := http.NewRequestWithContext(ctx, "POST", base+"/api/v1/moments", bytes.NewReader(payload))
-		req.Header.Set("Authorization", auth[pick(rng)])
-		res, err := c.Do(req)
+		res, err := c.Do(post(ctx, pick(rng)))
 		if err != nil {
 			return 0, false
 		}
 		n, _ := io.Copy(io.Discard, res.Body)
 		res.Body.Close()
-		return n, res.StatusCode == 201
+		return n, res.StatusCode == want
 	})
 }
 
@@ -195,6 +213,12 @@ func postLoad(ctx context.Context, base string, people []fixture.Person, pick fu
 func warmLoad(ctx context.Context, base string, people []fixture.Person, workers int) Latency {
 	body := make([]byte, 400)
 	payload := []byte(`{"body":"` + base64.StdEncoding.EncodeToString(body) + `"}`)
+	return warmLoadWith(ctx, len(people), nahPost(base, people, payload), 201, workers)
+}
+
+// warmLoadWith sends post(i) once for every i in [0, n), workers at a
+// time; the answer must have status want.
+func warmLoadWith(ctx context.Context, n int, post func(context.Context, int) *http.Request, want, workers int) Latency {
 	c := newClient(workers)
 	defer c.CloseIdleConnections()
 	var (
@@ -208,9 +232,8 @@ func warmLoad(ctx context.Context, base string, people []fixture.Person, workers
 	for range workers {
 		wg.Go(func() {
 			var local []time.Duration
-			for i := int(next.Add(1) - 1); i < len(people) && ctx.Err() == nil; i = int(next.Add(1) - 1) {
-				req, _ := http.NewRequestWithContext(ctx, "POST", base+"/api/v1/moments", bytes.NewReader(payload))
-				req.Header.Set("Authorization", "Bearer "+people[i].Token)
+			for i := int(next.Add(1) - 1); i < n && ctx.Err() == nil; i = int(next.Add(1) - 1) {
+				req := post(ctx, i)
 				t := time.Now()
 				res, err := c.Do(req)
 				if err != nil {
@@ -219,7 +242,7 @@ func warmLoad(ctx context.Context, base string, people []fixture.Person, workers
 				}
 				io.Copy(io.Discard, res.Body)
 				res.Body.Close()
-				if res.StatusCode != 201 {
+				if res.StatusCode != want {
 					errs.Add(1)
 					continue
 				}

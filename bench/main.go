@@ -29,6 +29,8 @@ func main() {
 		err = seedCmd(ctx, os.Args[2:])
 	case "run":
 		err = runCmd(ctx, os.Args[2:])
+	case "seed-pocketbase":
+		err = seedPocketBaseCmd(ctx, os.Args[2:])
 	case "cold":
 		err = coldCmd(ctx, os.Args[2:])
 	case "hostile":
@@ -58,6 +60,8 @@ func usage() {
 	fmt.Fprint(os.Stderr, `usage:
   go run ./bench seed -fixture NAME -dir DIR     write a fixture (people-1k, people-1k-30, people-10k, people-small)
   go run ./bench run -fixture NAME -bin BINARY    measure; writes bench/results/NAME-TIME.json
+      [-pocketbase PB_BINARY]                      then PocketBase the same way, side by side; writes bench/results/pocketbase-NAME-TIME.json
+  go run ./bench seed-pocketbase -fixture NAME -bin PB_BINARY  only seed PocketBase's copy of the fixture into the cache
   go run ./bench hostile -fixture NAME -bin BINARY the hostile mix (issue 8); writes bench/results/hostile-NAME-TIME.json
   go run ./bench media -fixture NAME -bin BINARY   media uploads and downloads (issue 11); writes bench/results/media-NAME-TIME.json
   go run ./bench digest                            5,000 digests due in one minute (issue 12); writes bench/results/digest-TIME.json
@@ -101,4 +105,22 @@ func fixtureDir(ctx context.Context, cache string, f fixture.Fixture) (string, e
 	}
 	fmt.Fprintf(os.Stderr, "%s: %d people, %d moments, %d connections in %v\n", f.Name, res.People, res.Moments, res.Connections, res.Took.Round(time.Millisecond))
 	return dir, nil
+}
+
+// seedPocketBaseCmd seeds PocketBase's copy of a fixture into the cache
+// (what run -pocketbase does on first use), without measuring.
+func seedPocketBaseCmd(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("seed-pocketbase", flag.ExitOnError)
+	name, bin, cache, _ := commonFlags(fs)
+	fs.Parse(args)
+	f, ok := fixture.Fixtures[*name]
+	if !ok {
+		usage()
+	}
+	dir, people, err := pbSeedDir(ctx, *bin, *cache, f)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%s: %d people in %s\n", f.Name, len(people), dir)
+	return nil
 }

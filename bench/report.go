@@ -51,7 +51,11 @@ func (c check) pass(r Result) bool {
 // markdown renders a result as the table that THRESHOLDS.md carries.
 func markdown(r Result) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "### %s, %s (%d cores, %s)\n\n", r.Fixture, r.Time.Format("2006-01-02 15:04 UTC"), r.Cores, r.GoVersion)
+	server := ""
+	if r.Server != "" {
+		server = ", " + r.Server
+	}
+	fmt.Fprintf(&b, "### %s%s, %s (%d cores, %s)\n\n", r.Fixture, server, r.Time.Format("2006-01-02 15:04 UTC"), r.Cores, r.GoVersion)
 	if len(r.Env) > 0 {
 		fmt.Fprintf(&b, "Settings: `%s`\n\n", strings.Join(r.Env, " "))
 	}
@@ -87,7 +91,9 @@ func markdown(r Result) string {
 		name string
 		c    *PostCost
 	}{{"uniform", r.PostCost}, {"mixed", r.PostMixCost}} {
-		if c := pc.c; c != nil {
+		if c := pc.c; c != nil && r.Server != "" {
+			fmt.Fprintf(&b, "\nper post of the %s 16-writer phase: %.2f ms of the server's CPU.\n", pc.name, c.CPUms)
+		} else if c != nil {
 			fmt.Fprintf(&b, "\nper post of the %s 16-writer phase: %.2f file opens, %.2f closes, %.2f replication take-ups, %.2f ships, %.2f ms of the server's CPU.\n", pc.name, c.Opens, c.Closes, c.TakeUps, c.Ships, c.CPUms)
 		}
 	}
@@ -205,8 +211,8 @@ func newestResults(dir string) (map[string]Result, error) {
 	}
 	out := map[string]Result{}
 	for _, m := range matches {
-		if b := filepath.Base(m); strings.HasPrefix(b, "hostile-") || strings.HasPrefix(b, "media-") || strings.HasPrefix(b, "digest-") || strings.HasPrefix(b, "restore-") {
-			continue // the hostile mix's, the media runs', the digests' and the restores' results have shapes of their own
+		if b := filepath.Base(m); strings.HasPrefix(b, "hostile-") || strings.HasPrefix(b, "media-") || strings.HasPrefix(b, "digest-") || strings.HasPrefix(b, "restore-") || strings.HasPrefix(b, "pocketbase-") {
+			continue // the hostile mix's, the media runs', the digests' and the restores' results have shapes of their own; PocketBase's are not nah's
 		}
 		raw, err := os.ReadFile(m)
 		if err != nil {

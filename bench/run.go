@@ -26,6 +26,7 @@ import (
 
 // Result is one run, as written to bench/results/*.json.
 type Result struct {
+	Server    string    `json:"server,omitempty"` // empty: nah; else what was measured (run -pocketbase)
 	Fixture   string    `json:"fixture"`
 	Time      time.Time `json:"time"`
 	Cores     int       `json:"cores"`
@@ -96,6 +97,8 @@ func runCmd(ctx context.Context, args []string) error {
 	d := fset.Duration("duration", 20*time.Second, "length of each load phase")
 	thresholds := fset.String("thresholds", "bench/THRESHOLDS.md", "file whose generated table is rewritten; empty for none")
 	drill := fset.Bool("drill", false, "keep a restore drill running through the measured phases (asked for from the console as each ends): their cost, against a run without")
+	pbStats := fset.Bool("pocketbase-stats", false, "keep SQLite's statistics in PocketBase's copy (as after its midnight PRAGMA optimize); by default they are deleted before its start (see bench/README.md)")
+	pocketbase := fset.String("pocketbase", "", "also measure this PocketBase (go -C bench/pocketbase build) after nah, on the same fixture seeded through its API, and print the two side by side")
 	var env envList
 	fset.Var(&env, "env", "KEY=VALUE for the server's environment, repeatable (experiments: a result so made is not a baseline)")
 	fset.Parse(args)
@@ -126,7 +129,24 @@ func runCmd(ctx context.Context, args []string) error {
 	fmt.Print(table)
 	fmt.Printf("\nwritten to %s\n", file)
 	if *thresholds != "" {
-		return updateThresholds(*thresholds, res.Fixture, table)
+		if err := updateThresholds(*thresholds, res.Fixture, table); err != nil {
+			return err
+		}
+	}
+	if *pocketbase == "" {
+		return nil
+	}
+	cleanup() // nah's copy: PocketBase gets the disk to itself
+	pb, file, err := runPocketBase(ctx, *pocketbase, *cache, *out, f, people, *d, !*pbStats)
+	if err != nil {
+		return err
+	}
+	fmt.Print("\n" + markdown(pb))
+	fmt.Printf("\nwritten to %s\n\n", file)
+	both := sideBySide(res, pb)
+	fmt.Print(both)
+	if *thresholds != "" {
+		return updateThresholds(*thresholds, "pocketbase-"+f.Name, both)
 	}
 	return nil
 }
@@ -267,38 +287,53 @@ func measure(ctx context.Context, bin, data string, f fixture.Fixture, people []
 	}
 	res.StopS = time.Since(stopAt).Seconds()
 	fmt.Fprintf(os.Stderr, "stopped %.1f s after SIGTERM\n", res.StopS)
+	res.DataDirMB, res.WALLeft = dirStats(data)
+
+	// The ceiling, with the same 50 readers, after the server has stopped so
+	// the two never share the cores.
+	if res.Ceiling50, err = runCeiling(ctx, res.Feed50.MeanBytes, d); err != nil {
+		return res, err
+	}
+	if res.Ceiling50.PerSecond > 0 {
+		res.CeilingRatio = res.Feed50.PerSecond / res.Ceiling50.PerSecond
+	}
+	return res, nil
+}
+
+// dirStats is the size of the data directory in MB and its count of
+// non-empty -wal files.
+func dirStats(data string) (float64, int) {
 	var size int64
+	wal := 0
 	filepath.WalkDir(data, func(p string, e fs.DirEntry, err error) error {
 		if err == nil && e.Type().IsRegular() {
 			if info, err := e.Info(); err == nil {
 				size += info.Size()
 				if strings.HasSuffix(p, "-wal") && info.Size() > 0 {
-					res.WALLeft++
+					wal++
 				}
 			}
 		}
 		return nil
 	})
-	res.DataDirMB = mb(size)
+	return mb(size), wal
+}
 
-	// The ceiling, with the same 50 readers, after the server has stopped so
-	// the two never share the cores.
+// runCeiling starts the static server (bench ceiling) with pages of size
+// bytes and loads it with 50 readers for d.
+func runCeiling(ctx context.Context, size int, d time.Duration) (Latency, error) {
 	self, err := os.Executable()
 	if err != nil {
-		return res, err
+		return Latency{}, err
 	}
-	cc := exec.Command(self, "ceiling", "-size", strconv.Itoa(max(res.Feed50.MeanBytes, 1)))
+	cc := exec.Command(self, "ceiling", "-size", strconv.Itoa(max(size, 1)))
 	addr, err := startProcess(cc)
 	if err != nil {
-		return res, err
+		return Latency{}, err
 	}
 	defer cc.Process.Kill()
 	fmt.Fprintf(os.Stderr, "ceiling, 50 readers, %v\n", d)
-	res.Ceiling50 = ceilingLoad(ctx, "http://"+addr, 50, d)
-	if res.Ceiling50.PerSecond > 0 {
-		res.CeilingRatio = res.Feed50.PerSecond / res.Ceiling50.PerSecond
-	}
-	return res, nil
+	return ceilingLoad(ctx, "http://"+addr, 50, d), nil
 }
 
 // costedPosts runs a post phase and what each of its posts cost the
@@ -436,22 +471,32 @@ func copyFixture(ctx context.Context, cache string, f fixture.Fixture) (data str
 	return data, people, cleanup, nil
 }
 
-// readCost reads the server's counts of opens, closes and take-ups from its
-// metrics and its CPU time so far from /proc (nil when either fails).
-func readCost(pid int, metricsURL string) *PostCost {
+// procCPUms is the CPU time (user + system) of process pid so far, from
+// /proc/PID/stat, exited threads included.
+func procCPUms(pid int) (float64, bool) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return nil
+		return 0, false
 	}
 	// Fields after the command's closing parenthesis; utime and stime are
 	// the 14th and 15th of the line, in clock ticks of 10 ms (USER_HZ 100).
 	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
 	if len(f) < 13 {
-		return nil
+		return 0, false
 	}
 	ut, _ := strconv.ParseFloat(f[11], 64)
 	st, _ := strconv.ParseFloat(f[12], 64)
-	c := &PostCost{CPUms: (ut + st) * 10}
+	return (ut + st) * 10, true
+}
+
+// readCost reads the server's counts of opens, closes and take-ups from its
+// metrics and its CPU time so far from /proc (nil when either fails).
+func readCost(pid int, metricsURL string) *PostCost {
+	cpu, ok := procCPUms(pid)
+	if !ok {
+		return nil
+	}
+	c := &PostCost{CPUms: cpu}
 	r, err := http.Get(metricsURL)
 	if err != nil {
 		return nil

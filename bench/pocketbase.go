@@ -1,0 +1,535 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/nah-app/nah/bench/fixture"
+	_ "modernc.org/sqlite"
+)
+
+// PocketBase beside nah (issue 22): bench/pocketbase is PocketBase v0.40.4
+// with the collections of nah's workload; run -pocketbase BIN seeds it from
+// the same fixture through its own API and measures it with nah's phases.
+
+const (
+	pbServer   = "pocketbase v0.40.4" // bench/pocketbase/go.mod
+	pbEmail    = "bench@bench.invalid"
+	pbPassword = "bench-superuser-password"
+	// pbFeedPath is a person's feed: the newest 30 moments the list rule
+	// lets them see (their own and their connections', bench/pocketbase's
+	// FeedRule). skipTotal=1 spares the count PocketBase makes by default
+	// for totalItems, which nah's feed does not give either.
+	pbFeedPath = "/api/collections/moments/records?sort=-created&perPage=30&skipTotal=1"
+	pbPostPath = "/api/collections/moments/records"
+	// pbTokenSeconds is how long the seed's tokens live: the cached seed is
+	// reused for ten years.
+	pbTokenSeconds = 10 * 365 * 24 * 3600
+	// pbBatch is the records of one /api/batch request of the seed; it is
+	// the MaxRequests bench/pocketbase sets.
+	pbBatch = 100
+	// pbSchema names the seeds of bench/pocketbase's collections as they
+	// are: change it with them, and the next run seeds again.
+	pbSchema = "s2"
+)
+
+// pbPerson is fixture person i in PocketBase: record id pbID(i) and a
+// token made by a superuser's impersonation.
+type pbPerson struct {
+	ID    string `json:"id"`
+	Token string `json:"token"`
+}
+
+// pbID is fixture person i's record id: PocketBase's ids are 15 characters
+// of [a-z0-9].
+func pbID(i int) string { return fmt.Sprintf("u%014d", i) }
+
+// pbDate is PocketBase's layout of a date.
+func pbDate(ms int64) string { return time.UnixMilli(ms).UTC().Format("2006-01-02 15:04:05.000Z") }
+
+// pbServe starts bin on data and waits until it answers /api/health.
+func pbServe(ctx context.Context, bin, data string) (cmd *exec.Cmd, base string, done chan error, err error) {
+	addr, err := freePort()
+	if err != nil {
+		return nil, "", nil, err
+	}
+	cmd = exec.Command(bin, "serve", "--http="+addr, "--dir="+data)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, "", nil, err
+	}
+	done = make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	base = "http://" + addr
+	for t0 := time.Now(); ; time.Sleep(10 * time.Millisecond) {
+		if r, err := http.Get(base + "/api/health"); err == nil {
+			r.Body.Close()
+			if r.StatusCode == 200 {
+				return cmd, base, done, nil
+			}
+		}
+		if time.Since(t0) > 30*time.Second || ctx.Err() != nil {
+			cmd.Process.Kill()
+			return nil, "", nil, fmt.Errorf("%s did not start", bin)
+		}
+	}
+}
+
+// pbStop sends SIGTERM and waits for the exit.
+func pbStop(cmd *exec.Cmd, done chan error) error {
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+		return nil
+	case <-time.After(stopLimit):
+		cmd.Process.Kill()
+		return fmt.Errorf("no exit %v after SIGTERM", stopLimit)
+	}
+}
+
+// pbCall sends a JSON request and decodes a JSON answer into out (when
+// not nil); an answer other than 200 is an error with its body.
+func pbCall(ctx context.Context, c *http.Client, method, url, token string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", token)
+	}
+	res, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		return err
+	}
+	if res.StatusCode != 200 {
+		return fmt.Errorf("%s %s: %d %.300s", method, url, res.StatusCode, b)
+	}
+	if out != nil {
+		return json.Unmarshal(b, out)
+	}
+	return nil
+}
+
+// parallel runs do(i) for i in [0, n) on workers goroutines and returns
+// the first error; progress gets a count now and then.
+func parallel(ctx context.Context, n, workers int, what string, do func(i int) error) error {
+	var (
+		next, doneN atomic.Int64
+		mu          sync.Mutex
+		first       error
+		wg          sync.WaitGroup
+	)
+	t0 := time.Now()
+	for range workers {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < n && ctx.Err() == nil; i = int(next.Add(1) - 1) {
+				if err := do(i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+					return
+				}
+				if d := doneN.Add(1); d%max(int64(n)/10, 1) == 0 {
+					fmt.Fprintf(os.Stderr, "  %s: %d/%d, %.0f s\n", what, d, n, time.Since(t0).Seconds())
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if first == nil {
+		first = ctx.Err()
+	}
+	return first
+}
+
+// pbSeedDir returns PocketBase's seed of fixture f, made on first use in
+// cache/pocketbase-NAME-SCHEMA (pb_data and people.json, written last): the same
+// people, connections and moments as nah's (fixture.Graph and
+// fixture.Histories, the history ending at the seed's time), written
+// through PocketBase's API with a superuser.
+func pbSeedDir(ctx context.Context, bin, cache string, f fixture.Fixture) (string, []pbPerson, error) {
+	dir := filepath.Join(cache, "pocketbase-"+f.Name+"-"+pbSchema)
+	peopleFile := filepath.Join(dir, fixture.PeopleFile)
+	if raw, err := os.ReadFile(peopleFile); err == nil {
+		var people []pbPerson
+		if err := json.Unmarshal(raw, &people); err != nil {
+			return "", nil, err
+		}
+		// One start and stop on the seed itself: bench/pocketbase's serve
+		// gives a seed made by an older build this build's rules and
+		// indexes, so that no measured start pays for it.
+		cmd, _, done, err := pbServe(ctx, bin, filepath.Join(dir, "pb_data"))
+		if err != nil {
+			return "", nil, err
+		}
+		return dir, people, pbStop(cmd, done)
+	}
+	os.RemoveAll(dir)
+	data := filepath.Join(dir, "pb_data")
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		return "", nil, err
+	}
+	fmt.Fprintf(os.Stderr, "seeding %s for PocketBase into %s (once; later runs reuse it)\n", f.Name, dir)
+	t0 := time.Now()
+	if out, err := exec.Command(bin, "superuser", "upsert", pbEmail, pbPassword, "--dir="+data).CombinedOutput(); err != nil {
+		return "", nil, fmt.Errorf("superuser upsert: %v: %s", err, out)
+	}
+	cmd, base, done, err := pbServe(ctx, bin, data)
+	if err != nil {
+		return "", nil, err
+	}
+	defer cmd.Process.Kill()
+	people, err := pbSeed(ctx, base, f)
+	if err != nil {
+		return "", nil, err
+	}
+	if err := pbStop(cmd, done); err != nil {
+		return "", nil, err
+	}
+	b, _ := json.Marshal(people)
+	if err := os.WriteFile(peopleFile, b, 0o600); err != nil {
+		return "", nil, err
+	}
+	fmt.Fprintf(os.Stderr, "seeded %s for PocketBase in %.0f s\n", f.Name, time.Since(t0).Seconds())
+	return dir, people, nil
+}
+
+// pbSeed writes fixture f into the PocketBase at base and returns its
+// people with their tokens.
+func pbSeed(ctx context.Context, base string, f fixture.Fixture) ([]pbPerson, error) {
+	c := newClient(8)
+	defer c.CloseIdleConnections()
+	var su struct{ Token string }
+	if err := pbCall(ctx, c, "POST", base+"/api/collections/_superusers/auth-with-password", "", map[string]string{"identity": pbEmail, "password": pbPassword}, &su); err != nil {
+		return nil, err
+	}
+	// People one request each: a batch runs in one transaction, and 100
+	// password hashes in one overran its time limit.
+	err := parallel(ctx, f.People, 4, "people", func(i int) error {
+		return pbCall(ctx, c, "POST", base+"/api/collections/users/records", su.Token, map[string]any{
+			"id": pbID(i), "email": fmt.Sprintf("p%05d@bench.invalid", i), "emailVisibility": false, "verified": true,
+			"password": fixture.Password, "passwordConfirm": fixture.Password, "name": fmt.Sprintf("p%05d", i),
+		}, nil)
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	type item struct {
+		Method string         `json:"method"`
+		URL    string         `json:"url"`
+		Body   map[string]any `json:"body"`
+	}
+	batch := func(items []item) error {
+		return pbCall(ctx, c, "POST", base+"/api/batch", su.Token, map[string]any{"requests": items}, nil)
+	}
+	// Connections in both directions and everyone's own (a = b): the list
+	// rule reads one row per moment (bench/pocketbase's FeedRule).
+	var edges []item
+	add := func(a, b int) {
+		edges = append(edges, item{"POST", "/api/collections/connections/records", map[string]any{"a": pbID(a), "b": pbID(b)}})
+	}
+	for i := range f.People {
+		add(i, i)
+	}
+	for _, e := range fixture.Graph(f) {
+		add(int(e[0]), int(e[1]))
+		add(int(e[1]), int(e[0]))
+	}
+	err = parallel(ctx, (len(edges)+pbBatch-1)/pbBatch, 2, "connections (batches)", func(k int) error {
+		return batch(edges[k*pbBatch : min((k+1)*pbBatch, len(edges))])
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	// Moments person by person, in batches of at most pbBatch.
+	history := fixture.Histories(f, time.Now().UnixMilli())
+	var total atomic.Int64
+	err = parallel(ctx, f.People, 2, "moments (people)", func(i int) error {
+		ms := history(i)
+		total.Add(int64(len(ms)))
+		for len(ms) > 0 {
+			n := min(len(ms), pbBatch)
+			items := make([]item, n)
+			for k, m := range ms[:n] {
+				items[k] = item{"POST", pbPostPath, map[string]any{"author": pbID(i), "body": base64.StdEncoding.EncodeToString(m.Body), "created": pbDate(m.CreatedAt)}}
+			}
+			if err := batch(items); err != nil {
+				return err
+			}
+			ms = ms[n:]
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(os.Stderr, "  %d people, %d connection rows, %d moments\n", f.People, len(edges), total.Load())
+
+	people := make([]pbPerson, f.People)
+	err = parallel(ctx, f.People, 4, "tokens", func(i int) error {
+		var r struct{ Token string }
+		people[i].ID = pbID(i)
+		err := pbCall(ctx, c, "POST", base+"/api/collections/users/impersonate/"+pbID(i), su.Token, map[string]any{"duration": pbTokenSeconds}, &r)
+		people[i].Token = r.Token
+		return err
+	})
+	return people, err
+}
+
+// pbMeasure is measure's phases against PocketBase on data: cold start,
+// idle memory, feeds with 1 and 50 readers, the warm-up, 16 writers by
+// people chosen uniformly and by the fixture's mix, peak memory; then the
+// stop, the data directory and the ceiling for PocketBase's page size.
+// There are no metrics to read: the cost of a post is its CPU time.
+func pbMeasure(ctx context.Context, bin, data string, f fixture.Fixture, people []pbPerson, mix func(*rand.Rand) int, d time.Duration) (Result, error) {
+	res := Result{Server: pbServer, Fixture: f.Name, Time: time.Now().UTC(), Cores: runtime.NumCPU(), GoVersion: runtime.Version()}
+	st, err := os.Stat(bin)
+	if err != nil {
+		return res, err
+	}
+	res.BinaryMB = mb(st.Size())
+	addr, err := freePort()
+	if err != nil {
+		return res, err
+	}
+	base := "http://" + addr
+	cmd := exec.Command(bin, "serve", "--http="+addr, "--dir="+data)
+	cmd.Stderr = os.Stderr
+	t0 := time.Now()
+	if err := cmd.Start(); err != nil {
+		return res, err
+	}
+	defer cmd.Process.Kill()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	feeds := make([]*http.Request, len(people))
+	for i, p := range people {
+		feeds[i], _ = http.NewRequest("GET", base+pbFeedPath, nil)
+		feeds[i].Header.Set("Authorization", p.Token)
+	}
+	c := newClient(1)
+	for {
+		if _, ok := get(ctx, c, feeds[0]); ok {
+			break
+		}
+		if time.Since(t0) > 30*time.Second {
+			return res, fmt.Errorf("no feed served 30 s after start")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	res.ColdStartMs = ms(time.Since(t0))
+	c.CloseIdleConnections()
+	pid := cmd.Process.Pid
+	time.Sleep(time.Until(t0.Add(5 * time.Second)))
+	res.IdleRSSMB = procStatusMB(pid, "VmRSS")
+	fmt.Fprintf(os.Stderr, "pocketbase: cold start %.0f ms, idle %.1f MB\n", res.ColdStartMs, res.IdleRSSMB)
+
+	fmt.Fprintf(os.Stderr, "pocketbase: feed, 1 reader, %v\n", d)
+	res.Feed1 = readLoad(ctx, feeds, 1, d)
+	fmt.Fprintf(os.Stderr, "pocketbase: feed, 50 readers, %v\n", d)
+	res.Feed50 = readLoad(ctx, feeds, 50, d)
+
+	body := make([]byte, 400)
+	for i := range body {
+		body[i] = byte(i * 7)
+	}
+	b64 := base64.StdEncoding.EncodeToString(body)
+	payloads := make([][]byte, len(people))
+	for i, p := range people {
+		payloads[i] = []byte(`{"author":"` + p.ID + `","body":"` + b64 + `"}`)
+	}
+	post := func(ctx context.Context, i int) *http.Request {
+		req, _ := http.NewRequestWithContext(ctx, "POST", base+pbPostPath, bytes.NewReader(payloads[i]))
+		req.Header.Set("Authorization", people[i].Token)
+		req.Header.Set("Content-Type", "application/json")
+		return req
+	}
+	fmt.Fprintf(os.Stderr, "pocketbase: post warm-up: everyone posts once, 16 writers\n")
+	res.PostWarmup = warmLoadWith(ctx, len(people), post, 200, 16)
+	fmt.Fprintf(os.Stderr, "pocketbase: post, 16 writers, uniform, %v\n", d)
+	res.Post16, res.PostCost = cpuCostedPosts(pid, func() Latency { return writeLoad(ctx, post, 200, uniform(len(people)), 16, d) })
+	fmt.Fprintf(os.Stderr, "pocketbase: post, 16 writers, the fixture's mix, %v\n", d)
+	res.PostMix16, res.PostMixCost = cpuCostedPosts(pid, func() Latency { return writeLoad(ctx, post, 200, mix, 16, d) })
+
+	res.PeakRSSMB = procStatusMB(pid, "VmHWM")
+	if fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid)); err == nil {
+		res.OpenFDs = len(fds)
+	}
+	stopAt := time.Now()
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(stopLimit):
+		return res, fmt.Errorf("pocketbase: no exit %v after SIGTERM", stopLimit)
+	}
+	res.StopS = time.Since(stopAt).Seconds()
+	res.DataDirMB, res.WALLeft = dirStats(data)
+	res.Ceiling50, err = runCeiling(ctx, res.Feed50.MeanBytes, d)
+	if err != nil {
+		return res, err
+	}
+	if res.Ceiling50.PerSecond > 0 {
+		res.CeilingRatio = res.Feed50.PerSecond / res.Ceiling50.PerSecond
+	}
+	return res, nil
+}
+
+// cpuCostedPosts runs a post phase and the server's CPU time per post
+// (nil when /proc could not be read).
+func cpuCostedPosts(pid int, phase func() Latency) (Latency, *PostCost) {
+	before, ok1 := procCPUms(pid)
+	l := phase()
+	after, ok2 := procCPUms(pid)
+	if !ok1 || !ok2 || l.Requests == 0 {
+		return l, nil
+	}
+	c := &PostCost{CPUms: (after - before) / float64(l.Requests)}
+	fmt.Fprintf(os.Stderr, "per post: %.2f ms CPU\n", c.CPUms)
+	return l, c
+}
+
+// runPocketBase is run -pocketbase: PocketBase on a fresh copy of its seed
+// of f, measured as nah was just measured; it writes the result beside
+// nah's and returns it.
+//
+// noStats deletes SQLite's statistics (sqlite_stat1) from the copy first,
+// what run does unless -pocketbase-stats: PocketBase makes them itself
+// (PRAGMA optimize after a change of schema and every midnight), and with
+// them SQLite 3.53 plans the feed's join with a Bloom filter that cost
+// 20-30 ms a feed where the plan without takes 0.4-1 ms (modernc,
+// people-1k, bench/README.md). Without, PocketBase is at its fastest.
+func runPocketBase(ctx context.Context, bin, cache, out string, f fixture.Fixture, nahPeople []fixture.Person, d time.Duration, noStats bool) (Result, string, error) {
+	seed, people, err := pbSeedDir(ctx, bin, cache, f)
+	if err != nil {
+		return Result{}, "", err
+	}
+	if len(people) != len(nahPeople) {
+		return Result{}, "", fmt.Errorf("PocketBase's seed of %s has %d people, nah's %d: remove %s", f.Name, len(people), len(nahPeople), seed)
+	}
+	mix, err := mixOf(f, nahPeople)
+	if err != nil {
+		return Result{}, "", err
+	}
+	work, err := os.MkdirTemp("", "nah-bench-pocketbase")
+	if err != nil {
+		return Result{}, "", err
+	}
+	defer os.RemoveAll(work)
+	data := filepath.Join(work, "pb_data")
+	fmt.Fprintf(os.Stderr, "copying PocketBase's %s\n", f.Name)
+	if err := copyDir(filepath.Join(seed, "pb_data"), data); err != nil {
+		return Result{}, "", err
+	}
+	if noStats {
+		if err := dropStats(ctx, filepath.Join(data, "data.db")); err != nil {
+			return Result{}, "", err
+		}
+	}
+	syscall.Sync()
+	res, err := pbMeasure(ctx, bin, data, f, people, mix, d)
+	if err != nil {
+		return res, "", err
+	}
+	if noStats {
+		res.Env = []string{"sqlite_stat1 deleted before the start"}
+	}
+	file, err := writeResult(out, "pocketbase-"+f.Name, res.Time, res)
+	return res, file, err
+}
+
+// sideBySide is the table of nah and PocketBase measured in one run.
+func sideBySide(n, p Result) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "### %s, nah and %s, %s (%d cores, %s)\n\n", n.Fixture, p.Server, n.Time.Format("2006-01-02 15:04 UTC"), n.Cores, n.GoVersion)
+	if len(n.Env) > 0 {
+		fmt.Fprintf(&b, "nah's settings: `%s`\n\n", strings.Join(n.Env, " "))
+	}
+	if len(p.Env) > 0 {
+		fmt.Fprintf(&b, "PocketBase: %s\n\n", strings.Join(p.Env, " "))
+	}
+	b.WriteString("| | nah | PocketBase | nah / PocketBase |\n| --- | --- | --- | --- |\n")
+	row := func(name string, v func(Result) float64) {
+		x, y := v(n), v(p)
+		ratio := "-"
+		if y != 0 {
+			ratio = fmt.Sprintf("%.2f", x/y)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", name, trim(x), trim(y), ratio)
+	}
+	cpu := func(c *PostCost) float64 {
+		if c == nil {
+			return 0
+		}
+		return c.CPUms
+	}
+	row("posts/s, 16 writers, uniform", func(r Result) float64 { return r.Post16.PerSecond })
+	row("post p95 ms, 16 writers, uniform", func(r Result) float64 { return r.Post16.P95ms })
+	row("posts/s, 16 writers, the fixture's mix", func(r Result) float64 { return r.PostMix16.PerSecond })
+	row("post p95 ms, 16 writers, mix", func(r Result) float64 { return r.PostMix16.P95ms })
+	row("server CPU ms per post, uniform", func(r Result) float64 { return cpu(r.PostCost) })
+	row("posts/s, warm-up (everyone once)", func(r Result) float64 { return r.PostWarmup.PerSecond })
+	row("feeds/s, 50 readers", func(r Result) float64 { return r.Feed50.PerSecond })
+	row("feed p95 ms, 50 readers", func(r Result) float64 { return r.Feed50.P95ms })
+	row("feed p95 ms, 1 reader", func(r Result) float64 { return r.Feed1.P95ms })
+	row("feed page bytes (mean)", func(r Result) float64 { return float64(r.Feed50.MeanBytes) })
+	row("feeds/s as a share of the static ceiling", func(r Result) float64 { return r.CeilingRatio })
+	row("cold start to first feed ms", func(r Result) float64 { return r.ColdStartMs })
+	row("idle resident MB (5 s)", func(r Result) float64 { return r.IdleRSSMB })
+	row("peak resident MB (VmHWM)", func(r Result) float64 { return r.PeakRSSMB })
+	row("data directory MB after stop", func(r Result) float64 { return r.DataDirMB })
+	row("binary MB", func(r Result) float64 { return r.BinaryMB })
+	errs := func(r Result) int {
+		return r.Feed1.Errors + r.Feed50.Errors + r.PostWarmup.Errors + r.Post16.Errors + r.PostMix16.Errors
+	}
+	fmt.Fprintf(&b, "\nErrors in the phases: nah %d, PocketBase %d. nah: replication on, `NAH_SYNC` its default; PocketBase: its defaults (WAL, synchronous=NORMAL), no request logs.\n", errs(n), errs(p))
+	return b.String()
+}
+
+// dropStats deletes the planner's statistics of the SQLite database file.
+func dropStats(ctx context.Context, file string) error {
+	db, err := sql.Open("sqlite", file)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_master WHERE name = 'sqlite_stat1'").Scan(&n); err != nil || n == 0 {
+		return err
+	}
+	_, err = db.ExecContext(ctx, "DELETE FROM sqlite_stat1")
+	return err
+}

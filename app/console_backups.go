@@ -378,7 +378,7 @@ func (a *App) undoRequest(r *http.Request) (nah.Person, time.Time, error) {
 	}
 	until, ok := a.store.ReplacedUntil(p.ID)
 	if !ok {
-		return p, until, nah.Errorf(nah.NotFound, "", "There is no restore of %s to undo: the file a restore replaces is kept for the delete grace (%s) after it.", p.Handle, ui.Round(a.store.DeleteGrace()))
+		return p, until, nah.Errorf(nah.NotFound, "", "There is no restore of %s to undo: the file a restore replaces is kept for the delete grace (%s) after it.", p.Handle, graceText(a.store.DeleteGrace()))
 	}
 	return p, until, nil
 }

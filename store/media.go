@@ -156,6 +156,27 @@ func (s *Store) sweepMedia(ctx context.Context, dir string, db *sql.DB) {
 	}
 }
 
+// goneMedia reads the page of up to sweepBatch media rows of db after id
+// after and returns the last id read ("" for none) and the ids among them
+// whose file in dir is missing or not of the row's size.
+func goneMedia(ctx context.Context, db *sql.DB, dir, after string) (last string, gone []string, err error) {
+	r, err := db.QueryContext(ctx, `SELECT id, size FROM media WHERE id > ? ORDER BY id LIMIT ?`, after, sweepBatch)
+	if err != nil {
+		return "", nil, err
+	}
+	defer r.Close()
+	var size int64
+	for r.Next() {
+		if err := r.Scan(&last, &size); err != nil {
+			return "", nil, err
+		}
+		if st, err := os.Lstat(filepath.Join(dir, last)); err != nil || !st.Mode().IsRegular() || st.Size() != size {
+			gone = append(gone, last)
+		}
+	}
+	return last, gone, r.Err()
+}
+
 // removeOrphans removes the files among ids (names in dir) that have no
 // row in db. A failed query removes nothing.
 func (s *Store) removeOrphans(ctx context.Context, dir string, db *sql.DB, ids []string) {
@@ -524,40 +545,39 @@ func (s *Store) reconcileMedia(ctx context.Context, id string, u *mediaUsage) er
 		return err
 	}
 	u.loaded = false // read again by loadUsage below, or at the next use
+	removed := 0
 	err = s.useFile(ctx, id, true, func(f *personFile) error {
-		r, err := f.db.QueryContext(ctx, `SELECT id, size FROM media`)
-		if err != nil {
-			return err
-		}
-		var gone []string
-		for r.Next() {
-			var mid string
-			var size int64
-			if err := r.Scan(&mid, &size); err != nil {
-				r.Close()
+		// A page of sweepBatch rows at a time, by id: the memory is one
+		// page, whatever the number of media.
+		after := ""
+		for {
+			last, gone, err := goneMedia(ctx, f.db, dir, after)
+			if err != nil || last == "" {
 				return err
 			}
-			if st, err := os.Lstat(filepath.Join(dir, mid)); err != nil || !st.Mode().IsRegular() || st.Size() != size {
-				gone = append(gone, mid)
+			after = last
+			if len(gone) == 0 {
+				continue
 			}
-		}
-		r.Close()
-		if err := r.Err(); err != nil || len(gone) == 0 {
-			return err
-		}
-		tx, err := f.db.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		defer tx.Rollback()
-		for _, mid := range gone {
-			if _, err := tx.ExecContext(ctx, `DELETE FROM media WHERE id = ?`, mid); err != nil {
+			tx, err := f.db.BeginTx(ctx, nil)
+			if err != nil {
 				return err
 			}
+			for _, mid := range gone {
+				if _, err := tx.ExecContext(ctx, `DELETE FROM media WHERE id = ?`, mid); err != nil {
+					tx.Rollback()
+					return err
+				}
+			}
+			if err := tx.Commit(); err != nil {
+				return err
+			}
+			removed += len(gone)
 		}
-		s.log.Info("restore: media rows without their file removed", "person", id, "rows", len(gone))
-		return tx.Commit()
 	})
+	if removed > 0 {
+		s.log.Info("restore: media rows without their file removed", "person", id, "rows", removed)
+	}
 	if err != nil {
 		return err
 	}

@@ -184,3 +184,42 @@ func TestMediaCountBound(t *testing.T) {
 	_, err = s.StartUpload(ctx, ann.ID, quota)
 	full("an upload after the resumable one finished", err)
 }
+
+// TestReconcileMediaInPages: after a restore, rows whose file is gone (or
+// of another size) are deleted a page of rows at a time: with several
+// pages of them, every such row goes, every other row stays, and the usage
+// is what is left.
+func TestReconcileMediaInPages(t *testing.T) {
+	ctx := t.Context()
+	s := MustOpen(t, Config{})
+	ann := mustPerson(t, s, "ann")
+	ids := seedMedia(t, s, ann.ID, 3*sweepBatch+5, 10)
+	dir, _ := s.mediaDir(ann.ID)
+	kept := 0
+	for i, id := range ids {
+		switch i % 3 {
+		case 0:
+			os.Remove(filepath.Join(dir, id))
+		case 1:
+			kept++
+		case 2:
+			if i%6 == 5 {
+				// Another file, not a truncate: the fixture's files are links of one.
+				os.Remove(filepath.Join(dir, id))
+				os.WriteFile(filepath.Join(dir, id), []byte("abc"), privateFile)
+			} else {
+				kept++
+			}
+		}
+	}
+	err := s.withUsage(ctx, ann.ID, func(u *mediaUsage) error { return s.reconcileMedia(ctx, ann.ID, u) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := mediaRows(t, s, ann.ID); n != kept {
+		t.Errorf("%d rows left, want the %d with their file", n, kept)
+	}
+	if st, err := s.StorageOf(ctx, ann.ID); err != nil || st.MediaCount != kept || st.Media != int64(10*kept) {
+		t.Errorf("storage %+v %v, want %d media of 10 bytes", st, err, kept)
+	}
+}

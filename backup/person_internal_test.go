@@ -112,6 +112,14 @@ func TestRestoredPersonReplicatesOn(t *testing.T) {
 	}
 
 	post(5, "early")
+	// The watch of a file starts beside its first write, and SyncAll syncs
+	// only watched files: wait for it, or the early moments may reach the
+	// replica only with the late ones (CI: "no copy of this database").
+	for deadline := time.Now().Add(10 * time.Second); r.ls.FindDB(s.Path(nah.PersonRel(p.ID))) == nil; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("ann's file is not watched 10 s after her posts")
+		}
+	}
 	sync()
 	at := second()
 	post(20, "late")

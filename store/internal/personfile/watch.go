@@ -2,6 +2,7 @@ package personfile
 
 import (
 	"context"
+	"database/sql"
 	"time"
 )
 
@@ -136,9 +137,10 @@ func (c *Cache) replicate() {
 
 // Shipper is a Replicator that can ship the new writes of a file it does
 // not watch without taking it up (backup's Replicator.Ship), saying false
-// when it cannot prove the file's history carries on.
+// when it cannot prove the file's history carries on. db is the app's
+// connection to the file, for a snapshot read under its write lock.
 type Shipper interface {
-	Ship(ctx context.Context, path string) (bool, error)
+	Ship(ctx context.Context, path string, db *sql.DB) (bool, error)
 }
 
 // ship ships f, held by the caller and not watched, without a take-up if
@@ -148,7 +150,7 @@ func (c *Cache) ship(f *File) bool {
 	if !ok || f.watching() != nil {
 		return false
 	}
-	shipped, err := s.Ship(context.Background(), f.Path)
+	shipped, err := s.Ship(context.Background(), f.Path, f.DB)
 	if err != nil {
 		c.log.Warn("replication: ship", "path", f.Path, "err", err)
 	}

@@ -1,6 +1,7 @@
 package backup
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"database/sql"
@@ -94,44 +95,41 @@ func (r *Replicator) Ship(ctx context.Context, path string, db *sql.DB) (ok bool
 	}
 	txid := last + 1
 	name := filepath.Join(level0, ltx.FormatFilename(txid, txid))
-	tmp := name + ".tmp"
-	if err := os.MkdirAll(level0, 0o700); err != nil {
-		return false, err
+	if last == 0 {
+		if err := os.MkdirAll(level0, 0o700); err != nil {
+			return false, err
+		}
 	}
+	out := &lazyFile{name: name + ".tmp"}
+	defer out.close()
 	var shipped, same bool
 	if last > 0 {
 		base := filepath.Join(level0, ltx.FormatFilename(last, last))
-		shipped, same, err = shipFrames(ctx, wal, fi.Size(), base, tmp, txid, !inStep)
-		if err != nil {
-			return false, err
-		}
-		if same {
-			return true, nil // nothing written since
-		}
+		shipped, same, err = shipFrames(ctx, wal, fi.Size(), base, out, txid, !inStep)
 	}
-	if !shipped {
-		if db == nil {
-			return false, nil
+	if err == nil && !shipped && !same && db != nil {
+		shipped, err = shipSnapshot(ctx, db, wal, out, txid)
+	}
+	if err == nil && shipped && out.f == nil {
+		err = errors.New("nothing written") // cannot be: an LTX file has a header
+	}
+	if err != nil || !shipped {
+		if out.f != nil {
+			os.Remove(out.name)
 		}
-		if shipped, err = shipSnapshot(ctx, db, wal, tmp, txid); err != nil || !shipped {
-			os.Remove(tmp)
-			return false, err
-		}
+		return same, err // same: nothing written since
 	}
 
 	// Local first, as Litestream does (a later take-up reads its position
 	// there), then the target; a failure of either leaves the file to a
 	// take-up, which finds the local file and uploads it.
-	if err := syncRename(tmp, name); err != nil {
+	if err := syncRename(out.f, name); err != nil {
 		return false, err
 	}
-	lf, err := os.Open(name)
-	if err != nil {
+	if _, err := out.f.Seek(0, io.SeekStart); err != nil {
 		return false, err
 	}
-	_, err = client.WriteLTXFile(ctx, 0, txid, txid, lf)
-	lf.Close()
-	if err != nil {
+	if _, err := client.WriteLTXFile(ctx, 0, txid, txid, out.f); err != nil {
 		r.setDown(err)
 		r.mu.Lock()
 		st.TXID, st.Err = uint64(txid), err.Error()
@@ -158,7 +156,7 @@ func (r *Replicator) Ship(ctx context.Context, path string, db *sql.DB) (ok bool
 	return true, nil
 }
 
-// shipFrames writes to tmp, as LTX file txid, the frames of wal (of size
+// shipFrames writes to out, as LTX file txid, the frames of wal (of size
 // size) committed after those base (the newest local LTX file) was made
 // from, when it can prove they continue it: the WAL is of base's
 // generation (salts), reaches base's end, and grows no page without a
@@ -167,7 +165,7 @@ func (r *Replicator) Ship(ctx context.Context, path string, db *sql.DB) (ok bool
 // base, as Litestream's own verify asks: a WAL rewritten since under the
 // same salts is not taken for the one base read. same: nothing committed
 // since base; shipped false: prove nothing, write nothing.
-func shipFrames(ctx context.Context, wal *os.File, size int64, base, tmp string, txid ltx.TXID, check bool) (shipped, same bool, err error) {
+func shipFrames(ctx context.Context, wal *os.File, size int64, base string, out io.Writer, txid ltx.TXID, check bool) (shipped, same bool, err error) {
 	bf, err := os.Open(base)
 	if err != nil {
 		return false, false, nil
@@ -219,7 +217,7 @@ func shipFrames(ctx context.Context, wal *os.File, size int64, base, tmp string,
 		}
 	}
 	slices.Sort(pgnos)
-	err = writeLTX(tmp, ltx.Header{
+	err = writeLTX(out, ltx.Header{
 		Version: ltx.Version, Flags: ltx.HeaderFlagNoChecksum, PageSize: uint32(pageSize), Commit: commit,
 		MinTXID: txid, MaxTXID: txid, Timestamp: time.Now().UnixMilli(),
 		WALOffset: offset, WALSize: end - offset, WALSalt1: prev.WALSalt1, WALSalt2: prev.WALSalt2,
@@ -265,7 +263,7 @@ func lastFrameIn(wal *os.File, dec *ltx.Decoder, offset int64) (bool, error) {
 	}
 }
 
-// shipSnapshot writes to tmp, as LTX file txid, every page of the file as
+// shipSnapshot writes to out, as LTX file txid, every page of the file as
 // it is at the end of its WAL, read through db (the app's only connection
 // to it) under the write lock: no commit moves the WAL's end meanwhile, and
 // no descriptor of ours on the database file is closed (which would drop
@@ -274,7 +272,7 @@ func lastFrameIn(wal *os.File, dec *ltx.Decoder, offset int64) (bool, error) {
 // end so that the next ship carries on from it. The pages SQLite reads
 // must agree with the WAL's committed frames and its size, else nothing is
 // shipped.
-func shipSnapshot(ctx context.Context, db *sql.DB, wal *os.File, tmp string, txid ltx.TXID) (bool, error) {
+func shipSnapshot(ctx context.Context, db *sql.DB, wal *os.File, out io.Writer, txid ltx.TXID) (bool, error) {
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return false, err
@@ -311,7 +309,7 @@ func shipSnapshot(ctx context.Context, db *sql.DB, wal *os.File, tmp string, txi
 	defer rows.Close()
 	lock := ltx.LockPgno(pageSize)
 	agree := true
-	err = writeLTX(tmp, ltx.Header{
+	err = writeLTX(out, ltx.Header{
 		Version: ltx.Version, Flags: ltx.HeaderFlagNoChecksum, PageSize: pageSize, Commit: commit,
 		MinTXID: txid, MaxTXID: txid, Timestamp: time.Now().UnixMilli(),
 		WALOffset: litestream.WALHeaderSize, WALSize: end - litestream.WALHeaderSize,
@@ -319,7 +317,7 @@ func shipSnapshot(ctx context.Context, db *sql.DB, wal *os.File, tmp string, txi
 	}, func(enc *ltx.Encoder) error {
 		frame := make([]byte, pageSize)
 		var want uint32 = 1
-		var data []byte
+		var data sql.RawBytes
 		for rows.Next() {
 			var pgno uint32
 			if err := rows.Scan(&pgno, &data); err != nil {
@@ -359,13 +357,10 @@ func shipSnapshot(ctx context.Context, db *sql.DB, wal *os.File, tmp string, txi
 }
 
 // writeLTX writes an LTX file of header h and the pages pages encodes to
-// tmp, unsynced (syncRename makes it durable under its name).
-func writeLTX(tmp string, h ltx.Header, pages func(*ltx.Encoder) error) error {
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	enc, err := ltx.NewEncoder(f)
+// out, buffered (the encoder writes a page in three).
+func writeLTX(out io.Writer, h ltx.Header, pages func(*ltx.Encoder) error) error {
+	w := bufio.NewWriterSize(out, 32<<10)
+	enc, err := ltx.NewEncoder(w)
 	if err == nil {
 		err = enc.EncodeHeader(h)
 	}
@@ -375,11 +370,8 @@ func writeLTX(tmp string, h ltx.Header, pages func(*ltx.Encoder) error) error {
 	if err == nil {
 		err = enc.Close()
 	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(tmp)
+	if err == nil {
+		err = w.Flush()
 	}
 	return err
 }
@@ -425,21 +417,38 @@ func maxLTX(dir string) (minTXID, maxTXID ltx.TXID, err error) {
 	return minTXID, maxTXID, nil
 }
 
-// syncRename syncs tmp and renames it to name, its folder synced too.
-func syncRename(tmp, name string) error {
-	f, err := os.OpenFile(tmp, os.O_RDWR, 0)
-	if err != nil {
-		return err
+// lazyFile is a file created at its first write: a ship that finds
+// nothing to write creates none.
+type lazyFile struct {
+	name string
+	f    *os.File
+}
+
+func (l *lazyFile) Write(b []byte) (int, error) {
+	if l.f == nil {
+		f, err := os.OpenFile(l.name, os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o600)
+		if err != nil {
+			return 0, err
+		}
+		l.f = f
 	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	return l.f.Write(b)
+}
+
+func (l *lazyFile) close() {
+	if l.f != nil {
+		l.f.Close()
 	}
+}
+
+// syncRename syncs f and renames it to name, its folder synced too.
+func syncRename(f *os.File, name string) error {
+	err := f.Sync()
 	if err == nil {
-		err = os.Rename(tmp, name)
+		err = os.Rename(f.Name(), name)
 	}
 	if err != nil {
-		os.Remove(tmp)
+		os.Remove(f.Name())
 		return err
 	}
 	d, err := os.Open(filepath.Dir(name))

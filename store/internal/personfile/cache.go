@@ -89,7 +89,10 @@ func New(cfg Config) *Cache {
 			c.q.load()
 		}
 		for range replicators {
-			c.watchers.Go(c.replicate)
+			c.watchers.Go(func() { c.replicate(0) })
+		}
+		for range extraReplicators {
+			c.watchers.Go(func() { c.replicate(behindLag) })
 		}
 	}
 	return c

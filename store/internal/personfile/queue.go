@@ -28,6 +28,10 @@ type queue struct {
 	markFailing bool // the last marker could not be made
 }
 
+// agePoll is how often a replicator that waits for the queue to fall
+// behind looks at it: a few wakeups a second, no CPU to speak of.
+const agePoll = 100 * time.Millisecond
+
 func newQueue(dir string, log *slog.Logger) *queue {
 	q := &queue{dir: dir, log: log, since: make(map[string]time.Time)}
 	q.wake = sync.NewCond(&q.mu)
@@ -61,13 +65,20 @@ func (q *queue) addLocked(id string, at time.Time) {
 	q.wake.Signal()
 }
 
-// pop waits for the oldest person queued and takes them out; false once
-// the queue is closed.
-func (q *queue) pop() (string, bool) {
+// pop waits for the oldest person queued, queued at least age ago, and
+// takes them out; false once the queue is closed. A wait for an age
+// looks again every agePoll.
+func (q *queue) pop(age time.Duration) (string, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for len(q.ids) == 0 && !q.closed {
-		q.wake.Wait()
+	for !q.closed && (len(q.ids) == 0 || time.Since(q.since[q.ids[0]]) < age) {
+		if age == 0 {
+			q.wake.Wait()
+			continue
+		}
+		q.mu.Unlock()
+		time.Sleep(agePoll)
+		q.mu.Lock()
 	}
 	if q.closed {
 		return "", false

@@ -68,11 +68,17 @@ func (c *Cache) watchFile(ctx context.Context, f *File, wait bool) {
 	c.watchers.Go(run)
 }
 
-// replicators is how many files replication takes up at once for posts
-// (replicate). A take-up costs a few milliseconds of the two cores and a
-// few fsyncs; two keep up with a family and leave the cores to the posts
-// under a burst, when files wait their turn in the queue.
-const replicators = 2
+// replicators is how many files replication ships or takes up at once
+// for posts (replicate). Two keep up with a family and leave the cores to
+// the posts; under a burst extraReplicators more join while the oldest
+// queued write is behindLag old, so that the replica's lag stays under
+// 5 s (issue 22: 1,000 files written at random by 16 writers, a ship a few
+// fsyncs of wall time; bench/THRESHOLDS.md).
+const (
+	replicators      = 2
+	extraReplicators = 4
+	behindLag        = time.Second
+)
 
 // Wrote records that f, which the caller holds, was just written. A file
 // that replication watches is told to it (WriteNoter), which ships it
@@ -98,11 +104,12 @@ func (c *Cache) Wrote(f *File) {
 // watches, and ships it then rather than looking for changes itself.
 type WriteNoter interface{ Wrote(path string) }
 
-// replicate takes files in the queue up for replication, one at a time,
-// until the cache closes; Close replicates what is left.
-func (c *Cache) replicate() {
+// replicate ships or takes up files in the queue, one at a time, until
+// the cache closes (Close replicates what is left); with lag, only while
+// the oldest has waited that long.
+func (c *Cache) replicate(lag time.Duration) {
 	for {
-		id, ok := c.q.pop()
+		id, ok := c.q.pop(lag)
 		if !ok {
 			return
 		}

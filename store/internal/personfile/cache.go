@@ -94,6 +94,7 @@ func New(cfg Config) *Cache {
 		for range extraReplicators {
 			c.watchers.Go(func() { c.replicate(behindLag) })
 		}
+		c.watchers.Go(c.q.removeLoop)
 	}
 	return c
 }
@@ -377,7 +378,7 @@ func (c *Cache) closeFile(f *File) {
 		}
 		c.leftWAL(f.Path, final)
 		if synced {
-			c.q.unmark(f.ID)
+			c.q.unmark(f.ID, true)
 		}
 	} else {
 		c.wal.remove(f.Path) // our close was the last: SQLite checkpointed it

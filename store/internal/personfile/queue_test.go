@@ -1,6 +1,9 @@
 package personfile
 
 import (
+	"log/slog"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -46,5 +49,41 @@ func TestPopWaitsForTheAge(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("pop(1 h) did not return when the queue closed")
+	}
+}
+
+// TestMarkerLingers: a marker let go of after a ship stays on disk for a
+// file written again soon (no removal and creation a ship), goes once
+// due, and one marked again meanwhile is never removed: it says that its
+// file holds writes the replica may lack.
+func TestMarkerLingers(t *testing.T) {
+	dir := t.TempDir()
+	q := newQueue(dir, slog.New(slog.DiscardHandler))
+	onDisk := func(id string) bool {
+		_, err := os.Stat(filepath.Join(dir, id))
+		return err == nil
+	}
+	for _, id := range []string{"a", "b"} {
+		q.push(id)
+		if got, _ := q.pop(0); got != id {
+			t.Fatalf("pop = %q, want %q", got, id)
+		}
+		q.unmark(id, false) // shipped
+		if !onDisk(id) {
+			t.Fatalf("%s: the marker went at once", id)
+		}
+	}
+	q.push("b") // written again: its marker is needed once more
+	q.removeDue(0)
+	if onDisk("a") {
+		t.Error("a: the marker of a file shipped and not written since stayed after it was due")
+	}
+	if !onDisk("b") {
+		t.Error("b: the marker of a file written again was removed")
+	}
+	q.pop(0)
+	q.unmark("b", true)
+	if onDisk("b") {
+		t.Error("b: unmark now left the marker")
 	}
 }

@@ -129,12 +129,12 @@ func (c *Cache) replicate(lag time.Duration) {
 			if c.Closed() {
 				c.q.requeue(id) // the shutdown's drain takes it
 			}
-			c.q.unmark(id)
+			c.q.unmark(id, true)
 			continue
 		}
 		if c.ship(f) {
 			c.Release(f)
-			c.q.unmark(id)
+			c.q.unmark(id, false)
 			continue
 		}
 		c.watchFile(context.Background(), f, true)

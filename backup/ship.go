@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -281,7 +282,13 @@ func shipSnapshot(ctx context.Context, db *sql.DB, wal *os.File, out io.Writer, 
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return false, err
 	}
-	defer conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+	defer func() {
+		if _, err := conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); err != nil {
+			// Left in a transaction, the app's connection would refuse
+			// every later write: it is closed instead, and reopened.
+			conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+	}()
 
 	rd, err := litestream.NewWALReader(wal, slog.New(slog.DiscardHandler))
 	if err != nil {

@@ -69,14 +69,14 @@ func (c *Cache) watchFile(ctx context.Context, f *File, wait bool) {
 }
 
 // replicators is how many files replication ships or takes up at once
-// for posts (replicate). Two keep up with a family and leave the cores to
-// the posts; under a burst extraReplicators more join while the oldest
-// queued write is behindLag old, so that the replica's lag stays under
-// 5 s (issue 22: 1,000 files written at random by 16 writers, a ship a few
-// fsyncs of wall time; bench/THRESHOLDS.md).
+// for posts (replicate); under a burst extraReplicators more may join
+// while the oldest queued write is behindLag old. On people-1k's burst
+// (bench/THRESHOLDS.md) four extra cut the lag from ~9.5 s to ~5.5 s but
+// cost 16 % of the posts/s (~200 ships a second at ~1.2 ms of CPU), so
+// none join until a ship costs less.
 const (
 	replicators      = 2
-	extraReplicators = 4
+	extraReplicators = 0
 	behindLag        = time.Second
 )
 

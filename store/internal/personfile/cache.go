@@ -89,8 +89,12 @@ func New(cfg Config) *Cache {
 			c.q.load()
 		}
 		for range replicators {
-			c.watchers.Go(c.replicate)
+			c.watchers.Go(func() { c.replicate(0) })
 		}
+		for range extraReplicators {
+			c.watchers.Go(func() { c.replicate(behindLag) })
+		}
+		c.watchers.Go(c.q.removeLoop)
 	}
 	return c
 }
@@ -374,7 +378,7 @@ func (c *Cache) closeFile(f *File) {
 		}
 		c.leftWAL(f.Path, final)
 		if synced {
-			c.q.unmark(f.ID)
+			c.q.unmark(f.ID, true)
 		}
 	} else {
 		c.wal.remove(f.Path) // our close was the last: SQLite checkpointed it

@@ -25,11 +25,27 @@ type queue struct {
 	since       map[string]time.Time // the same ids, with when each was queued
 	wake        *sync.Cond           // on mu: ids grew or the queue closed
 	closed      bool
-	markFailing bool // the last marker could not be made
+	done        chan struct{} // closed with the queue
+	markFailing bool          // the last marker could not be made
+	// marked is the markers on disk, each with when its file was last
+	// replicated (zero: still needed). A marker stays markerLinger after
+	// that, so that a file written again soon keeps it: its creation and
+	// removal were two file system calls a ship (7 % of the server's CPU
+	// under the bench's burst, bench/THRESHOLDS.md).
+	marked map[string]time.Time
 }
 
+// markerLinger is how long a marker stays after its file was replicated.
+// A kill within it only has the next start ship the file again (nothing
+// to ship, a look at its WAL).
+const markerLinger = 10 * time.Second
+
+// agePoll is how often a replicator that waits for the queue to fall
+// behind looks at it: a few wakeups a second, no CPU to speak of.
+const agePoll = 100 * time.Millisecond
+
 func newQueue(dir string, log *slog.Logger) *queue {
-	q := &queue{dir: dir, log: log, since: make(map[string]time.Time)}
+	q := &queue{dir: dir, log: log, since: make(map[string]time.Time), marked: make(map[string]time.Time), done: make(chan struct{})}
 	q.wake = sync.NewCond(&q.mu)
 	return q
 }
@@ -61,13 +77,20 @@ func (q *queue) addLocked(id string, at time.Time) {
 	q.wake.Signal()
 }
 
-// pop waits for the oldest person queued and takes them out; false once
-// the queue is closed.
-func (q *queue) pop() (string, bool) {
+// pop waits for the oldest person queued, queued at least age ago, and
+// takes them out; false once the queue is closed. A wait for an age
+// looks again every agePoll.
+func (q *queue) pop(age time.Duration) (string, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for len(q.ids) == 0 && !q.closed {
-		q.wake.Wait()
+	for !q.closed && (len(q.ids) == 0 || time.Since(q.since[q.ids[0]]) < age) {
+		if age == 0 {
+			q.wake.Wait()
+			continue
+		}
+		q.mu.Unlock()
+		time.Sleep(agePoll)
+		q.mu.Lock()
 	}
 	if q.closed {
 		return "", false
@@ -82,6 +105,9 @@ func (q *queue) pop() (string, bool) {
 // close stops the replicators' pops and refuses later pushes.
 func (q *queue) close() {
 	q.mu.Lock()
+	if !q.closed {
+		close(q.done)
+	}
 	q.closed = true
 	q.wake.Broadcast()
 	q.mu.Unlock()
@@ -121,16 +147,24 @@ func (q *queue) markLocked(id string) {
 	if q.dir == "" {
 		return
 	}
+	if _, ok := q.marked[id]; ok {
+		q.marked[id] = time.Time{}
+		return
+	}
 	err := os.WriteFile(filepath.Join(q.dir, id), nil, 0o600)
 	if err != nil && !q.markFailing {
 		q.log.Warn("replication: cannot list a waiting file on disk (said once until it works again)", "person", id, "err", err)
 	}
 	q.markFailing = err != nil
+	if err == nil {
+		q.marked[id] = time.Time{}
+	}
 }
 
-// unmark removes person id's marker once replication let go of their file
-// after a last sync, unless a write queued them again meanwhile.
-func (q *queue) unmark(id string) {
+// unmark lets person id's marker go once replication let go of their file
+// after a last sync, unless a write queued them again meanwhile: removed
+// markerLinger later (removeDue), or at once with now.
+func (q *queue) unmark(id string, now bool) {
 	if q.dir == "" {
 		return
 	}
@@ -139,8 +173,52 @@ func (q *queue) unmark(id string) {
 	if _, ok := q.since[id]; ok {
 		return
 	}
+	if _, ok := q.marked[id]; ok && !now {
+		q.marked[id] = time.Now()
+		return
+	}
+	q.removeLocked(id)
+}
+
+func (q *queue) removeLocked(id string) {
+	delete(q.marked, id)
 	if err := os.Remove(filepath.Join(q.dir, id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		q.log.Warn("replication: queue marker", "person", id, "err", err)
+	}
+}
+
+// removeDue removes the markers let go of at least older ago, each under
+// the lock on its own so that a post's push never waits for many.
+func (q *queue) removeDue(older time.Duration) {
+	q.mu.Lock()
+	var due []string
+	for id, at := range q.marked {
+		if !at.IsZero() && time.Since(at) >= older {
+			due = append(due, id)
+		}
+	}
+	q.mu.Unlock()
+	for _, id := range due {
+		q.mu.Lock()
+		if at, ok := q.marked[id]; ok && !at.IsZero() {
+			q.removeLocked(id)
+		}
+		q.mu.Unlock()
+	}
+}
+
+// removeLoop removes the markers due every markerLinger until the queue
+// closes.
+func (q *queue) removeLoop() {
+	t := time.NewTicker(markerLinger)
+	defer t.Stop()
+	for {
+		select {
+		case <-q.done:
+			return
+		case <-t.C:
+			q.removeDue(markerLinger)
+		}
 	}
 }
 
@@ -170,6 +248,7 @@ func (q *queue) load() {
 			}
 			q.addLocked(id, info.ModTime()) // queued since the marker was made
 		}
+		q.marked[id] = time.Time{}
 	}
 	if len(q.ids) > 0 {
 		q.log.Info("replication: files written before the last stop wait to be replicated", "files", len(q.ids))

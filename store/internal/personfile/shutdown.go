@@ -57,7 +57,7 @@ func (c *Cache) Close() {
 		wg.Go(func() {
 			defer func() { <-sem }()
 			if c.syncClosed(ph) {
-				c.q.unmark(id)
+				c.q.unmark(id, true)
 			}
 		})
 	}
@@ -72,4 +72,5 @@ func (c *Cache) Close() {
 		})
 	}
 	wg.Wait()
+	c.q.removeDue(0) // the markers of files shipped lately: nothing waits
 }

@@ -2,6 +2,7 @@ package personfile
 
 import (
 	"context"
+	"database/sql"
 	"time"
 )
 
@@ -67,11 +68,17 @@ func (c *Cache) watchFile(ctx context.Context, f *File, wait bool) {
 	c.watchers.Go(run)
 }
 
-// replicators is how many files replication takes up at once for posts
-// (replicate). A take-up costs a few milliseconds of the two cores and a
-// few fsyncs; two keep up with a family and leave the cores to the posts
-// under a burst, when files wait their turn in the queue.
-const replicators = 2
+// replicators is how many files replication ships or takes up at once
+// for posts (replicate); under a burst extraReplicators more may join
+// while the oldest queued write is behindLag old. On people-1k's burst
+// (bench/THRESHOLDS.md) four extra cut the lag from ~9.5 s to ~5.5 s but
+// cost 16 % of the posts/s (~200 ships a second at ~1.2 ms of CPU), so
+// none join until a ship costs less.
+const (
+	replicators      = 2
+	extraReplicators = 0
+	behindLag        = time.Second
+)
 
 // Wrote records that f, which the caller holds, was just written. A file
 // that replication watches is told to it (WriteNoter), which ships it
@@ -97,11 +104,12 @@ func (c *Cache) Wrote(f *File) {
 // watches, and ships it then rather than looking for changes itself.
 type WriteNoter interface{ Wrote(path string) }
 
-// replicate takes files in the queue up for replication, one at a time,
-// until the cache closes; Close replicates what is left.
-func (c *Cache) replicate() {
+// replicate ships or takes up files in the queue, one at a time, until
+// the cache closes (Close replicates what is left); with lag, only while
+// the oldest has waited that long.
+func (c *Cache) replicate(lag time.Duration) {
 	for {
-		id, ok := c.q.pop()
+		id, ok := c.q.pop(lag)
 		if !ok {
 			return
 		}
@@ -121,12 +129,12 @@ func (c *Cache) replicate() {
 			if c.Closed() {
 				c.q.requeue(id) // the shutdown's drain takes it
 			}
-			c.q.unmark(id)
+			c.q.unmark(id, true)
 			continue
 		}
 		if c.ship(f) {
 			c.Release(f)
-			c.q.unmark(id)
+			c.q.unmark(id, false)
 			continue
 		}
 		c.watchFile(context.Background(), f, true)
@@ -136,9 +144,10 @@ func (c *Cache) replicate() {
 
 // Shipper is a Replicator that can ship the new writes of a file it does
 // not watch without taking it up (backup's Replicator.Ship), saying false
-// when it cannot prove the file's history carries on.
+// when it cannot prove the file's history carries on. db is the app's
+// connection to the file, for a snapshot read under its write lock.
 type Shipper interface {
-	Ship(ctx context.Context, path string) (bool, error)
+	Ship(ctx context.Context, path string, db *sql.DB) (bool, error)
 }
 
 // ship ships f, held by the caller and not watched, without a take-up if
@@ -148,7 +157,7 @@ func (c *Cache) ship(f *File) bool {
 	if !ok || f.watching() != nil {
 		return false
 	}
-	shipped, err := s.Ship(context.Background(), f.Path)
+	shipped, err := s.Ship(context.Background(), f.Path, f.DB)
 	if err != nil {
 		c.log.Warn("replication: ship", "path", f.Path, "err", err)
 	}

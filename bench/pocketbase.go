@@ -341,21 +341,10 @@ func pbMeasure(ctx context.Context, bin, data string, f fixture.Fixture, people 
 		feeds[i], _ = http.NewRequest("GET", base+pbFeedPath, nil)
 		feeds[i].Header.Set("Authorization", p.Token)
 	}
-	c := newClient(1)
-	for {
-		if _, ok := get(ctx, c, feeds[0]); ok {
-			break
-		}
-		if time.Since(t0) > 30*time.Second {
-			return res, fmt.Errorf("no feed served 30 s after start")
-		}
-		time.Sleep(time.Millisecond)
-	}
-	res.ColdStartMs = ms(time.Since(t0))
-	c.CloseIdleConnections()
 	pid := cmd.Process.Pid
-	time.Sleep(time.Until(t0.Add(5 * time.Second)))
-	res.IdleRSSMB = procStatusMB(pid, "VmRSS")
+	if res.ColdStartMs, res.IdleRSSMB, err = firstFeed(ctx, feeds[0], t0, pid); err != nil {
+		return res, err
+	}
 	fmt.Fprintf(os.Stderr, "pocketbase: cold start %.0f ms, idle %.1f MB\n", res.ColdStartMs, res.IdleRSSMB)
 
 	fmt.Fprintf(os.Stderr, "pocketbase: feed, 1 reader, %v\n", d)

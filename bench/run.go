@@ -216,22 +216,10 @@ func measure(ctx context.Context, bin, data string, f fixture.Fixture, people []
 	go func() { done <- cmd.Wait() }()
 	req, _ := http.NewRequest("GET", base+"/api/v1/feed", nil)
 	req.Header.Set("Authorization", "Bearer "+people[0].Token)
-	c := newClient(1)
-	for {
-		if _, ok := get(ctx, c, req); ok {
-			break
-		}
-		if time.Since(t0) > 30*time.Second {
-			return res, fmt.Errorf("no feed served 30 s after start")
-		}
-		time.Sleep(time.Millisecond)
-	}
-	res.ColdStartMs = ms(time.Since(t0))
-	c.CloseIdleConnections()
 	pid := cmd.Process.Pid
-
-	time.Sleep(time.Until(t0.Add(5 * time.Second)))
-	res.IdleRSSMB = procStatusMB(pid, "VmRSS")
+	if res.ColdStartMs, res.IdleRSSMB, err = firstFeed(ctx, req, t0, pid); err != nil {
+		return res, err
+	}
 	fmt.Fprintf(os.Stderr, "cold start %.0f ms, idle %.1f MB\n", res.ColdStartMs, res.IdleRSSMB)
 
 	var stopDrills func() DrillLoad
@@ -521,4 +509,24 @@ func readCost(pid int, metricsURL string) *PostCost {
 		}
 	}
 	return c
+}
+
+// firstFeed waits for the server started at t0 to answer req (at most
+// 30 s) and returns how long that took, in ms, and process pid's resident
+// memory 5 s after the start, idle, in MB.
+func firstFeed(ctx context.Context, req *http.Request, t0 time.Time, pid int) (coldMs, idleMB float64, err error) {
+	c := newClient(1)
+	for {
+		if _, ok := get(ctx, c, req); ok {
+			break
+		}
+		if time.Since(t0) > 30*time.Second {
+			return 0, 0, fmt.Errorf("no feed served 30 s after start")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	coldMs = ms(time.Since(t0))
+	c.CloseIdleConnections()
+	time.Sleep(time.Until(t0.Add(5 * time.Second)))
+	return coldMs, procStatusMB(pid, "VmRSS"), nil
 }

@@ -97,6 +97,9 @@ func markdown(r Result) string {
 			fmt.Fprintf(&b, "\nper post of the %s 16-writer phase: %.2f file opens, %.2f closes, %.2f replication take-ups, %.2f ships, %.2f ms of the server's CPU.\n", pc.name, c.Opens, c.Closes, c.TakeUps, c.Ships, c.CPUms)
 		}
 	}
+	if r.WarmupCaughtUpS != 0 {
+		fmt.Fprintf(&b, "\nthe replica held the warm-up's posts (every file's first snapshot) %.1f s after it, before the measured post phases (-1: not within a minute).\n", r.WarmupCaughtUpS)
+	}
 	if l := r.ReplicaLag; l != nil {
 		fmt.Fprintf(&b, "\nreplica lag: at most %.1f s during the uniform 16-writer phase (%d files queued at most), back to 0 %.1f s after it (-1: not within a minute).\n", l.DuringMaxS, l.QueuedMax, l.CaughtUpS)
 	}

@@ -114,7 +114,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // jsonString, is 400 invalid_json naming the field.
 func decodeJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 	r.Body = http.MaxBytesReader(w, r.Body, limit)
-	dec := json.NewDecoder(r.Body)
+	return decodeFrom(json.NewDecoder(r.Body), limit, v)
+}
+
+// decodeFrom is decodeJSON's decoding and its answers, from dec.
+func decodeFrom(dec *json.Decoder, limit int64, v any) error {
 	if err := dec.Decode(v); err != nil {
 		var mbe *http.MaxBytesError
 		var ute *json.UnmarshalTypeError

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/nah-app/nah"
@@ -51,8 +53,12 @@ func loadFixture(b *testing.B) (string, []fixture.Person) {
 }
 
 func openBench(b *testing.B, heads int64) (*store.Store, *app.App, []fixture.Person) {
+	return openBenchSync(b, heads, store.SyncFull)
+}
+
+func openBenchSync(b *testing.B, heads int64, sync store.Sync) (*store.Store, *app.App, []fixture.Person) {
 	dir, people := loadFixture(b)
-	s, err := store.Open(context.Background(), store.Config{Dir: dir, MaxOpenFiles: 2000, HeadCacheBytes: heads})
+	s, err := store.Open(context.Background(), store.Config{Dir: dir, MaxOpenFiles: 2000, HeadCacheBytes: heads, Sync: sync})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -141,6 +147,45 @@ func BenchmarkPost(b *testing.B) {
 		serve(b, a, "POST", "/api/v1/moments", people[i%len(people)].Token, body)
 		i++
 	}
+}
+
+// BenchmarkPostCPU is the post path's CPU: 16 writers through the handler
+// to people's already open files (every file warmed by one post first),
+// as the bench's uniform phase has them; cpu-ns/op is the process's user
+// and system time a post (getrusage), which an fsync's wait does not count.
+func BenchmarkPostCPU(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		sync store.Sync
+	}{{"full", store.SyncFull}, {"normal", store.SyncNormal}} {
+		b.Run(c.name, func(b *testing.B) {
+			_, a, people := openBenchSync(b, 0, c.sync)
+			body := `{"body":"` + base64.StdEncoding.EncodeToString(make([]byte, 400)) + `"}`
+			for i := range people {
+				serve(b, a, "POST", "/api/v1/moments", people[i].Token, body)
+			}
+			b.SetParallelism(8) // 16 goroutines on 2 cores
+			b.ReportAllocs()
+			var n atomic.Int64
+			before := cpuTime()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					i := int(n.Add(7919)) % len(people)
+					serve(b, a, "POST", "/api/v1/moments", people[i].Token, body)
+				}
+			})
+			b.StopTimer()
+			b.ReportMetric(float64(cpuTime()-before)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
+// cpuTime is the process's user and system CPU time so far, in ns.
+func cpuTime() int64 {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return ru.Utime.Nano() + ru.Stime.Nano()
 }
 
 // BenchmarkTokenCheck is the authentication every request pays: GET /me

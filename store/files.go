@@ -41,8 +41,13 @@ func (s *Store) newFileCache(cfg Config) *personfile.Cache {
 		MaxWatched: cfg.MaxWatched,
 		QueueDir:   cfg.QueueDir,
 		BeforeOpen: cfg.beforeOpen,
-		AfterClose: cfg.afterClose,
-		Log:        cfg.Logger,
+		AfterClose: func(p string) {
+			s.inserts.forget(p)
+			if cfg.afterClose != nil {
+				cfg.afterClose(p)
+			}
+		},
+		Log: cfg.Logger,
 	})
 }
 

@@ -26,11 +26,15 @@ func (s *Store) CreateMomentOnce(ctx context.Context, author string, body []byte
 		return nah.Moment{}, nil, nah.ErrNoPerson()
 	}
 	err = s.useFile(ctx, author, true, func(f *personFile) error {
+		ins, err := s.inserts.get(ctx, f.path, f.db)
+		if err != nil {
+			return err
+		}
 		now, done := s.settle.begin(s.now)
 		defer done()
 		m = nah.Moment{ID: nah.NewMomentID(now), Author: author, CreatedAt: now}
 		if idem == nil {
-			if _, err := f.db.ExecContext(ctx, `INSERT INTO moments(id, created_at, body) VALUES (?, ?, ?)`, m.ID, m.CreatedAt, body); err != nil {
+			if _, err := ins.ExecContext(ctx, m.ID, m.CreatedAt, body); err != nil {
 				return err
 			}
 		} else {
@@ -42,7 +46,7 @@ func (s *Store) CreateMomentOnce(ctx context.Context, author string, body []byte
 			if replay, err = idemFind(ctx, tx, idem); err != nil || replay != nil {
 				return err
 			}
-			if _, err := tx.ExecContext(ctx, `INSERT INTO moments(id, created_at, body) VALUES (?, ?, ?)`, m.ID, m.CreatedAt, body); err != nil {
+			if _, err := tx.StmtContext(ctx, ins).ExecContext(ctx, m.ID, m.CreatedAt, body); err != nil {
 				return err
 			}
 			if err := idemSave(ctx, tx, idem, m, now); err != nil {

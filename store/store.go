@@ -99,6 +99,7 @@ type Store struct {
 	headBudget int64
 	headBytes  atomic.Int64
 	sessions   sessionCache
+	inserts    inserts    // insertMoment prepared on each open person file
 	connMu     sync.Mutex // serialises connection changes with their graph updates
 
 	lifeMu      sync.Mutex // serialises deletions, undos and purges (lifecycle.go)
@@ -454,8 +455,16 @@ func (s *Store) flushDirty(ctx context.Context) error {
 	s.dirty = make(map[string]dirtyPerson)
 	s.dirtyMu.Unlock()
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		// Prepared once a flush: under the 16-writer burst a flush updates
+		// ~1,000 rows, and parsing each was most of the flush's 3 % of the
+		// server's CPU (issue 22).
+		stmt, err := tx.PrepareContext(ctx, `UPDATE people SET newest_at = max(newest_at, ?), moments = max(0, moments + ?) WHERE id = ?`)
+		if err != nil {
+			return err
+		}
+		defer stmt.Close()
 		for id, d := range batch {
-			if _, err := tx.ExecContext(ctx, `UPDATE people SET newest_at = max(newest_at, ?), moments = max(0, moments + ?) WHERE id = ?`, d.newest, d.delta, id); err != nil {
+			if _, err := stmt.ExecContext(ctx, d.newest, d.delta, id); err != nil {
 				return err
 			}
 		}

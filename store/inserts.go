@@ -41,6 +41,13 @@ func (in *inserts) get(ctx context.Context, path string, db *sql.DB) (*sql.Stmt,
 		in.m = make(map[string]preparedInsert)
 	}
 	old, had := in.m[path]
+	if had && old.db == db {
+		// Two first posts to this handle prepared at once: one statement
+		// is kept, and the other post may be using it now.
+		in.mu.Unlock()
+		stmt.Close()
+		return old.stmt, nil
+	}
 	in.m[path] = preparedInsert{db: db, stmt: stmt}
 	in.mu.Unlock()
 	if had {
@@ -49,14 +56,12 @@ func (in *inserts) get(ctx context.Context, path string, db *sql.DB) (*sql.Stmt,
 	return stmt, nil
 }
 
-// forget drops path's statement once its handle is closed (the close
-// finalized it on the connection; this frees database/sql's side).
+// forget drops path's statement once its handle is closed; the close
+// finalized it on the connection. It is not closed here: a close that
+// lands after the file was opened again would close the new handle's
+// statement under a post (the next get prepares one again).
 func (in *inserts) forget(path string) {
 	in.mu.Lock()
-	e, ok := in.m[path]
 	delete(in.m, path)
 	in.mu.Unlock()
-	if ok {
-		e.stmt.Close()
-	}
 }

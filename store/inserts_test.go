@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"sync"
 	"testing"
 )
 
@@ -42,5 +43,41 @@ func TestPreparedInsertAcrossReopen(t *testing.T) {
 	s.inserts.mu.Unlock()
 	if open := s.files.Len(); kept > open {
 		t.Errorf("%d prepared inserts kept for %d open files", kept, open)
+	}
+}
+
+// TestFirstPostsAtOnce posts 16 at once to each file just opened: the
+// posts that prepare its statement together must all land, none on a
+// statement another closed.
+func TestFirstPostsAtOnce(t *testing.T) {
+	s := MustOpen(t, Config{MaxOpenFiles: 2})
+	ctx := context.Background()
+	var ids []string
+	for _, h := range []string{"ann", "bob", "cat", "dan", "eve"} {
+		ids = append(ids, mustPerson(t, s, h).ID)
+	}
+	const rounds, writers = 4, 16
+	for range rounds {
+		for _, id := range ids {
+			var wg sync.WaitGroup
+			errs := make(chan error, writers)
+			for range writers {
+				wg.Go(func() {
+					if _, err := s.CreateMoment(ctx, id, []byte("hello")); err != nil {
+						errs <- err
+					}
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatalf("post to %s: %v", id, err)
+			}
+		}
+	}
+	for _, id := range ids {
+		if n, err := s.MomentCount(ctx, id); err != nil || n != rounds*writers {
+			t.Errorf("%s: %d moments, %v; want %d", id, n, err, rounds*writers)
+		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/benbjohnson/litestream"
@@ -116,43 +117,61 @@ func (r *Replicator) Ship(ctx context.Context, path string, db *sql.DB) (ok bool
 			return false, err
 		}
 	}
-	out := &lazyFile{name: name + ".tmp"}
-	defer out.close()
+	// The frames of a ship are built in memory (fewer than shipMaxWAL
+	// bytes); a snapshot, the size of the file, in a local temporary file.
+	buf := shipBufs.Get().(*bytes.Buffer)
+	defer putShipBuf(buf)
+	buf.Reset()
 	var shipped, same bool
 	var hdr ltx.Header
 	if last > 0 {
-		hdr, shipped, same, err = shipFrames(ctx, wal, fi.Size(), prev, base, out, txid)
+		hdr, shipped, same, err = shipFrames(ctx, wal, fi.Size(), prev, base, buf, txid)
 	}
+	tmp := &lazyFile{name: name + ".tmp"}
+	defer tmp.close()
 	if err == nil && !shipped && !same && db != nil {
-		hdr, shipped, err = shipSnapshot(ctx, db, wal, out, txid)
+		hdr, shipped, err = shipSnapshot(ctx, db, wal, tmp, txid)
 	}
-	if err == nil && shipped && out.f == nil {
+	if err == nil && shipped && tmp.f == nil && buf.Len() == 0 {
 		err = errors.New("nothing written") // cannot be: an LTX file has a header
 	}
 	if err != nil || !shipped {
-		if out.f != nil {
-			os.Remove(out.name)
+		if tmp.f != nil {
+			os.Remove(tmp.name)
 		}
 		return same, err // same: nothing written since
+	}
+	var body io.Reader = bytes.NewReader(buf.Bytes())
+	if tmp.f != nil {
+		if _, err := tmp.f.Seek(0, io.SeekStart); err != nil {
+			os.Remove(tmp.name)
+			return false, err
+		}
+		body = tmp.f
 	}
 
 	// The target first, then the local file, neither synced here: the
 	// target is the history (its client syncs), the local newest only
 	// says where it stopped, and repairLocal mends it from the target when
 	// a crash left it missing or torn.
-	if _, err := out.f.Seek(0, io.SeekStart); err != nil {
-		return false, err
-	}
-	if _, err := client.WriteLTXFile(ctx, 0, txid, txid, out.f); err != nil {
-		os.Remove(out.name)
+	if _, err := client.WriteLTXFile(ctx, 0, txid, txid, body); err != nil {
+		if tmp.f != nil {
+			os.Remove(tmp.name)
+		}
 		r.setDown(err)
 		r.mu.Lock()
 		st.Err, st.shipBase = err.Error(), nil
 		r.mu.Unlock()
 		return false, fmt.Errorf("replicate %s: ship: %w", rel, err)
 	}
-	if err := os.Rename(out.name, name); err != nil {
-		os.Remove(out.name)
+	if tmp.f != nil {
+		err = os.Rename(tmp.name, name)
+	} else {
+		err = writeFile(name, buf.Bytes())
+	}
+	if err != nil {
+		os.Remove(tmp.name)
+		os.Remove(name)
 		r.mu.Lock()
 		st.TXID, st.Replicated, st.shipBase, st.repaired = uint64(txid), uint64(txid), nil, false
 		r.mu.Unlock()
@@ -469,9 +488,14 @@ func shipSnapshot(ctx context.Context, db *sql.DB, wal *os.File, out io.Writer, 
 }
 
 // writeLTX writes an LTX file of header h and the pages pages encodes to
-// out, buffered (the encoder writes a page in three).
+// out, buffered unless it is memory (the encoder writes a page in three).
 func writeLTX(out io.Writer, h ltx.Header, pages func(*ltx.Encoder) error) error {
-	w := bufio.NewWriterSize(out, 32<<10)
+	w := out
+	var bw *bufio.Writer
+	if _, mem := out.(*bytes.Buffer); !mem {
+		bw = bufio.NewWriterSize(out, 32<<10)
+		w = bw
+	}
 	enc, err := ltx.NewEncoder(w)
 	if err == nil {
 		err = enc.EncodeHeader(h)
@@ -482,8 +506,8 @@ func writeLTX(out io.Writer, h ltx.Header, pages func(*ltx.Encoder) error) error
 	if err == nil {
 		err = enc.Close()
 	}
-	if err == nil {
-		err = w.Flush()
+	if err == nil && bw != nil {
+		err = bw.Flush()
 	}
 	return err
 }
@@ -527,6 +551,31 @@ func maxLTX(dir string) (minTXID, maxTXID ltx.TXID, err error) {
 		}
 	}
 	return minTXID, maxTXID, nil
+}
+
+// shipBufs holds the buffers ships build their frames in; one grown past
+// shipBufKeep (a ship of more than ~60 pages) is let go of after use.
+var shipBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+const shipBufKeep = 256 << 10
+
+func putShipBuf(b *bytes.Buffer) {
+	if b.Cap() <= shipBufKeep {
+		shipBufs.Put(b)
+	}
+}
+
+// writeFile writes b to a new file name, unsynced.
+func writeFile(name string, b []byte) error {
+	f, err := os.OpenFile(name, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // lazyFile is a file created at its first write: a ship that finds

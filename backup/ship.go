@@ -117,37 +117,29 @@ func (r *Replicator) Ship(ctx context.Context, path string, db *sql.DB) (ok bool
 			return false, err
 		}
 	}
-	// The frames of a ship are built in memory (fewer than shipMaxWAL
-	// bytes); a snapshot, the size of the file, in a local temporary file.
-	buf := shipBufs.Get().(*bytes.Buffer)
-	defer putShipBuf(buf)
-	buf.Reset()
+	// Built in memory, spilled to a local temporary file past
+	// shipMemMax (a snapshot of a big file).
+	out := &spillFile{name: name + ".tmp", buf: shipBufs.Get().(*bytes.Buffer)}
+	defer out.close()
+	out.buf.Reset()
 	var shipped, same bool
 	var hdr ltx.Header
 	if last > 0 {
-		hdr, shipped, same, err = shipFrames(ctx, wal, fi.Size(), prev, base, buf, txid)
+		hdr, shipped, same, err = shipFrames(ctx, wal, fi.Size(), prev, base, out, txid)
 	}
-	tmp := &lazyFile{name: name + ".tmp"}
-	defer tmp.close()
 	if err == nil && !shipped && !same && db != nil {
-		hdr, shipped, err = shipSnapshot(ctx, db, wal, tmp, txid)
+		out.buf.Reset()
+		hdr, shipped, err = shipSnapshot(ctx, db, wal, out, txid)
 	}
-	if err == nil && shipped && tmp.f == nil && buf.Len() == 0 {
+	if err == nil && shipped && out.f == nil && out.buf.Len() == 0 {
 		err = errors.New("nothing written") // cannot be: an LTX file has a header
 	}
 	if err != nil || !shipped {
-		if tmp.f != nil {
-			os.Remove(tmp.name)
-		}
 		return same, err // same: nothing written since
 	}
-	var body io.Reader = bytes.NewReader(buf.Bytes())
-	if tmp.f != nil {
-		if _, err := tmp.f.Seek(0, io.SeekStart); err != nil {
-			os.Remove(tmp.name)
-			return false, err
-		}
-		body = tmp.f
+	body, err := out.reader()
+	if err != nil {
+		return false, err
 	}
 
 	// The target first, then the local file, neither synced here: the
@@ -155,22 +147,13 @@ func (r *Replicator) Ship(ctx context.Context, path string, db *sql.DB) (ok bool
 	// says where it stopped, and repairLocal mends it from the target when
 	// a crash left it missing or torn.
 	if _, err := client.WriteLTXFile(ctx, 0, txid, txid, body); err != nil {
-		if tmp.f != nil {
-			os.Remove(tmp.name)
-		}
 		r.setDown(err)
 		r.mu.Lock()
 		st.Err, st.shipBase = err.Error(), nil
 		r.mu.Unlock()
 		return false, fmt.Errorf("replicate %s: ship: %w", rel, err)
 	}
-	if tmp.f != nil {
-		err = os.Rename(tmp.name, name)
-	} else {
-		err = writeFile(name, buf.Bytes())
-	}
-	if err != nil {
-		os.Remove(tmp.name)
+	if err := out.keep(name); err != nil {
 		os.Remove(name)
 		r.mu.Lock()
 		st.TXID, st.Replicated, st.shipBase, st.repaired = uint64(txid), uint64(txid), nil, false
@@ -316,7 +299,14 @@ func shipFrames(ctx context.Context, wal *os.File, size int64, prev *ltx.Header,
 	if offset == size {
 		return hdr, false, true, nil
 	}
-	rd, err := litestream.NewWALReaderWithOffset(ctx, wal, offset, prev.WALSalt1, prev.WALSalt2, slog.New(slog.DiscardHandler))
+	// The frames since base, and the one before (whose checksum the reader
+	// carries on from), in one read rather than two a frame.
+	tail, err := readTail(wal, offset-int64(prev.PageSize)-litestream.WALFrameHeaderSize, size)
+	if err != nil {
+		return hdr, false, false, err
+	}
+	defer tail.free()
+	rd, err := litestream.NewWALReaderWithOffset(ctx, tail, offset, prev.WALSalt1, prev.WALSalt2, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return hdr, false, false, nil
 	}
@@ -348,7 +338,7 @@ func shipFrames(ctx context.Context, wal *os.File, size int64, prev *ltx.Header,
 	err = writeLTX(out, hdr, func(enc *ltx.Encoder) error {
 		data := make([]byte, pageSize)
 		for _, pgno := range pgnos {
-			if _, err := wal.ReadAt(data, pages[pgno]+litestream.WALFrameHeaderSize); err != nil {
+			if _, err := tail.ReadAt(data, pages[pgno]+litestream.WALFrameHeaderSize); err != nil {
 				return err
 			}
 			if err := enc.EncodePage(ltx.PageHeader{Pgno: pgno}, data); err != nil {
@@ -359,6 +349,44 @@ func shipFrames(ctx context.Context, wal *os.File, size int64, prev *ltx.Header,
 	})
 	return hdr, err == nil, false, err
 }
+
+// walTail is the WAL from base to the size it had when read, in memory;
+// a read before base (the header) goes to the file, one past the end is
+// io.EOF as at the file's end.
+type walTail struct {
+	f    *os.File
+	base int64
+	buf  *bytes.Buffer
+}
+
+// readTail reads wal from base to size (less than shipMaxWAL).
+func readTail(wal *os.File, base, size int64) (*walTail, error) {
+	buf := shipBufs.Get().(*bytes.Buffer)
+	buf.Reset()
+	buf.Grow(int(size-base) + bytes.MinRead)
+	if _, err := buf.ReadFrom(io.NewSectionReader(wal, base, size-base)); err != nil {
+		putShipBuf(buf)
+		return nil, err
+	}
+	return &walTail{f: wal, base: base, buf: buf}, nil
+}
+
+func (w *walTail) ReadAt(p []byte, off int64) (int, error) {
+	if off < w.base {
+		return w.f.ReadAt(p, off)
+	}
+	b := w.buf.Bytes()
+	if off-w.base >= int64(len(b)) {
+		return 0, io.EOF
+	}
+	n := copy(p, b[off-w.base:])
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+func (w *walTail) free() { putShipBuf(w.buf) }
 
 // lastFrameIn says whether the WAL frame that ends at offset is of base's
 // generation, a commit to base's size, and a page base holds as is.
@@ -488,14 +516,9 @@ func shipSnapshot(ctx context.Context, db *sql.DB, wal *os.File, out io.Writer, 
 }
 
 // writeLTX writes an LTX file of header h and the pages pages encodes to
-// out, buffered unless it is memory (the encoder writes a page in three).
+// out, buffered (the encoder writes a page in three).
 func writeLTX(out io.Writer, h ltx.Header, pages func(*ltx.Encoder) error) error {
-	w := out
-	var bw *bufio.Writer
-	if _, mem := out.(*bytes.Buffer); !mem {
-		bw = bufio.NewWriterSize(out, 32<<10)
-		w = bw
-	}
+	w := bufio.NewWriterSize(out, 32<<10)
 	enc, err := ltx.NewEncoder(w)
 	if err == nil {
 		err = enc.EncodeHeader(h)
@@ -506,8 +529,8 @@ func writeLTX(out io.Writer, h ltx.Header, pages func(*ltx.Encoder) error) error
 	if err == nil {
 		err = enc.Close()
 	}
-	if err == nil && bw != nil {
-		err = bw.Flush()
+	if err == nil {
+		err = w.Flush()
 	}
 	return err
 }
@@ -565,41 +588,68 @@ func putShipBuf(b *bytes.Buffer) {
 	}
 }
 
-// writeFile writes b to a new file name, unsynced.
-func writeFile(name string, b []byte) error {
+// shipMemMax is how much of an LTX file a ship builds in memory: a ship
+// of frames is a few pages (~40 KiB a post), a snapshot the whole file.
+const shipMemMax = 1 << 20
+
+// spillFile is an LTX file being built: in buf up to shipMemMax, then in
+// the temporary file name, created then.
+type spillFile struct {
+	name string
+	buf  *bytes.Buffer
+	f    *os.File
+}
+
+func (s *spillFile) Write(b []byte) (int, error) {
+	if s.f == nil && s.buf.Len()+len(b) <= shipMemMax {
+		return s.buf.Write(b)
+	}
+	if s.f == nil {
+		f, err := os.OpenFile(s.name, os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o600)
+		if err != nil {
+			return 0, err
+		}
+		s.f = f
+		if _, err := s.buf.WriteTo(f); err != nil {
+			return 0, err
+		}
+	}
+	return s.f.Write(b)
+}
+
+// reader reads what was written from its start.
+func (s *spillFile) reader() (io.Reader, error) {
+	if s.f == nil {
+		return bytes.NewReader(s.buf.Bytes()), nil
+	}
+	_, err := s.f.Seek(0, io.SeekStart)
+	return s.f, err
+}
+
+// keep makes what was written the file name, unsynced.
+func (s *spillFile) keep(name string) error {
+	if s.f != nil {
+		return os.Rename(s.name, name)
+	}
 	f, err := os.OpenFile(name, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(b)
+	_, err = f.Write(s.buf.Bytes())
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	return err
 }
 
-// lazyFile is a file created at its first write: a ship that finds
-// nothing to write creates none.
-type lazyFile struct {
-	name string
-	f    *os.File
-}
-
-func (l *lazyFile) Write(b []byte) (int, error) {
-	if l.f == nil {
-		f, err := os.OpenFile(l.name, os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o600)
-		if err != nil {
-			return 0, err
-		}
-		l.f = f
+// close lets go of the buffer and removes the temporary file if any
+// (renamed by keep, it is gone already).
+func (s *spillFile) close() {
+	if s.f != nil {
+		s.f.Close()
+		os.Remove(s.name)
 	}
-	return l.f.Write(b)
-}
-
-func (l *lazyFile) close() {
-	if l.f != nil {
-		l.f.Close()
-	}
+	putShipBuf(s.buf)
 }
 
 // syncRename syncs f and renames it to name, its folder synced too.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/benbjohnson/litestream"
+	"github.com/superfly/ltx"
 
 	"github.com/nah-app/nah"
 )
@@ -107,6 +108,12 @@ type fileState struct {
 	// let go): a sync after Litestream closed the file would open it again.
 	op    sync.Mutex
 	ships int // shipped without a take-up (Ship), this run
+	// shipBase is the header of the newest LTX file, shipped in this run
+	// and not watched since: the next ship carries on from it unread.
+	shipBase *ltx.Header
+	// repaired: repairLocal has checked the local state in this run; only
+	// a crash (a run before) or a failed rename leaves it torn or missing.
+	repaired bool
 }
 
 // Open starts replication; the target must be Init'ed. Nothing is watched
@@ -289,6 +296,22 @@ func (r *Replicator) Watch(ctx context.Context, path string) error {
 	rep := litestream.NewReplicaWithClient(db, client)
 	rep.MonitorEnabled = false
 	db.Replica = rep
+	r.mu.Lock()
+	st.shipBase = nil
+	repaired := st.repaired
+	r.mu.Unlock()
+	// A ship's local file is written unsynced after the target's: a crash
+	// may leave it torn or missing, which Litestream does not mend. With
+	// the target away it is left to Litestream's own checks.
+	if !repaired {
+		if _, _, err := repairLocal(ctx, db.LTXLevelDir(0), client); err != nil {
+			r.log.Warn("replication: repair the local state", "path", rel, "err", err)
+		} else {
+			r.mu.Lock()
+			st.repaired = true
+			r.mu.Unlock()
+		}
+	}
 	if err := resumeCheck(ctx, db); err != nil {
 		return r.failed(rel, err)
 	}

@@ -290,6 +290,11 @@ func (r *Replicator) clearState(path string) error {
 	if r.ls.FindDB(path) != nil {
 		return fmt.Errorf("replication: %s is still watched", rel)
 	}
+	r.mu.Lock()
+	if st := r.files[rel]; st != nil {
+		st.shipBase = nil // the next ship reads the (cleared) local state
+	}
+	r.mu.Unlock()
 	return os.RemoveAll(r.metaPath(rel))
 }
 

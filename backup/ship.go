@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/benbjohnson/litestream"
@@ -23,17 +24,19 @@ import (
 // Ship is a take-up without Litestream: it ships the writes of a file
 // nobody watches as the next LTX file of its history, written the way
 // Litestream writes it (level 0, no checksums, the WAL's offset and salts
-// in the header), to Litestream's local state and to the target; a later
-// take-up or restore carries on from it. A take-up costs ~5 ms of CPU
+// in the header), to the target and then, unsynced, to Litestream's local
+// state (repairLocal mends it after a crash); a later take-up or restore
+// carries on from it. A take-up costs ~5 ms of CPU
 // (Litestream's connection, read transaction, first sync, and the file let
 // go of to make room, bench/THRESHOLDS.md); a ship reads the WAL once.
 //
 // The next file is the WAL's new frames when they provably continue the
 // history (shipFrames), else a snapshot of every page read through db,
 // the app's own connection to the file (shipSnapshot). Either only when
-// the target holds exactly the local history: in step in this run, or its
-// newest level-0 file (Litestream's replica position, one LIST) is the
-// local newest; both empty for a file never replicated. ok is false, with
+// the target holds exactly the local history: in step in this run (the
+// header kept, nothing read), or its newest level-0 file (Litestream's
+// replica position, one LIST) is the local newest once repaired; both
+// empty for a file never replicated. ok is false, with
 // nothing written, when that fails or the WAL is past shipMaxWAL (only a
 // take-up checkpoints it): the caller takes the file up. The caller holds
 // the file open (so the app does not checkpoint it) and keeps Litestream
@@ -60,25 +63,38 @@ func (r *Replicator) Ship(ctx context.Context, path string, db *sql.DB) (ok bool
 		return false, nil
 	}
 	level0 := filepath.Join(r.metaPath(rel), "ltx", "0")
-	_, last, err := maxLTX(level0)
-	if err != nil {
-		return false, err
-	}
 	client, err := r.cfg.Target.client(rel)
 	if err != nil {
 		return false, err
 	}
+	// In step: this run shipped the newest file and nothing has touched the
+	// history since; its header (shipBase) is where the WAL carries on.
 	r.mu.Lock()
-	inStep := !st.Watched && st.Err == "" && last > 0 && st.Replicated == uint64(last) && st.TXID == uint64(last)
+	prev := st.shipBase
+	inStep := prev != nil && !st.Watched && st.Err == "" && st.Replicated == uint64(prev.MaxTXID) && st.TXID == uint64(prev.MaxTXID)
 	r.mu.Unlock()
-	if !inStep {
-		remote, err := maxRemoteLTX(ctx, client)
+	var last ltx.TXID
+	var base *os.File
+	if inStep {
+		last = prev.MaxTXID
+	} else {
+		var remote ltx.TXID
+		last, remote, err = repairLocal(ctx, level0, client)
 		if err != nil {
 			r.setDown(err)
-			return false, fmt.Errorf("replicate %s: ship: list the target: %w", rel, err)
+			return false, fmt.Errorf("replicate %s: ship: %w", rel, err)
 		}
+		r.mu.Lock()
+		st.repaired = true
+		r.mu.Unlock()
 		if remote != last {
 			return false, nil // the target lacks local files, or has others: a take-up sorts it out
+		}
+		if last > 0 {
+			if base, err = os.Open(filepath.Join(level0, ltx.FormatFilename(last, last))); err != nil {
+				return false, nil
+			}
+			defer base.Close()
 		}
 	}
 
@@ -101,41 +117,48 @@ func (r *Replicator) Ship(ctx context.Context, path string, db *sql.DB) (ok bool
 			return false, err
 		}
 	}
-	out := &lazyFile{name: name + ".tmp"}
+	// Built in memory, spilled to a local temporary file past
+	// shipMemMax (a snapshot of a big file).
+	out := &spillFile{name: name + ".tmp", buf: shipBufs.Get().(*bytes.Buffer)}
 	defer out.close()
+	out.buf.Reset()
 	var shipped, same bool
+	var hdr ltx.Header
 	if last > 0 {
-		base := filepath.Join(level0, ltx.FormatFilename(last, last))
-		shipped, same, err = shipFrames(ctx, wal, fi.Size(), base, out, txid, !inStep)
+		hdr, shipped, same, err = shipFrames(ctx, wal, fi.Size(), prev, base, out, txid)
 	}
 	if err == nil && !shipped && !same && db != nil {
-		shipped, err = shipSnapshot(ctx, db, wal, out, txid)
+		out.buf.Reset()
+		hdr, shipped, err = shipSnapshot(ctx, db, wal, out, txid)
 	}
-	if err == nil && shipped && out.f == nil {
+	if err == nil && shipped && out.f == nil && out.buf.Len() == 0 {
 		err = errors.New("nothing written") // cannot be: an LTX file has a header
 	}
 	if err != nil || !shipped {
-		if out.f != nil {
-			os.Remove(out.name)
-		}
 		return same, err // same: nothing written since
 	}
+	body, err := out.reader()
+	if err != nil {
+		return false, err
+	}
 
-	// Local first, as Litestream does (a later take-up reads its position
-	// there), then the target; a failure of either leaves the file to a
-	// take-up, which finds the local file and uploads it.
-	if err := syncRename(out.f, name); err != nil {
-		return false, err
-	}
-	if _, err := out.f.Seek(0, io.SeekStart); err != nil {
-		return false, err
-	}
-	if _, err := client.WriteLTXFile(ctx, 0, txid, txid, out.f); err != nil {
+	// The target first, then the local file, neither synced here: the
+	// target is the history (its client syncs), the local newest only
+	// says where it stopped, and repairLocal mends it from the target when
+	// a crash left it missing or torn.
+	if _, err := client.WriteLTXFile(ctx, 0, txid, txid, body); err != nil {
 		r.setDown(err)
 		r.mu.Lock()
-		st.TXID, st.Err = uint64(txid), err.Error()
+		st.Err, st.shipBase = err.Error(), nil
 		r.mu.Unlock()
 		return false, fmt.Errorf("replicate %s: ship: %w", rel, err)
+	}
+	if err := out.keep(name); err != nil {
+		os.Remove(name)
+		r.mu.Lock()
+		st.TXID, st.Replicated, st.shipBase, st.repaired = uint64(txid), uint64(txid), nil, false
+		r.mu.Unlock()
+		return true, nil // on the target; the next ship repairs the local state
 	}
 	if last > 0 {
 		// Litestream reads only the newest; compaction falls back to the target.
@@ -143,6 +166,7 @@ func (r *Replicator) Ship(ctx context.Context, path string, db *sql.DB) (ok bool
 	}
 	r.mu.Lock()
 	st.TXID, st.Replicated, st.LastSync, st.Err = uint64(txid), uint64(txid), time.Now(), ""
+	st.shipBase = &hdr
 	st.ships++
 	compact := st.ships%shipsPerCompaction == 0
 	r.mu.Unlock()
@@ -157,55 +181,143 @@ func (r *Replicator) Ship(ctx context.Context, path string, db *sql.DB) (ok bool
 	return true, nil
 }
 
-// shipFrames writes to out, as LTX file txid, the frames of wal (of size
-// size) committed after those base (the newest local LTX file) was made
-// from, when it can prove they continue it: the WAL is of base's
-// generation (salts), reaches base's end, and grows no page without a
-// frame (only the database file would have it). With check (the history
-// was not followed in this run) the frame base ends with must also be in
-// base, as Litestream's own verify asks: a WAL rewritten since under the
-// same salts is not taken for the one base read. same: nothing committed
-// since base; shipped false: prove nothing, write nothing.
-func shipFrames(ctx context.Context, wal *os.File, size int64, base string, out io.Writer, txid ltx.TXID, check bool) (shipped, same bool, err error) {
-	bf, err := os.Open(base)
+// repairLocal mends the local level-0 state in level0 from the target
+// before a ship or take-up that does not know it is in step, and returns
+// its newest TXID (last) and the target's (remote). A ship writes the
+// local file after the target has it and syncs neither file nor folder,
+// so a crash may leave the local newest torn (it does not verify: removed)
+// or missing. It is fetched from the target when the target's newest is
+// the torn file's TXID or exactly one past the local newest; any other
+// disagreement is left for the take-up (Litestream's own checks).
+func repairLocal(ctx context.Context, level0 string, client litestream.ReplicaClient) (last, remote ltx.TXID, err error) {
+	_, last, err = maxLTX(level0)
 	if err != nil {
-		return false, false, nil
+		return 0, 0, err
 	}
-	defer bf.Close()
-	dec := ltx.NewDecoder(bf)
-	if err := dec.DecodeHeader(); err != nil {
-		return false, false, nil
+	var torn ltx.TXID
+	for last > 0 && !verifyLTX(filepath.Join(level0, ltx.FormatFilename(last, last))) {
+		if err := os.Remove(filepath.Join(level0, ltx.FormatFilename(last, last))); err != nil {
+			return 0, 0, err
+		}
+		torn = max(torn, last)
+		if _, last, err = maxLTX(level0); err != nil {
+			return 0, 0, err
+		}
 	}
-	prev := dec.Header()
+	if remote, err = maxRemoteLTX(ctx, client); err != nil {
+		return 0, 0, fmt.Errorf("list the target: %w", err)
+	}
+	if remote == last || (remote != torn && (last == 0 || remote != last+1)) {
+		return last, remote, nil
+	}
+	if err := fetchLTX(ctx, client, level0, remote); err != nil {
+		return 0, 0, fmt.Errorf("fetch LTX file %d from the target: %w", remote, err)
+	}
+	if last > 0 {
+		os.Remove(filepath.Join(level0, ltx.FormatFilename(last, last)))
+	}
+	return remote, remote, nil
+}
+
+// verifyLTX says whether the LTX file at name decodes whole: header,
+// pages and trailer.
+func verifyLTX(name string) bool {
+	f, err := os.Open(name)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	return ltx.NewDecoder(bufio.NewReaderSize(f, 32<<10)).Verify() == nil
+}
+
+// fetchLTX copies the target's level-0 LTX file txid into level0, after
+// verifying it: the local newest Litestream and the next ship read.
+func fetchLTX(ctx context.Context, client litestream.ReplicaClient, level0 string, txid ltx.TXID) error {
+	rd, err := client.OpenLTXFile(ctx, 0, txid, txid, 0, 0)
+	if err != nil {
+		return err
+	}
+	defer rd.Close()
+	if err := os.MkdirAll(level0, 0o700); err != nil {
+		return err
+	}
+	name := filepath.Join(level0, ltx.FormatFilename(txid, txid))
+	f, err := os.OpenFile(name+".tmp", os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, err := io.Copy(f, rd); err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	if err := ltx.NewDecoder(bufio.NewReaderSize(f, 32<<10)).Verify(); err != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("the target's file does not verify: %w", err)
+	}
+	return syncRename(f, name)
+}
+
+// shipFrames writes to out, as LTX file txid, the frames of wal (of size
+// size) committed after those the newest LTX file was made from (its
+// header prev when in step in this run, else the local file base), when
+// it can prove they continue it: the WAL is of its generation (salts),
+// reaches its end, and grows no page without a frame (only the database
+// file would have it). From base (the history was not followed in this
+// run) the frame it ends with must also be in it, as Litestream's own
+// verify asks: a WAL rewritten since under the same salts is not taken for
+// the one base read. same: nothing committed since; shipped false: prove
+// nothing, write nothing. hdr is the header written.
+func shipFrames(ctx context.Context, wal *os.File, size int64, prev *ltx.Header, base *os.File, out io.Writer, txid ltx.TXID) (hdr ltx.Header, shipped, same bool, err error) {
+	var dec *ltx.Decoder
+	if base != nil {
+		dec = ltx.NewDecoder(base)
+		if err := dec.DecodeHeader(); err != nil {
+			return hdr, false, false, nil
+		}
+		h := dec.Header()
+		prev = &h
+	}
 	offset := prev.WALOffset + prev.WALSize
-	var hdr [litestream.WALHeaderSize]byte
-	if _, err := wal.ReadAt(hdr[:], 0); err != nil {
-		return false, false, nil
+	var whdr [litestream.WALHeaderSize]byte
+	if _, err := wal.ReadAt(whdr[:], 0); err != nil {
+		return hdr, false, false, nil
 	}
-	if binary.BigEndian.Uint32(hdr[16:]) != prev.WALSalt1 || binary.BigEndian.Uint32(hdr[20:]) != prev.WALSalt2 ||
+	if binary.BigEndian.Uint32(whdr[16:]) != prev.WALSalt1 || binary.BigEndian.Uint32(whdr[20:]) != prev.WALSalt2 ||
 		offset <= litestream.WALHeaderSize || offset > size {
-		return false, false, nil
+		return hdr, false, false, nil
 	}
-	if check {
+	if dec != nil {
 		if ok, err := lastFrameIn(wal, dec, offset); err != nil || !ok {
-			return false, false, nil
+			return hdr, false, false, nil
 		}
 	}
 	if offset == size {
-		return false, true, nil
+		return hdr, false, true, nil
 	}
-	rd, err := litestream.NewWALReaderWithOffset(ctx, wal, offset, prev.WALSalt1, prev.WALSalt2, slog.New(slog.DiscardHandler))
+	// The frames since base, and the one before (whose checksum the reader
+	// carries on from), in one read rather than two a frame.
+	tail, err := readTail(wal, offset-int64(prev.PageSize)-litestream.WALFrameHeaderSize, size)
 	if err != nil {
-		return false, false, nil
+		return hdr, false, false, err
+	}
+	defer tail.free()
+	rd, err := litestream.NewWALReaderWithOffset(ctx, tail, offset, prev.WALSalt1, prev.WALSalt2, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return hdr, false, false, nil
 	}
 	pages, end, commit, err := rd.PageMap(ctx)
 	if err != nil || len(pages) == 0 {
 		// Nothing committed since (or a torn tail: the take-up decides).
-		return false, err == nil, nil
+		return hdr, false, err == nil, nil
 	}
 	pageSize := int(rd.PageSize())
 	if pageSize != int(prev.PageSize) {
-		return false, false, nil
+		return hdr, false, false, nil
 	}
 	lock := ltx.LockPgno(uint32(pageSize))
 	pgnos := make([]uint32, 0, len(pages))
@@ -214,18 +326,19 @@ func shipFrames(ctx context.Context, wal *os.File, size int64, base string, out 
 	}
 	for pgno := prev.Commit + 1; pgno <= commit; pgno++ {
 		if _, in := pages[pgno]; !in && pgno != lock {
-			return false, false, nil // a page grown without a frame: only the database file has it
+			return hdr, false, false, nil // a page grown without a frame: only the database file has it
 		}
 	}
 	slices.Sort(pgnos)
-	err = writeLTX(out, ltx.Header{
+	hdr = ltx.Header{
 		Version: ltx.Version, Flags: ltx.HeaderFlagNoChecksum, PageSize: uint32(pageSize), Commit: commit,
 		MinTXID: txid, MaxTXID: txid, Timestamp: time.Now().UnixMilli(),
 		WALOffset: offset, WALSize: end - offset, WALSalt1: prev.WALSalt1, WALSalt2: prev.WALSalt2,
-	}, func(enc *ltx.Encoder) error {
+	}
+	err = writeLTX(out, hdr, func(enc *ltx.Encoder) error {
 		data := make([]byte, pageSize)
 		for _, pgno := range pgnos {
-			if _, err := wal.ReadAt(data, pages[pgno]+litestream.WALFrameHeaderSize); err != nil {
+			if _, err := tail.ReadAt(data, pages[pgno]+litestream.WALFrameHeaderSize); err != nil {
 				return err
 			}
 			if err := enc.EncodePage(ltx.PageHeader{Pgno: pgno}, data); err != nil {
@@ -234,8 +347,46 @@ func shipFrames(ctx context.Context, wal *os.File, size int64, base string, out 
 		}
 		return nil
 	})
-	return err == nil, false, err
+	return hdr, err == nil, false, err
 }
+
+// walTail is the WAL from base to the size it had when read, in memory;
+// a read before base (the header) goes to the file, one past the end is
+// io.EOF as at the file's end.
+type walTail struct {
+	f    *os.File
+	base int64
+	buf  *bytes.Buffer
+}
+
+// readTail reads wal from base to size (less than shipMaxWAL).
+func readTail(wal *os.File, base, size int64) (*walTail, error) {
+	buf := shipBufs.Get().(*bytes.Buffer)
+	buf.Reset()
+	buf.Grow(int(size-base) + bytes.MinRead)
+	if _, err := buf.ReadFrom(io.NewSectionReader(wal, base, size-base)); err != nil {
+		putShipBuf(buf)
+		return nil, err
+	}
+	return &walTail{f: wal, base: base, buf: buf}, nil
+}
+
+func (w *walTail) ReadAt(p []byte, off int64) (int, error) {
+	if off < w.base {
+		return w.f.ReadAt(p, off)
+	}
+	b := w.buf.Bytes()
+	if off-w.base >= int64(len(b)) {
+		return 0, io.EOF
+	}
+	n := copy(p, b[off-w.base:])
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+func (w *walTail) free() { putShipBuf(w.buf) }
 
 // lastFrameIn says whether the WAL frame that ends at offset is of base's
 // generation, a commit to base's size, and a page base holds as is.
@@ -273,14 +424,14 @@ func lastFrameIn(wal *os.File, dec *ltx.Decoder, offset int64) (bool, error) {
 // end so that the next ship carries on from it. The pages SQLite reads
 // must agree with the WAL's committed frames and its size, else nothing is
 // shipped.
-func shipSnapshot(ctx context.Context, db *sql.DB, wal *os.File, out io.Writer, txid ltx.TXID) (bool, error) {
+func shipSnapshot(ctx context.Context, db *sql.DB, wal *os.File, out io.Writer, txid ltx.TXID) (hdr ltx.Header, ok bool, err error) {
 	conn, err := db.Conn(ctx)
 	if err != nil {
-		return false, err
+		return hdr, false, err
 	}
 	defer conn.Close()
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		return false, err
+		return hdr, false, err
 	}
 	defer func() {
 		if _, err := conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); err != nil {
@@ -292,36 +443,37 @@ func shipSnapshot(ctx context.Context, db *sql.DB, wal *os.File, out io.Writer, 
 
 	rd, err := litestream.NewWALReader(wal, slog.New(slog.DiscardHandler))
 	if err != nil {
-		return false, nil // no WAL header: the take-up makes one
+		return hdr, false, nil // no WAL header: the take-up makes one
 	}
 	pages, end, commit, err := rd.PageMap(ctx)
 	if err != nil || len(pages) == 0 {
-		return false, nil // nothing committed in this WAL: the take-up decides
+		return hdr, false, nil // nothing committed in this WAL: the take-up decides
 	}
-	var hdr [litestream.WALHeaderSize]byte
-	if _, err := wal.ReadAt(hdr[:], 0); err != nil {
-		return false, err
+	var whdr [litestream.WALHeaderSize]byte
+	if _, err := wal.ReadAt(whdr[:], 0); err != nil {
+		return hdr, false, err
 	}
 	var pageSize, pageCount uint32
 	if err := conn.QueryRowContext(ctx, "SELECT page_size, page_count FROM pragma_page_size, pragma_page_count").Scan(&pageSize, &pageCount); err != nil {
-		return false, err
+		return hdr, false, err
 	}
 	if pageSize != rd.PageSize() || pageCount != commit {
-		return false, nil
+		return hdr, false, nil
 	}
 	rows, err := conn.QueryContext(ctx, "SELECT pgno, data FROM sqlite_dbpage('main')")
 	if err != nil {
-		return false, err
+		return hdr, false, err
 	}
 	defer rows.Close()
 	lock := ltx.LockPgno(pageSize)
 	agree := true
-	err = writeLTX(out, ltx.Header{
+	hdr = ltx.Header{
 		Version: ltx.Version, Flags: ltx.HeaderFlagNoChecksum, PageSize: pageSize, Commit: commit,
 		MinTXID: txid, MaxTXID: txid, Timestamp: time.Now().UnixMilli(),
 		WALOffset: litestream.WALHeaderSize, WALSize: end - litestream.WALHeaderSize,
-		WALSalt1: binary.BigEndian.Uint32(hdr[16:]), WALSalt2: binary.BigEndian.Uint32(hdr[20:]),
-	}, func(enc *ltx.Encoder) error {
+		WALSalt1: binary.BigEndian.Uint32(whdr[16:]), WALSalt2: binary.BigEndian.Uint32(whdr[20:]),
+	}
+	err = writeLTX(out, hdr, func(enc *ltx.Encoder) error {
 		frame := make([]byte, pageSize)
 		var want uint32 = 1
 		var data sql.RawBytes
@@ -360,7 +512,7 @@ func shipSnapshot(ctx context.Context, db *sql.DB, wal *os.File, out io.Writer, 
 		}
 		return nil
 	})
-	return err == nil && agree, err
+	return hdr, err == nil && agree, err
 }
 
 // writeLTX writes an LTX file of header h and the pages pages encodes to
@@ -424,28 +576,80 @@ func maxLTX(dir string) (minTXID, maxTXID ltx.TXID, err error) {
 	return minTXID, maxTXID, nil
 }
 
-// lazyFile is a file created at its first write: a ship that finds
-// nothing to write creates none.
-type lazyFile struct {
+// shipBufs holds the buffers ships build their frames in; one grown past
+// shipBufKeep (a ship of more than ~60 pages) is let go of after use.
+var shipBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+const shipBufKeep = 256 << 10
+
+func putShipBuf(b *bytes.Buffer) {
+	if b.Cap() <= shipBufKeep {
+		shipBufs.Put(b)
+	}
+}
+
+// shipMemMax is how much of an LTX file a ship builds in memory: a ship
+// of frames is a few pages (~40 KiB a post), a snapshot the whole file.
+const shipMemMax = 1 << 20
+
+// spillFile is an LTX file being built: in buf up to shipMemMax, then in
+// the temporary file name, created then.
+type spillFile struct {
 	name string
+	buf  *bytes.Buffer
 	f    *os.File
 }
 
-func (l *lazyFile) Write(b []byte) (int, error) {
-	if l.f == nil {
-		f, err := os.OpenFile(l.name, os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o600)
+func (s *spillFile) Write(b []byte) (int, error) {
+	if s.f == nil && s.buf.Len()+len(b) <= shipMemMax {
+		return s.buf.Write(b)
+	}
+	if s.f == nil {
+		f, err := os.OpenFile(s.name, os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o600)
 		if err != nil {
 			return 0, err
 		}
-		l.f = f
+		s.f = f
+		if _, err := s.buf.WriteTo(f); err != nil {
+			return 0, err
+		}
 	}
-	return l.f.Write(b)
+	return s.f.Write(b)
 }
 
-func (l *lazyFile) close() {
-	if l.f != nil {
-		l.f.Close()
+// reader reads what was written from its start.
+func (s *spillFile) reader() (io.Reader, error) {
+	if s.f == nil {
+		return bytes.NewReader(s.buf.Bytes()), nil
 	}
+	_, err := s.f.Seek(0, io.SeekStart)
+	return s.f, err
+}
+
+// keep makes what was written the file name, unsynced.
+func (s *spillFile) keep(name string) error {
+	if s.f != nil {
+		return os.Rename(s.name, name)
+	}
+	f, err := os.OpenFile(name, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(s.buf.Bytes())
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// close lets go of the buffer and removes the temporary file if any
+// (renamed by keep, it is gone already).
+func (s *spillFile) close() {
+	if s.f != nil {
+		s.f.Close()
+		os.Remove(s.name)
+	}
+	putShipBuf(s.buf)
 }
 
 // syncRename syncs f and renames it to name, its folder synced too.

@@ -1,0 +1,155 @@
+package backup_test
+
+import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/nah-app/nah"
+)
+
+// TestShipRepairsACrashedLocalState plants, between two runs, what a crash
+// can leave of a ship's local LTX file, which is written after the
+// target's and never synced: the target one file ahead of the local
+// newest (its file lost), or the local newest torn. The next write, shipped
+// or taken up, carries the history on from the target's newest file (a
+// ship without a take-up, since the target is exactly one file ahead), and
+// every restore equals the live file, row by row.
+func TestShipRepairsACrashedLocalState(t *testing.T) {
+	ctx := context.Background()
+	newest := func(t *testing.T, dir string) string {
+		t.Helper()
+		es, err := os.ReadDir(dir)
+		var last string
+		for _, e := range es {
+			if filepath.Ext(e.Name()) == ".ltx" {
+				last = e.Name()
+			}
+		}
+		if err != nil || last == "" {
+			t.Fatalf("%s: no LTX file (%v)", dir, err)
+		}
+		return last
+	}
+	for _, c := range []struct {
+		name   string
+		plant  func(t *testing.T, local, remote string)
+		takeUp bool // the next write is taken up (Rewatch), else posted and shipped
+	}{
+		{
+			// Killed after the target's write, before the local rename:
+			// the local newest is the one before.
+			name: "target one ahead, shipped",
+			plant: func(t *testing.T, local, remote string) {
+				oneBehind(t, local, remote, newest(t, local))
+			},
+		},
+		{
+			name: "target one ahead, taken up", takeUp: true,
+			plant: func(t *testing.T, local, remote string) {
+				oneBehind(t, local, remote, newest(t, local))
+			},
+		},
+		{
+			// A power cut after the rename: the name is there, half the
+			// bytes are not.
+			name: "local newest torn, shipped",
+			plant: func(t *testing.T, local, remote string) {
+				tear(t, filepath.Join(local, newest(t, local)))
+			},
+		},
+		{
+			name: "local newest torn, taken up", takeUp: true,
+			plant: func(t *testing.T, local, remote string) {
+				tear(t, filepath.Join(local, newest(t, local)))
+			},
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			tg, replica := fileTarget(t)
+			n := shipNode(t, dir, tg)
+			ann, bob := n.person(t, "ann"), n.person(t, "bob")
+			ids := []string{ann, bob}
+			drain(t, n)
+			postAll(t, n, ids, 4, 0)
+			n.close()
+
+			rel := nah.PersonRel(ann)
+			c.plant(t, filepath.Join(dir, "replication", filepath.FromSlash(rel), "ltx", "0"),
+				filepath.Join(replica, filepath.FromSlash(rel), "ltx", "0"))
+
+			n2 := shipNode(t, dir, tg)
+			drain(t, n2)
+			before := n2.s.Stats()
+			if c.takeUp {
+				if err := n2.s.Rewatch(ctx, rel); err != nil {
+					t.Fatalf("the take-up after the plant: %v", err)
+				}
+			}
+			n2.post(t, ann, 100)
+			drain(t, n2)
+			st := n2.s.Stats()
+			took, shipped := st.TakeUps-before.TakeUps, st.Ships-before.Ships
+			t.Logf("the write after the plant: %d take-ups, %d ships", took, shipped)
+			if !c.takeUp && (took != 0 || shipped != 1) {
+				t.Errorf("the write after the plant: %d take-ups and %d ships, want it shipped", took, shipped)
+			}
+			postAll(t, n2, ids, 2, 200)
+			n2.close()
+			restoreAll(t, n2, tg, rels(ids))
+		})
+	}
+}
+
+// oneBehind makes the local state one file behind the target: its newest
+// file removed, the target's one before it in its place.
+func oneBehind(t *testing.T, local, remote, name string) {
+	t.Helper()
+	es, err := os.ReadDir(remote)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prev string
+	for _, e := range es {
+		if e.Name() == name {
+			break
+		}
+		prev = e.Name()
+	}
+	if prev == "" || es[len(es)-1].Name() != name {
+		t.Fatalf("the target's level 0 has no file before %s, or not %s as its newest: %d files", name, name, len(es))
+	}
+	if err := os.Remove(filepath.Join(local, name)); err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.Open(filepath.Join(remote, prev))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	dst, err := os.Create(filepath.Join(local, prev))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		t.Fatal(err)
+	}
+	if err := dst.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tear cuts the file at p to half its size.
+func tear(t *testing.T, p string) {
+	t.Helper()
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(p, fi.Size()/2); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -61,7 +61,7 @@ func (s *Store) ListedCounts(ctx context.Context, ids []string) (map[string]List
 		c.DatabaseBytes, _ = s.databaseBytes(id)
 		if n := s.graph.node(id); n != nil && nah.ValidPersonID(id) {
 			n.usage.mu.Lock()
-			c.MediaBytes, c.MediaKnown = n.usage.bytes, n.usage.loaded
+			c.MediaBytes, c.MediaKnown = n.usage.bytes, n.usage.counted
 			n.usage.mu.Unlock()
 		}
 		out[id] = c

@@ -28,9 +28,11 @@ const uploadPrefix = "upload-"
 // reserved under the person's lock before it is written, so concurrent
 // uploads never together pass the quota, and usage never walks the media.
 type mediaUsage struct {
-	mu     sync.Mutex // held to load, reserve, commit and delete
-	loaded bool
-	bytes  int64 // sum of the sizes of the person's media rows
+	mu sync.Mutex // held to load, reserve, commit and delete
+	// counted: bytes, charged and count are the rows' (countUsage);
+	// loaded: counted, and the folder swept against the rows (loadUsage).
+	counted, loaded bool
+	bytes           int64 // sum of the sizes of the person's media rows
 	// charged is what the rows count against the quota: each at least
 	// nah.MediaChargeBytes (nah.MediaCharge).
 	charged int64
@@ -102,12 +104,9 @@ func (s *Store) withUsage(ctx context.Context, id string, fn func(u *mediaUsage)
 // query, and sweeps their folder against the rows. u.mu is held: no upload
 // commits and no delete runs meanwhile.
 func (s *Store) loadUsage(ctx context.Context, id string, u *mediaUsage) error {
-	var sum, charged int64
-	var count int
 	dir, _ := s.mediaDir(id)
 	err := s.useFile(ctx, id, false, func(f *personFile) error {
-		if err := f.db.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(size), 0), coalesce(sum(max(size, ?)), 0) FROM media`,
-			nah.MediaChargeBytes).Scan(&count, &sum, &charged); err != nil {
+		if err := countUsage(ctx, f.db, u); err != nil {
 			return err
 		}
 		s.sweepMedia(ctx, dir, f.db)
@@ -119,8 +118,38 @@ func (s *Store) loadUsage(ctx context.Context, id string, u *mediaUsage) error {
 	if u.resumables == nil {
 		s.loadResumables(id, u)
 	}
-	u.bytes, u.charged, u.count, u.loaded = sum, charged, count, true
+	u.loaded = true
 	return nil
+}
+
+// countUsage reads the count and bytes of db's media rows into u with one
+// query. u.mu is held.
+func countUsage(ctx context.Context, db *sql.DB, u *mediaUsage) error {
+	err := db.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(size), 0), coalesce(sum(max(size, ?)), 0) FROM media`,
+		nah.MediaChargeBytes).Scan(&u.count, &u.bytes, &u.charged)
+	u.counted = err == nil
+	return err
+}
+
+// countedMedia is the bytes of person id's media rows: their usage's
+// figure once counted (kept up to date by every upload and delete from
+// then on), else one query, kept. Their folder is not swept, so this is
+// cheap enough for the overview's sum over everyone.
+func (s *Store) countedMedia(ctx context.Context, id string) (int64, error) {
+	n := s.graph.node(id)
+	if n == nil {
+		return 0, nah.ErrNoPerson()
+	}
+	u := &n.usage
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if !u.counted {
+		err := s.useFile(ctx, id, false, func(f *personFile) error { return countUsage(ctx, f.db, u) })
+		if err != nil {
+			return 0, err
+		}
+	}
+	return u.bytes, nil
 }
 
 // sweepBatch is how many names of a media folder the sweep reads, and
@@ -256,19 +285,7 @@ func (s *Store) databaseBytes(id string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	es, err := os.ReadDir(d)
-	if err != nil {
-		return 0, err
-	}
-	var n int64
-	for _, e := range es {
-		if e.Type().IsRegular() {
-			if info, err := e.Info(); err == nil {
-				n += info.Size()
-			}
-		}
-	}
-	return n, nil
+	return topFileBytes(d)
 }
 
 // Upload is one media upload in progress: Write the bytes, then Commit or
@@ -544,7 +561,7 @@ func (s *Store) reconcileMedia(ctx context.Context, id string, u *mediaUsage) er
 	if err != nil {
 		return err
 	}
-	u.loaded = false // read again by loadUsage below, or at the next use
+	u.loaded, u.counted = false, false // read again by loadUsage below, or at the next use
 	removed := 0
 	err = s.useFile(ctx, id, true, func(f *personFile) error {
 		// A page of sweepBatch rows at a time, by id: the memory is one

@@ -41,7 +41,7 @@ func seedMedia(t testing.TB, s *Store, owner string, n, size int) []string {
 	var src string
 	tmp := t.TempDir()
 	err = s.withUsage(ctx, owner, func(u *mediaUsage) error {
-		defer func() { u.loaded = false }()
+		defer func() { u.loaded, u.counted = false, false }()
 		return s.useFile(ctx, owner, true, func(f *personFile) error {
 			tx, err := f.db.BeginTx(ctx, nil)
 			if err != nil {

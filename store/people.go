@@ -4,9 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/nah-app/nah"
@@ -196,52 +194,66 @@ func (s *Store) ResetPassword(ctx context.Context, token, passwordHash string) (
 type Totals struct {
 	People       int
 	Moments      int64
-	StorageBytes int64 // everything under the data directory
+	StorageBytes int64 // the directory database and every person's database and media
 	MediaBytes   int64 // of which people's media files
 }
 
 // Totals counts people and moments (from the directory, up to a second
-// behind) and the bytes of the data directory on disk, media apart. It
-// walks the whole directory: for the console's overview, not a hot path.
+// behind) and the bytes of the directory and people's files: each person's
+// media from their rows' sum in SQL, read once and kept with their usage,
+// so no media file is walked (46,000 media: 1.1-1.6 s and 66 MB allocated
+// by the walk; 11 ms, then 0.4 ms: TestTotalsConstantInMedia). Folders
+// awaiting a purge or an undo and unfinished uploads are not counted.
 func (s *Store) Totals(ctx context.Context) (Totals, error) {
 	var t Totals
 	if err := s.r.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(moments), 0) FROM people WHERE deleted_at IS NULL`).Scan(&t.People, &t.Moments); err != nil {
 		return t, err
 	}
 	var err error
-	t.StorageBytes, err = dirSize(s.dir)
+	if t.StorageBytes, err = topFileBytes(s.dir); err != nil {
+		return t, err
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT id FROM people WHERE deleted_at IS NULL`)
 	if err != nil {
 		return t, err
 	}
-	media, _ := filepath.Glob(filepath.Join(s.dir, filepath.FromSlash(nah.MediaDirsPattern)))
-	for _, m := range media {
-		n, err := dirSize(m)
-		if err != nil {
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
 			return t, err
 		}
-		t.MediaBytes += n
+		ids = append(ids, id)
 	}
-	return t, nil
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return t, err
+	}
+	for _, id := range ids {
+		// A person deleted or not readable meanwhile counts as nothing:
+		// the overview names unreadable files on its own.
+		db, _ := s.databaseBytes(id)
+		media, _ := s.countedMedia(ctx, id)
+		t.StorageBytes += db + media
+		t.MediaBytes += media
+	}
+	return t, ctx.Err()
 }
 
-// dirSize returns the bytes of the regular files under path, for the
-// storage figures of the console and the API. A file that vanishes during
-// the walk (a -wal file removed by a checkpoint) counts as nothing.
-func dirSize(path string) (int64, error) {
-	var total int64
-	err := filepath.WalkDir(path, func(_ string, e fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil // a -wal file may vanish under us
-			}
-			return err
-		}
+// topFileBytes sums the regular files at the top of dir.
+func topFileBytes(dir string) (int64, error) {
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, e := range es {
 		if e.Type().IsRegular() {
 			if info, err := e.Info(); err == nil {
-				total += info.Size()
+				n += info.Size()
 			}
 		}
-		return nil
-	})
-	return total, err
+	}
+	return n, nil
 }

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/a-h/templ"
 	"github.com/go-chi/chi/v5"
 
 	"github.com/nah-app/nah"
@@ -30,10 +29,6 @@ const (
 	// backupFilesPerPage bounds the file list: 10,000 people make 200
 	// pages, never a 10,000-row one.
 	backupFilesPerPage = 50
-	// syncNowTimeout bounds "sync now": every watched file (at most
-	// NAH_REPLICA_MAX_FILES and the directory) waits for the target, and a
-	// target that is down must not hold the operator's page longer.
-	syncNowTimeout = 30 * time.Second
 	// restoreTimeout bounds a person's restore: the download of their
 	// history or copy, the integrity check and the swap.
 	restoreTimeout = 5 * time.Minute
@@ -158,6 +153,7 @@ func (a *App) backupsView(r *http.Request) (ui.Backups, error) {
 		v.Sweeping, v.NextSweep = running, b.NextSweepAt()
 		a.copiesView(r.Context(), &v)
 	}
+	a.syncView(r, &v)
 	v.Flash = flashes[r.URL.Query().Get("m")]
 	return v, nil
 }
@@ -170,37 +166,52 @@ func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-// handleBackupSync is "Sync now": every watched file's changes shipped,
-// waiting for the target within syncNowTimeout; the page again with the
-// result.
+// handleBackupSync is "Sync now": every file behind brought to the
+// target, the store's queue drained, as a job in the background, one at a
+// time (backup.Backups.StartSync); the Backups page then shows how far it
+// has come, or that one is already running.
 func (a *App) handleBackupSync(w http.ResponseWriter, r *http.Request) {
 	b := a.cfg.Backups
 	if b == nil {
 		a.consoleError(w, r, page(r, "Backups", "backups"), backupsOff())
 		return
 	}
-	a.extendWrite(w, syncNowTimeout)
-	ctx, cancel := context.WithTimeout(r.Context(), syncNowTimeout)
-	start := time.Now()
-	err := b.SyncNow(ctx)
-	cancel()
-	took := time.Since(start)
-	v, verr := a.backupsView(r)
-	if verr != nil {
-		a.consoleError(w, r, v.Page, verr)
+	m := "syncing"
+	if !b.StartSync() {
+		m = "sync-running"
+	}
+	http.Redirect(w, r, "/console/backups?m="+m+"#health-title", http.StatusSeeOther)
+}
+
+// syncView fills the Backups page's "Sync now": the one running, and after
+// a redirect from it (?m=syncing) how the last one ended.
+func (a *App) syncView(r *http.Request, v *ui.Backups) {
+	b := a.cfg.Backups
+	p, ok := b.SyncState()
+	if !ok {
 		return
 	}
-	if err != nil {
-		a.log.Warn("backups: sync now", "err", err)
-		e := nah.Errorf(nah.Unavailable, "", "Sync failed after %s. %s People can still post; the copies catch up by themselves once the target works again.", ui.Round(took), replicationProblem(err.Error(), b.Repl.Target().IsS3()))
-		a.respondError(w, r, e, func(e *nah.Error) templ.Component {
-			v.SyncError = e.Message
-			return ui.BackupsPage(v)
-		})
+	if p.Running {
+		v.Syncing = &ui.SyncProgress{Running: true, Done: p.Done, Total: p.Total}
 		return
 	}
-	v.Flash = fmt.Sprintf("Synced in %s: every watched file is on the target.", took.Round(time.Millisecond))
-	a.render(w, r, http.StatusOK, ui.BackupsPage(v))
+	if m := r.URL.Query().Get("m"); m != "syncing" && m != "sync-running" {
+		return
+	}
+	if p.Err != "" {
+		v.SyncError = fmt.Sprintf("Sync failed after %s, with %d of %s sent. %s People can still post; the copies catch up by themselves once the target works again.",
+			ui.Round(p.Took), p.Done, nFiles(p.Total), replicationProblem(p.Err, b.Repl.Target().IsS3()))
+		return
+	}
+	v.SyncDone = fmt.Sprintf("Synced in %s: %s sent, every file is on the target.", p.Took.Round(time.Millisecond), nFiles(p.Done))
+}
+
+// nFiles is "1 file" or "n files".
+func nFiles(n int) string {
+	if n == 1 {
+		return "1 file"
+	}
+	return strconv.Itoa(n) + " files"
 }
 
 // handleBackupDownload streams the full backup (backup.WriteArchive). An

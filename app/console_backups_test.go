@@ -97,7 +97,7 @@ func newReplicatedServer(t *testing.T, edit ...func(*serverConfig)) *replicatedS
 	}
 	b := &backup.Backups{
 		Repl: r, Every: 24 * time.Hour, At: 3 * time.Hour, Behind: time.Minute,
-		Source: ts.store, Log: log,
+		Source: ts.store, Drain: ts.store, Log: log,
 		Sweep: &backup.Sweeper{Target: target, Keep: 7, Source: ts.store},
 	}
 	ts.app.cfg.Backups = b // no request has been served yet
@@ -184,6 +184,25 @@ func momentIDs(t *testing.T, s *store.Store, id string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// syncNow sends "Sync now" as the console's form does without
+// JavaScript, waits for its job to end and returns the page it sent the
+// browser to.
+func (rs *replicatedServer) syncNow(t *testing.T, c *http.Client) htmlPage {
+	t.Helper()
+	p := postForm(t, c, rs.URL+"/console/backups/sync", nil)
+	if loc := p.header.Get("Location"); p.status != http.StatusSeeOther || !strings.HasPrefix(loc, "/console/backups?m=sync") {
+		t.Fatalf("sync now: %d to %q\n%s", p.status, loc, p.body)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for st, _ := rs.backups.SyncState(); st.Running; st, _ = rs.backups.SyncState() {
+		if time.Now().After(deadline) {
+			t.Fatalf("sync now still running after a minute: %+v", st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return get(t, c, rs.URL+p.header.Get("Location"))
 }
 
 func mustSync(t *testing.T, b *backup.Backups) {
@@ -296,7 +315,7 @@ func TestBackupsPageAndOverview(t *testing.T) {
 	}
 
 	// Sync now, and its refusal from another origin.
-	if s := postForm(t, c, rs.URL+"/console/backups/sync", nil); s.status != 200 || !strings.Contains(s.body, "Synced in") {
+	if s := rs.syncNow(t, c); s.status != 200 || !strings.Contains(s.body, "Synced in") {
 		t.Errorf("sync now: %d", s.status)
 	}
 	if s := postForm(t, c, rs.URL+"/console/backups/sync", nil, "Sec-Fetch-Site", "cross-site", "Origin", "https://evil.example"); s.status != http.StatusForbidden {
@@ -332,8 +351,8 @@ func TestBackupsBehindHealth(t *testing.T) {
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("a post took %s while the target was away", d)
 	}
-	s := postForm(t, c, rs.URL+"/console/backups/sync", nil)
-	if s.status != http.StatusServiceUnavailable || !strings.Contains(s.body, "Sync failed") || !strings.Contains(s.body, `id="backup-files"`) {
+	s := rs.syncNow(t, c)
+	if s.status != 200 || !strings.Contains(s.body, "Sync failed") || !strings.Contains(s.body, `id="backup-files"`) {
 		t.Errorf("sync now with the target away: %d\n%s", s.status, s.body)
 	}
 	h := rs.do(t, "GET", "/healthz", "", nil)
@@ -754,7 +773,7 @@ func TestBackupsFailedSyncClears(t *testing.T) {
 
 	rs.takeTargetAway(t)
 	rs.post(t, ann, []byte("while the target is away"))
-	if s := postForm(t, c, rs.URL+"/console/backups/sync", nil); s.status != http.StatusServiceUnavailable || !strings.Contains(s.body, "a file stands where the folder should be") {
+	if s := rs.syncNow(t, c); s.status != 200 || !strings.Contains(s.body, "a file stands where the folder should be") {
 		t.Fatalf("sync now with the target away: %d\n%s", s.status, s.body)
 	}
 	d := parseConsole(t, get(t, c, rs.URL+"/console").body)

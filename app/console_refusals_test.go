@@ -294,7 +294,7 @@ func TestConsoleDangerInBrowser(t *testing.T) {
   const b = document.querySelector("#sync-now");
   b.click();
   const p = b.form.querySelector(".htmx-indicator");
-  return b.disabled + " " + (p !== null && p.checkVisibility() && p.innerText.includes("up to 30 seconds"));
+  return b.disabled + " " + (p !== null && p.checkVisibility() && p.innerText.includes("Starting the sync"));
 })()`))
 	must("sync now", err)
 	if busy != "true true" {

@@ -4,8 +4,10 @@ import (
 	"github.com/nah-app/nah"
 
 	"context"
+	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 )
@@ -34,9 +36,19 @@ type Backups struct {
 	// behind, though not yet watched.
 	Queue func() (n int, oldest time.Duration)
 
+	// Drain is the store's replication queue, which "Sync now" empties
+	// (nil: it sends the files replication has).
+	Drain Drainer
+	// SyncPace is a pause after each file "Sync now" sends (none when
+	// zero): tests slow it with it so that its progress can be seen.
+	SyncPace time.Duration
+
 	mu        sync.Mutex
 	nextSweep time.Time
-	syncErr   string // the last "sync now"'s failure
+	syncErr   string       // the last "sync now"'s failure
+	syncing   SyncProgress // the "sync now" running, or the last one
+	runCtx    context.Context
+	jobs      sync.WaitGroup // the "sync now" running
 }
 
 // catchUpEvery is how often files left behind are caught up.
@@ -47,6 +59,10 @@ const probeTimeout = 10 * time.Second
 
 // Run runs the sweep and the catch-up loop until ctx ends.
 func (b *Backups) Run(ctx context.Context) {
+	b.mu.Lock()
+	b.runCtx = ctx
+	b.mu.Unlock()
+	defer b.jobs.Wait() // a "sync now" ends with ctx
 	every := b.CatchUpEvery
 	if every <= 0 {
 		every = catchUpEvery
@@ -158,17 +174,201 @@ func (b *Backups) NextSweepAt() time.Time {
 	return b.nextSweep
 }
 
-// SyncNow ships every watched file's changes and waits for the target.
-func (b *Backups) SyncNow(ctx context.Context) error {
-	err := b.Repl.SyncAll(ctx)
+// Drainer is what "Sync now" needs of the store beyond Source: its
+// databases, whether a person's file waits in its replication queue
+// (written while not watched: most of what is behind once every written
+// file is shipped), and a take-up that returns once replication has the
+// file (store.Store).
+type Drainer interface {
+	Databases(ctx context.Context) ([]string, error)
+	ReplicationQueued(rel string) bool
+	WatchNow(ctx context.Context, rel string) error
+}
+
+// syncJobTimeout bounds one "Sync now": a file takes ~10 ms (a take-up
+// and its sync, on a local folder), so 10,000 people queued at once fit
+// with room; a target that fails stops it at its first file.
+const syncJobTimeout = 10 * time.Minute
+
+// SyncProgress is the "Sync now" running, or the last one.
+type SyncProgress struct {
+	Running bool
+	Started time.Time
+	Took    time.Duration // once ended
+	Done    int           // files on the target so far
+	Total   int           // files to send: 0 until they are listed
+	Err     string        // why it failed, once ended
+}
+
+// StartSync starts "Sync now" in the background (SyncNow), one at a time:
+// false while one runs. It ends with the context Run was given, when Run
+// runs.
+func (b *Backups) StartSync() bool {
 	b.mu.Lock()
-	b.syncErr = ""
-	if err != nil {
-		b.syncErr = err.Error()
+	defer b.mu.Unlock()
+	if b.syncing.Running {
+		return false
+	}
+	base := b.runCtx
+	if base == nil {
+		base = context.Background()
+	}
+	b.syncing = SyncProgress{Running: true, Started: time.Now()}
+	b.jobs.Go(func() {
+		ctx, cancel := context.WithTimeout(base, syncJobTimeout)
+		defer cancel()
+		if err := b.syncNow(ctx); err != nil {
+			b.Log.Warn("backups: sync now", "err", err)
+		}
+	})
+	return true
+}
+
+// SyncState is the "Sync now" running or the last one; false: none since
+// the server started.
+func (b *Backups) SyncState() (SyncProgress, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.syncing, !b.syncing.Started.IsZero()
+}
+
+// SyncNow brings every file behind to the target and waits for it: the
+// watched ones, those whose last sync failed, and the people's files in
+// the store's replication queue (taken up first, so that none waits for
+// a replicator). A target that fails stops it at that file.
+func (b *Backups) SyncNow(ctx context.Context) error {
+	b.mu.Lock()
+	if !b.syncing.Running {
+		b.syncing = SyncProgress{Running: true, Started: time.Now()}
 	}
 	b.mu.Unlock()
-	return err
+	return b.syncNow(ctx)
 }
+
+func (b *Backups) syncNow(ctx context.Context) (err error) {
+	defer func() {
+		b.mu.Lock()
+		b.syncing.Running, b.syncing.Took, b.syncing.Err = false, time.Since(b.syncing.Started), ""
+		b.syncErr = ""
+		if err != nil {
+			b.syncing.Err, b.syncErr = err.Error(), err.Error()
+		}
+		b.mu.Unlock()
+	}()
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	err = b.Repl.Probe(pctx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	todo, err := b.syncList(ctx)
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	b.syncing.Total = len(todo)
+	b.mu.Unlock()
+	for i, f := range todo {
+		if err := b.syncOne(ctx, f); err != nil {
+			if left := len(todo) - i - 1; left > 0 {
+				return fmt.Errorf("%w (%d more files not tried)", err, left)
+			}
+			return err
+		}
+		b.mu.Lock()
+		b.syncing.Done++
+		b.mu.Unlock()
+		if b.SyncPace > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(b.SyncPace):
+			}
+		}
+	}
+	// A file taken up may have been let go of again (the watched set is
+	// bounded) before its sync: its last sync then had to reach the target.
+	var still []string
+	for _, f := range b.Repl.Status() {
+		if f.Err != "" && slices.ContainsFunc(todo, func(t syncFile) bool { return t.rel == f.Path }) {
+			still = append(still, f.Path)
+		}
+	}
+	if len(still) > 0 {
+		return fmt.Errorf("%d of %d files still behind (%s first): %s", len(still), len(todo), still[0], b.Repl.fileErr(still[0]))
+	}
+	b.Repl.setDown(nil) // every file reached the target
+	return nil
+}
+
+// syncFile is one file "Sync now" sends; watched says replication has it.
+type syncFile struct {
+	rel     string
+	watched bool
+}
+
+// syncList is what "Sync now" sends, bounded by the databases: every
+// watched file, every file replication has behind, then every person's
+// file waiting in the store's queue.
+func (b *Backups) syncList(ctx context.Context) ([]syncFile, error) {
+	var out []syncFile
+	seen := map[string]bool{}
+	for _, f := range b.Repl.Status() {
+		if f.Watched || f.Behind() {
+			out = append(out, syncFile{rel: f.Path, watched: f.Watched})
+			seen[f.Path] = true
+		}
+	}
+	if b.Drain == nil {
+		return out, nil
+	}
+	rels, err := b.Drain.Databases(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, rel := range rels {
+		if !seen[rel] && b.Drain.ReplicationQueued(rel) {
+			out = append(out, syncFile{rel: rel})
+		}
+	}
+	return out, nil
+}
+
+// syncOne sends file f: a person's file is taken up first (a person
+// deleted meanwhile has nothing to send), then synced. The watched set is
+// bounded, so a file may be let go of between the two (another take-up
+// needed the room) before its first sync reached the target: it is then
+// taken up again, syncTries times at most.
+func (b *Backups) syncOne(ctx context.Context, f syncFile) error {
+	for try := 1; ; try++ {
+		if nah.PersonOfRel(f.rel) != "" && b.Drain != nil {
+			err := b.Drain.WatchNow(ctx, f.rel)
+			switch {
+			case nah.ErrorCode(err) == nah.NotFound:
+				b.Repl.drop(f.rel)
+				return nil
+			case err != nil:
+				return fmt.Errorf("replicate %s: take up: %w", f.rel, err)
+			}
+		}
+		sctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		err := b.Repl.Sync(sctx, b.Repl.path(f.rel))
+		cancel()
+		if err != nil {
+			return err
+		}
+		e := b.Repl.fileErr(f.rel)
+		if e == "" {
+			return nil
+		}
+		if try == syncTries {
+			return fmt.Errorf("replicate %s: still behind after %d tries: %s", f.rel, try, e)
+		}
+	}
+}
+
+// syncTries bounds the take-ups of one file in one "Sync now".
+const syncTries = 3
 
 // Health sums replication up for the overview and /healthz.
 type Health struct {

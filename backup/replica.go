@@ -656,3 +656,13 @@ func (r *Replicator) Forget(ctx context.Context, rel string) error {
 	}
 	return nil
 }
+
+// fileErr is file rel's last error, if any.
+func (r *Replicator) fileErr(rel string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if st := r.files[rel]; st != nil {
+		return st.Err
+	}
+	return ""
+}

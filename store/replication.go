@@ -108,6 +108,17 @@ func (s *Store) Rewatch(ctx context.Context, rel string) error {
 	return s.watchPerson(ctx, id, false)
 }
 
+// WatchNow brings person file rel into replication's watched set now and
+// returns once replication has it (its first sync done): "Sync now" takes
+// up the files waiting in the queue rather than wait for a replicator.
+func (s *Store) WatchNow(ctx context.Context, rel string) error {
+	id := nah.PersonOfRel(rel)
+	if id == "" {
+		return fmt.Errorf("store: not a person's file: %q", rel)
+	}
+	return s.watchPerson(ctx, id, true)
+}
+
 // watchPerson has replication watch person id's file as a write would;
 // with wait, it returns once replication has the file.
 func (s *Store) watchPerson(ctx context.Context, id string, wait bool) error {

@@ -56,7 +56,10 @@ type Backups struct {
 
 	// RestoreCommand rebuilds the whole server from the target.
 	RestoreCommand string
-	// SyncError is a failed "Sync now", shown by its button.
+	// Syncing is the "Sync now" running (nil: none); SyncDone says how
+	// the last one ended, SyncError why it failed, shown by its button.
+	Syncing   *SyncProgress
+	SyncDone  string
 	SyncError string
 
 	Drill *DrillView // the restore drill (nil: none)
@@ -100,6 +103,20 @@ type CopyProgress struct {
 	Done, Total int // databases
 	Bytes       int64
 	Media       bool // the databases are copied; the media follow
+}
+
+// SyncProgress is the "Sync now" running.
+type SyncProgress struct {
+	Running     bool
+	Done, Total int // files on the target, of those to send (0: being listed)
+}
+
+// syncDoing says how far the sync running has come, in a sentence.
+func syncDoing(p SyncProgress) string {
+	if p.Total == 0 {
+		return "Syncing: checking the target and listing the files behind."
+	}
+	return "Syncing: " + strconv.Itoa(p.Done) + " of " + strconv.Itoa(p.Total) + " " + plural(p.Total, "file", "files") + " sent."
 }
 
 // copyDoing says how far the copy being made has come, in a sentence.

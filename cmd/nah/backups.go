@@ -76,6 +76,7 @@ func startBackups(ctx context.Context, cfg config, s *store.Store, r *backup.Rep
 		Behind: behindAfter,
 		Source: s,
 		Queue:  s.ReplicationQueue,
+		Drain:  s,
 		Log:    log,
 	}
 	if cfg.SweepEvery > 0 {

@@ -207,7 +207,9 @@ func repairLocal(ctx context.Context, level0 string, client litestream.ReplicaCl
 	if remote, err = maxRemoteLTX(ctx, client); err != nil {
 		return 0, 0, fmt.Errorf("list the target: %w", err)
 	}
-	if remote == last || (remote != torn && (last == 0 || remote != last+1)) {
+	torn1 := torn != 0 && remote == torn   // the torn file is the target's newest
+	ahead := last != 0 && remote == last+1 // the target is one file ahead
+	if remote == last || !(torn1 || ahead) {
 		return last, remote, nil
 	}
 	if err := fetchLTX(ctx, client, level0, remote); err != nil {

@@ -207,6 +207,15 @@ func repairLocal(ctx context.Context, level0 string, client litestream.ReplicaCl
 	if remote, err = maxRemoteLTX(ctx, client); err != nil {
 		return 0, 0, fmt.Errorf("list the target: %w", err)
 	}
+	if remote == 0 && last > 0 {
+		// The target lost this file's history (a wiped bucket): the local
+		// state names files nobody can fetch, and a take-up would carry on
+		// from it; cleared, the next ship or take-up snapshots anew.
+		if err := os.RemoveAll(filepath.Dir(level0)); err != nil {
+			return 0, 0, err
+		}
+		return 0, 0, nil
+	}
 	torn1 := torn != 0 && remote == torn   // the torn file is the target's newest
 	ahead := last != 0 && remote == last+1 // the target is one file ahead
 	if remote == last || !(torn1 || ahead) {

@@ -39,6 +39,24 @@ func TestShipRepairsACrashedLocalState(t *testing.T) {
 		takeUp bool // the next write is taken up (Rewatch), else posted and shipped
 	}{
 		{
+			// The target lost the file's history (a wiped bucket) while the
+			// local state survived: the next write starts it again.
+			name: "target emptied",
+			plant: func(t *testing.T, local, remote string) {
+				if err := os.RemoveAll(filepath.Dir(remote)); err != nil {
+					t.Fatal(err)
+				}
+			},
+		},
+		{
+			name: "target emptied, taken up", takeUp: true,
+			plant: func(t *testing.T, local, remote string) {
+				if err := os.RemoveAll(filepath.Dir(remote)); err != nil {
+					t.Fatal(err)
+				}
+			},
+		},
+		{
 			// Killed after the target's write, before the local rename:
 			// the local newest is the one before.
 			name: "target one ahead, shipped",

@@ -143,13 +143,32 @@ func (s *Store) countedMedia(ctx context.Context, id string) (int64, error) {
 	u := &n.usage
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if !u.counted {
-		err := s.useFile(ctx, id, false, func(f *personFile) error { return countUsage(ctx, f.db, u) })
-		if err != nil {
-			return 0, err
-		}
+	if u.counted {
+		return u.bytes, nil
+	}
+	// A file nobody has open is read without entering the open-file cache,
+	// as Store.Backup does: the overview's sum over everyone through it
+	// would close the hot files to make room.
+	var err error
+	if !s.files.WithClosed(id, func(p string) { err = countClosed(ctx, p, u) }) {
+		err = s.useFile(ctx, id, false, func(f *personFile) error { return countUsage(ctx, f.db, u) })
+	}
+	if err != nil {
+		return 0, err
 	}
 	return u.bytes, nil
+}
+
+// countClosed is countUsage on the database at p, which nobody in this
+// process has open, through a read-only connection (its close cannot
+// checkpoint the WAL replication carries on from).
+func countClosed(ctx context.Context, p string, u *mediaUsage) error {
+	db, err := openDB(p, true, 1, 64, SyncFull, false)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	return countUsage(ctx, db, u)
 }
 
 // sweepBatch is how many names of a media folder the sweep reads, and

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"fmt"
 	"runtime"
 	"testing"
 	"time"
@@ -48,5 +49,26 @@ func TestTotalsConstantInMedia(t *testing.T) {
 	t.Logf("a first Totals: %d allocations in %v at 5,000 media, %d in %v at 25,000", small, tookSmall, large, tookLarge)
 	if large > small+2_000 {
 		t.Errorf("Totals at 25,000 media made %d allocations, at 5,000 %d: it grows with the media", large, small)
+	}
+}
+
+// TestTotalsOpensNoFile: the overview's first Totals reads the media rows
+// of files nobody has open without opening them through the open-file
+// cache, which would close the hot ones to make room.
+func TestTotalsOpensNoFile(t *testing.T) {
+	s := MustOpen(t, Config{MaxOpenFiles: 2})
+	const people, each, size = 6, 3, 100
+	for i := range people {
+		p := mustPerson(t, s, fmt.Sprintf("person%d", i))
+		seedMedia(t, s, p.ID, each, size)
+	}
+	s.WaitClosed()
+	before := s.Stats().FileOpens
+	tot, err := s.Totals(t.Context())
+	if err != nil || tot.MediaBytes != people*each*size {
+		t.Fatalf("totals %+v %v, want %d media bytes", tot, err, people*each*size)
+	}
+	if opened := s.Stats().FileOpens - before; opened != 0 {
+		t.Errorf("Totals opened %d person files through the cache, want 0", opened)
 	}
 }

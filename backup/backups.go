@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
-	"slices"
 	"sync"
 	"time"
 )
@@ -288,9 +287,13 @@ func (b *Backups) syncNow(ctx context.Context) (err error) {
 	}
 	// A file taken up may have been let go of again (the watched set is
 	// bounded) before its sync: its last sync then had to reach the target.
+	sent := make(map[string]bool, len(todo))
+	for _, f := range todo {
+		sent[f.rel] = true
+	}
 	var still []string
 	for _, f := range b.Repl.Status() {
-		if f.Err != "" && slices.ContainsFunc(todo, func(t syncFile) bool { return t.rel == f.Path }) {
+		if f.Err != "" && sent[f.Path] {
 			still = append(still, f.Path)
 		}
 	}

@@ -76,8 +76,8 @@ func (c *Cache) syncClosed(ph *File) bool {
 	return ok
 }
 
-// walSet is the watched files closed with their WAL left for later, by
-// path: emptied at shutdown.
+// walSet is the files closed with their WAL left for later (watched ones
+// and evicted ones, keptWAL), by path: emptied at shutdown.
 type walSet struct {
 	mu sync.Mutex
 	m  map[string]bool
@@ -92,8 +92,6 @@ func (w *walSet) set(p string, left bool) {
 		delete(w.m, p)
 	}
 }
-
-func (w *walSet) remove(p string) { w.set(p, false) }
 
 func (w *walSet) take() []string {
 	w.mu.Lock()

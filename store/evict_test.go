@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"database/sql"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -79,4 +81,90 @@ func TestEvictionKeepsSmallWAL(t *testing.T) {
 			t.Errorf("%s after a restart: %d moments, %v, want %d", p.Handle, n, err, want)
 		}
 	}
+}
+
+// TestClosedReadsKeepTheWAL: the reads of a closed file outside the cache
+// (the sweep's and full backup's copy, the overview's media count) leave
+// an evicted file's kept WAL as it is: their connection is the file's
+// last, and its close would checkpoint frames no ship has read yet into
+// the database, so the queued ship finds no WAL to carry on from and the
+// file is taken up and snapshot whole. The copy holds the WAL's moments,
+// and a clean Close still leaves no WAL with anything in it.
+func TestClosedReadsKeepTheWAL(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	s, err := Open(ctx, Config{Dir: dir, MaxOpenFiles: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ann, bob := mustPerson(t, s, "ann"), mustPerson(t, s, "bob")
+	for _, p := range []nah.Person{ann, ann, bob} { // ann's file is evicted
+		if _, err := s.CreateMoment(ctx, p.ID, make([]byte, 400)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.files.WaitClosed()
+	walPath := filepath.Join(dir, "people", ann.ID, "person.db-wal")
+	size := func() int64 {
+		st, err := os.Stat(walPath)
+		if err != nil {
+			return 0
+		}
+		return st.Size()
+	}
+	kept := size()
+	if kept == 0 {
+		t.Fatal("ann's evicted file kept no WAL")
+	}
+
+	f, err := s.Backup(ctx, nah.PersonRel(ann.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := size(); n != kept {
+		t.Errorf("the backup's copy of ann's closed file changed her WAL: %d bytes, was %d", n, kept)
+	}
+	if n := momentsInCopy(t, f); n != 2 {
+		t.Errorf("the backup's copy holds %d of ann's moments, want 2", n)
+	}
+	if _, err := s.Totals(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := size(); n != kept {
+		t.Errorf("the overview's count of ann's media changed her WAL: %d bytes, was %d", n, kept)
+	}
+	if open, _ := s.files.State(ann.ID); open {
+		t.Error("ann's file was opened through the cache")
+	}
+
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	walFiles(t, dir, func(path string, size int64) {
+		if size > 0 {
+			t.Errorf("%s: %d bytes left after Close", path, size)
+		}
+	})
+}
+
+// momentsInCopy counts the moments of a database copy open as f.
+func momentsInCopy(t *testing.T, f *os.File) int {
+	t.Helper()
+	defer f.Close()
+	p := filepath.Join(t.TempDir(), "copy.db")
+	out, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(out, f); err != nil {
+		t.Fatal(err)
+	}
+	out.Close()
+	var n int
+	if err := ReadFile(context.Background(), p, func(tx *sql.Tx) error {
+		return tx.QueryRow(`SELECT count(*) FROM moments`).Scan(&n)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -331,34 +331,39 @@ func closeKeepingWAL(db *sql.DB) error {
 }
 
 // noCheckpointOnClose sets SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE on db's one
-// connection. The driver does not offer sqlite3_db_config for it, so its
-// handle is read from the connection's db field (modernc's conn.go);
-// TestEvictionKeepsSmallWAL fails if a driver upgrade moves it.
+// connection (noCheckpointOnCloseRaw).
 func noCheckpointOnClose(db *sql.DB) error {
 	c, err := db.Conn(context.Background())
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	return c.Raw(func(dc any) error {
-		v := reflect.ValueOf(dc)
-		if v.Kind() == reflect.Pointer {
-			v = v.Elem()
-		}
-		var h reflect.Value
-		if v.Kind() == reflect.Struct {
-			h = v.FieldByName("db")
-		}
-		if !h.IsValid() || h.Kind() != reflect.Uintptr || h.Uint() == 0 {
-			return fmt.Errorf("sqlite: no handle in the driver's %T", dc)
-		}
-		tls := libc.NewTLS()
-		defer tls.Close()
-		buf := libc.Xmalloc(tls, 16)
-		defer libc.Xfree(tls, buf)
-		if rc := sqlite3.Xsqlite3_db_config(tls, uintptr(h.Uint()), sqlite3.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, libc.VaList(buf, int32(1), uintptr(0))); rc != sqlite3.SQLITE_OK {
-			return fmt.Errorf("sqlite: no checkpoint on close: code %d", rc)
-		}
-		return nil
-	})
+	return c.Raw(noCheckpointOnCloseRaw)
+}
+
+// noCheckpointOnCloseRaw sets SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE on dc, a
+// driver connection reached through sql.Conn.Raw. The driver does not
+// offer sqlite3_db_config for it, so its handle is read from the
+// connection's db field (modernc's conn.go); TestEvictionKeepsSmallWAL
+// and TestClosedReadsKeepTheWAL fail if a driver upgrade moves it.
+func noCheckpointOnCloseRaw(dc any) error {
+	v := reflect.ValueOf(dc)
+	if v.Kind() == reflect.Pointer {
+		v = v.Elem()
+	}
+	var h reflect.Value
+	if v.Kind() == reflect.Struct {
+		h = v.FieldByName("db")
+	}
+	if !h.IsValid() || h.Kind() != reflect.Uintptr || h.Uint() == 0 {
+		return fmt.Errorf("sqlite: no handle in the driver's %T", dc)
+	}
+	tls := libc.NewTLS()
+	defer tls.Close()
+	buf := libc.Xmalloc(tls, 16)
+	defer libc.Xfree(tls, buf)
+	if rc := sqlite3.Xsqlite3_db_config(tls, uintptr(h.Uint()), sqlite3.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, libc.VaList(buf, int32(1), uintptr(0))); rc != sqlite3.SQLITE_OK {
+		return fmt.Errorf("sqlite: no checkpoint on close: code %d", rc)
+	}
+	return nil
 }

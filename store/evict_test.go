@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/nah-app/nah"
 )
@@ -167,4 +168,43 @@ func momentsInCopy(t *testing.T, f *os.File) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// TestDeleteEmptiesAKeptWAL: a person deleted while their evicted file
+// keeps its WAL has their folder moved with a WAL that holds nothing: the
+// shutdown empties the WALs it knows by their path in people/, and a kept
+// one moved to deleted/ would stay non-empty after a clean stop. The undo
+// brings back every moment.
+func TestDeleteEmptiesAKeptWAL(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	s := MustOpen(t, Config{Dir: dir, MaxOpenFiles: 1, DeleteGrace: time.Hour})
+	ann, bob := mustPerson(t, s, "ann"), mustPerson(t, s, "bob")
+	for _, p := range []nah.Person{ann, ann, bob} { // ann's file is evicted
+		if _, err := s.CreateMoment(ctx, p.ID, make([]byte, 400)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.files.WaitClosed()
+	if st, err := os.Stat(filepath.Join(dir, "people", ann.ID, "person.db-wal")); err != nil || st.Size() == 0 {
+		t.Fatalf("ann's evicted file kept no WAL: %v", err)
+	}
+	if err := s.DeletePerson(ctx, ann.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	walFiles(t, dir, func(path string, size int64) {
+		if size > 0 {
+			t.Errorf("%s: %d bytes left after Close", path, size)
+		}
+	})
+	s = MustOpen(t, Config{Dir: dir, MaxOpenFiles: 1, DeleteGrace: time.Hour})
+	if err := s.RestorePerson(ctx, ann.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.MomentCount(ctx, ann.ID); err != nil || n != 2 {
+		t.Errorf("ann's moments after the undo: %d, %v, want 2", n, err)
+	}
 }

@@ -268,9 +268,11 @@ func (c *Cache) Forget(id string) {
 }
 
 // Hide refuses every later open of person id (as NotFound) until Unhide,
-// and returns once their file is closed: its users finish first, and the
-// last one closes it. A person's folder is moved between Hide and Unhide,
-// so that no request reopens the file (or recreates it) in the middle.
+// and returns once their file is closed and its WAL empty: its users
+// finish first, and the last one closes it; a WAL an eviction kept is
+// checkpointed. A person's folder is moved between Hide and Unhide, so
+// that no request reopens the file (or recreates it) in the middle, and a
+// WAL moved with it would outlive the shutdown's checkpoint by path.
 func (c *Cache) Hide(id string) {
 	c.HideWith(id, nah.ErrNoPerson())
 }
@@ -299,6 +301,13 @@ func (c *Cache) HideWith(id string, refusal error) {
 	}
 	if wait != nil {
 		<-wait
+	}
+	if p, err := c.cfg.Path(id); err == nil && walSize(p) > 0 {
+		if err := c.cfg.Checkpoint(p); err != nil {
+			c.log.Warn("checkpoint a hidden file", "path", p, "err", err)
+		} else {
+			c.wal.set(p, false)
+		}
 	}
 }
 

@@ -120,8 +120,10 @@ func TestOpenOnFullDiskSaysSo(t *testing.T) {
 }
 
 // TestDiskFullReadsAnEvictedFile: a file evicted to make room keeps its
-// small WAL and -shm (keptWAL), and a read of it on a full disk goes on:
-// the WAL holds moments a snapshot without it (openSnapshot) would miss.
+// small WAL (keptWAL), and a read of it on a full disk still sees every
+// moment: the WAL holds moments a snapshot without it (openSnapshot, which
+// refuses a WAL with anything in it) would miss. A guard, not a bug found:
+// it passed before it was written, also with the kept -shm removed.
 func TestDiskFullReadsAnEvictedFile(t *testing.T) {
 	dir := testdisk.Mount(t, "8m")
 	ctx := context.Background()

@@ -167,9 +167,11 @@ func (s *Store) ExportPerson(ctx context.Context, id, serverVersion string) (*Ex
 }
 
 // backupFile copies the database at p into dst, a new file, and returns
-// it open for reading with its schema version. An export holds p in the
-// cache, so this close never checkpoints or tells replication; the sweep's
-// (Store.Backup) may be the last and empty a small WAL, which is harmless.
+// it open for reading with its schema version. Its connection closes
+// without a checkpoint: the sweep's copy of a closed file (Store.Backup)
+// is the file's last connection, and its checkpoint would move frames no
+// ship has read into the database, the queued ship then finding no WAL to
+// carry on from (a take-up and a whole snapshot; TestClosedReadsKeepTheWAL).
 func backupFile(ctx context.Context, p, dst string) (_ *os.File, schema int, err error) {
 	tmp, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, privateFile)
 	if err != nil {
@@ -193,6 +195,9 @@ func backupFile(ctx context.Context, p, dst string) (_ *os.File, schema int, err
 	}
 	defer conn.Close()
 	if err := conn.QueryRowContext(ctx, "PRAGMA user_version").Scan(&schema); err != nil {
+		return nil, 0, err
+	}
+	if err := conn.Raw(noCheckpointOnCloseRaw); err != nil {
 		return nil, 0, err
 	}
 	err = conn.Raw(func(dc any) error {

@@ -36,11 +36,12 @@ func (s *Store) newFileCache(cfg Config) *personfile.Cache {
 		Open: func(ctx context.Context, p string, create bool) (*sql.DB, error) {
 			return openPerson(ctx, p, create, cfg.Sync, replicated)
 		},
-		Checkpoint: checkpointClosed,
-		Replicator: cfg.Replicator,
-		MaxWatched: cfg.MaxWatched,
-		QueueDir:   cfg.QueueDir,
-		BeforeOpen: cfg.beforeOpen,
+		Checkpoint:      checkpointClosed,
+		CloseKeepingWAL: closeKeepingWAL,
+		Replicator:      cfg.Replicator,
+		MaxWatched:      cfg.MaxWatched,
+		QueueDir:        cfg.QueueDir,
+		BeforeOpen:      cfg.beforeOpen,
 		AfterClose: func(p string) {
 			s.inserts.forget(p)
 			if cfg.afterClose != nil {
@@ -68,37 +69,38 @@ func (s *Store) personPath(id string) (string, error) {
 }
 
 // openPerson opens (or creates) one person file and brings its schema up
-// to date.
+// to date. The schema version is read once; migrate runs only when it is
+// not this binary's (it reads it again inside its transaction).
 func openPerson(ctx context.Context, p string, create bool, mode Sync, replicated bool) (*sql.DB, error) {
 	db, err := openDB(p, false, 1, personCacheKiB, mode, replicated)
-	if err == nil && !create {
-		err = hasSchema(ctx, db, p)
+	if err != nil {
+		return nil, err
 	}
-	if err == nil {
+	v, err := schemaVersion(ctx, db, p, create)
+	if err == nil && v != len(personMigrations) {
 		err = migrate(ctx, db, p, personMigrations)
 	}
 	if err != nil {
-		if db != nil {
-			db.Close()
-		}
+		db.Close()
 		return nil, err
 	}
 	return db, nil
 }
 
-// hasSchema checks that an existing person file has a schema. One emptied
-// or truncated to nothing reads as a new, empty database, which migrate
-// would set up again, and the person's moments would be lost without a
-// word: it is a file that cannot be read instead (faults.go).
-func hasSchema(ctx context.Context, db *sql.DB, p string) error {
+// schemaVersion reads the file's user_version and, unless it is being
+// created, checks that it has a schema. One emptied or truncated to
+// nothing reads as a new, empty database, which migrate would set up
+// again, and the person's moments would be lost without a word: it is a
+// file that cannot be read instead (faults.go).
+func schemaVersion(ctx context.Context, db *sql.DB, p string, create bool) (int, error) {
 	var v int
 	if err := db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
-		return fmt.Errorf("%s: read schema version: %w", p, err)
+		return 0, fmt.Errorf("%s: read schema version: %w", p, err)
 	}
-	if v == 0 {
-		return fmt.Errorf("%s: %w", p, errNoSchema)
+	if v == 0 && !create {
+		return 0, fmt.Errorf("%s: %w", p, errNoSchema)
 	}
-	return nil
+	return v, nil
 }
 
 // openSnapshot opens person file p read-only without its WAL and its

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
@@ -317,4 +318,52 @@ func isUniqueViolation(err error) bool {
 // open-file cache with.
 func FilesWithin(bytes int64) int {
 	return int(max((bytes-softHeapLimit)/perFileBytes-1-directoryReaders, 0))
+}
+
+// closeKeepingWAL closes db, the only connection to its file, without the
+// checkpoint SQLite runs when the last connection closes: the WAL and its
+// -shm stay for the next open, which reads them back. On people-10k, where
+// a post opens one file and closes another, that checkpoint and the unlink
+// and re-creation of both files were ~15 % of a post's CPU (THRESHOLDS.md,
+// issue 22). If the option cannot be set the close checkpoints as usual.
+func closeKeepingWAL(db *sql.DB) error {
+	return errors.Join(noCheckpointOnClose(db), db.Close())
+}
+
+// noCheckpointOnClose sets SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE on db's one
+// connection (noCheckpointOnCloseRaw).
+func noCheckpointOnClose(db *sql.DB) error {
+	c, err := db.Conn(context.Background())
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return c.Raw(noCheckpointOnCloseRaw)
+}
+
+// noCheckpointOnCloseRaw sets SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE on dc, a
+// driver connection reached through sql.Conn.Raw. The driver does not
+// offer sqlite3_db_config for it, so its handle is read from the
+// connection's db field (modernc's conn.go); TestEvictionKeepsSmallWAL
+// and TestClosedReadsKeepTheWAL fail if a driver upgrade moves it.
+func noCheckpointOnCloseRaw(dc any) error {
+	v := reflect.ValueOf(dc)
+	if v.Kind() == reflect.Pointer {
+		v = v.Elem()
+	}
+	var h reflect.Value
+	if v.Kind() == reflect.Struct {
+		h = v.FieldByName("db")
+	}
+	if !h.IsValid() || h.Kind() != reflect.Uintptr || h.Uint() == 0 {
+		return fmt.Errorf("sqlite: no handle in the driver's %T", dc)
+	}
+	tls := libc.NewTLS()
+	defer tls.Close()
+	buf := libc.Xmalloc(tls, 16)
+	defer libc.Xfree(tls, buf)
+	if rc := sqlite3.Xsqlite3_db_config(tls, uintptr(h.Uint()), sqlite3.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, libc.VaList(buf, int32(1), uintptr(0))); rc != sqlite3.SQLITE_OK {
+		return fmt.Errorf("sqlite: no checkpoint on close: code %d", rc)
+	}
+	return nil
 }

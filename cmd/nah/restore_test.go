@@ -347,20 +347,32 @@ func TestRestoreToTime(t *testing.T) {
 // the WAL that the kernel holds, fsynced or not.
 func TestRestoreAfterKill(t *testing.T) {
 	for _, mode := range []string{"full", "normal"} {
-		t.Run(mode, func(t *testing.T) { restoreAfterKill(t, "NAH_SYNC="+mode) })
+		t.Run(mode, func(t *testing.T) { restoreAfterKill(t, 16, 16, "NAH_SYNC="+mode) })
 	}
 }
 
-func restoreAfterKill(t *testing.T, syncEnv string) {
+// TestRestoreAfterKillEvicting is TestRestoreAfterKill with 40 writers'
+// files and 16 open at most: nearly every post evicts a file, which keeps
+// its small WAL (keptWAL) with writes still waiting for their ship when
+// the kill comes, and the next start must ship them from that WAL; only
+// half the writers post after the restart, so that the others' files are
+// shipped only because their marker says they wait.
+func TestRestoreAfterKillEvicting(t *testing.T) {
+	restoreAfterKill(t, 40, 20, "NAH_SYNC=full", "NAH_MAX_OPEN_FILES=16")
+}
+
+// restoreAfterKill is TestRestoreAfterKill with writers people posting,
+// the first again of them posting once after the restart.
+func restoreAfterKill(t *testing.T, writers, again int, extraEnv ...string) {
 	data, repl, out := t.TempDir(), filepath.Join(t.TempDir(), "replica"), filepath.Join(t.TempDir(), "restored")
-	env := replicaEnv(repl, syncEnv)
+	env := replicaEnv(repl, extraEnv...)
 	p := start(t, data, env...)
 	type ack struct {
 		id string
 		at time.Time
 	}
-	tokens := make([]string, 16)
-	ids := make([]string, 16)
+	tokens := make([]string, writers)
+	ids := make([]string, writers)
 	for i := range tokens {
 		ids[i], tokens[i] = p.signup(t, fmt.Sprintf("writer%02d", i))
 	}
@@ -393,9 +405,17 @@ func restoreAfterKill(t *testing.T, syncEnv string) {
 	<-p.done
 	cancel()
 	wg.Wait()
+	wals, _ := filepath.Glob(filepath.Join(data, "people", "*", "person.db-wal"))
+	left := 0
+	for _, w := range wals {
+		if st, err := os.Stat(w); err == nil && st.Size() > 0 {
+			left++
+		}
+	}
+	t.Logf("%d of %d person files had a WAL with something in it at the kill", left, writers)
 
 	p2 := start(t, data, env...)
-	for _, token := range tokens {
+	for _, token := range tokens[:again] {
 		p2.post(t, token, "after the restart")
 	}
 	p2.stop(t)

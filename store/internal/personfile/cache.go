@@ -27,6 +27,9 @@ type Config struct {
 	Open func(ctx context.Context, path string, create bool) (*sql.DB, error) // opens one file, schema up to date
 	// Checkpoint empties the WAL of a file nobody in this process has open.
 	Checkpoint func(path string) error
+	// CloseKeepingWAL, if set, closes an evicted file's handle without the
+	// checkpoint of its last close (keptWAL).
+	CloseKeepingWAL func(db *sql.DB) error
 
 	// Replicator, if set, follows written files. At most MaxWatched are
 	// watched at once (0: no bound); QueueDir, if set, keeps the queue of
@@ -194,6 +197,7 @@ func (c *Cache) evictLocked() []*File {
 		prev := e.Prev()
 		if f.refs == 0 {
 			c.removeLocked(f)
+			f.evicted = true
 			victims = append(victims, f)
 		}
 		e = prev
@@ -264,9 +268,11 @@ func (c *Cache) Forget(id string) {
 }
 
 // Hide refuses every later open of person id (as NotFound) until Unhide,
-// and returns once their file is closed: its users finish first, and the
-// last one closes it. A person's folder is moved between Hide and Unhide,
-// so that no request reopens the file (or recreates it) in the middle.
+// and returns once their file is closed and its WAL empty: its users
+// finish first, and the last one closes it; a WAL an eviction kept is
+// checkpointed. A person's folder is moved between Hide and Unhide, so
+// that no request reopens the file (or recreates it) in the middle, and a
+// WAL moved with it would outlive the shutdown's checkpoint by path.
 func (c *Cache) Hide(id string) {
 	c.HideWith(id, nah.ErrNoPerson())
 }
@@ -295,6 +301,13 @@ func (c *Cache) HideWith(id string, refusal error) {
 	}
 	if wait != nil {
 		<-wait
+	}
+	if p, err := c.cfg.Path(id); err == nil && walSize(p) > 0 {
+		if err := c.cfg.Checkpoint(p); err != nil {
+			c.log.Warn("checkpoint a hidden file", "path", p, "err", err)
+		} else {
+			c.wal.set(p, false)
+		}
 	}
 }
 
@@ -357,19 +370,37 @@ func (c *Cache) Closed() bool {
 	return c.closed
 }
 
+// keptWAL is the largest WAL an evicted file's close leaves as it is,
+// with its -shm, for the next open to read back (walIndexRecover reads
+// every frame), rather than checkpoint and unlink both and have the next
+// open make them again. 128 KiB is ~32 frames, about eight posts. A kept
+// WAL also lets a ship carry on from its frames instead of a take-up.
+// Larger ones, and every one at shutdown, are checkpointed.
+const keptWAL = 128 << 10
+
 // closeFile closes f's database (which checkpoints its WAL and removes it,
-// unless replication watches it) and then tells replication. A watched
-// file's WAL cannot be checkpointed by our close (Litestream holds a read
-// transaction on it) and outlives Litestream's close: it is checkpointed
-// once replication let go if it is large or the cache is closing (bigWAL).
+// unless replication watches it or it is an evicted file's small WAL,
+// keptWAL) and then tells replication. A watched file's WAL cannot be
+// checkpointed by our close (Litestream holds a read transaction on it)
+// and outlives Litestream's close: it is checkpointed once replication let
+// go if it is large or the cache is closing (bigWAL). A WAL left is
+// emptied at shutdown.
 func (c *Cache) closeFile(f *File) {
 	c.closes.Add(1)
-	if err := f.DB.Close(); err != nil {
+	final := c.Closed()
+	watched := f.watching()
+	keep := f.evicted && !final && watched == nil && c.cfg.CloseKeepingWAL != nil && walSize(f.Path) <= keptWAL
+	var err error
+	if keep {
+		err = c.cfg.CloseKeepingWAL(f.DB)
+	} else {
+		err = f.DB.Close()
+	}
+	if err != nil {
 		// The data is safe in the WAL; the next open recovers it.
 		c.log.Error("close person file", "path", f.Path, "err", err)
 	}
-	final := c.Closed()
-	if watched := f.watching(); watched != nil {
+	if watched != nil {
 		<-watched
 		synced := true
 		if err := c.repl.Unwatch(f.Path); err != nil {
@@ -381,7 +412,9 @@ func (c *Cache) closeFile(f *File) {
 			c.q.unmark(f.ID, true)
 		}
 	} else {
-		c.wal.remove(f.Path) // our close was the last: SQLite checkpointed it
+		// Left for the shutdown, or our close was the last and SQLite
+		// checkpointed it.
+		c.wal.set(f.Path, keep)
 	}
 	if c.cfg.AfterClose != nil {
 		c.cfg.AfterClose(f.Path)

@@ -33,7 +33,10 @@ func (c *Cache) releaseClaim(ph *File) {
 
 // WithClosed runs fn on the path of person id's file while nobody has it
 // open and the file is claimed (claimClosedLocked), and says whether it
-// did: when the file is open, or about to be, it does nothing.
+// did: when the file is open, or about to be, it does nothing. fn must
+// leave the WAL as it found it (its connection closed without a
+// checkpoint: one would move frames the queued ship has not read); a
+// WAL left is emptied at shutdown.
 func (c *Cache) WithClosed(id string, fn func(path string)) bool {
 	p, err := c.cfg.Path(id)
 	if err != nil {
@@ -47,6 +50,9 @@ func (c *Cache) WithClosed(id string, fn func(path string)) bool {
 	}
 	defer c.releaseClaim(ph)
 	fn(p)
+	if walSize(p) > 0 {
+		c.wal.set(p, true)
+	}
 	return true
 }
 
@@ -76,8 +82,8 @@ func (c *Cache) syncClosed(ph *File) bool {
 	return ok
 }
 
-// walSet is the watched files closed with their WAL left for later, by
-// path: emptied at shutdown.
+// walSet is the files closed with their WAL left for later (watched ones
+// and evicted ones, keptWAL), by path: emptied at shutdown.
 type walSet struct {
 	mu sync.Mutex
 	m  map[string]bool
@@ -92,8 +98,6 @@ func (w *walSet) set(p string, left bool) {
 		delete(w.m, p)
 	}
 }
-
-func (w *walSet) remove(p string) { w.set(p, false) }
 
 func (w *walSet) take() []string {
 	w.mu.Lock()

@@ -30,6 +30,7 @@ type File struct {
 	refs    int
 	elem    *list.Element // nil once out of the LRU
 	counted bool          // in Cache.watched (it was in the cache when watched)
+	evicted bool          // out of the cache to make room (not dropped, hidden or forgotten)
 }
 
 func newFile(id, path string) *File {

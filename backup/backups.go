@@ -395,25 +395,27 @@ type Health struct {
 // Health is replication's state now.
 func (b *Backups) Health() Health {
 	now := time.Now()
-	st := b.Repl.Status()
-	h := Health{Target: b.Repl.Target().Redacted(), Files: len(st), Watched: b.Repl.Watched(), Ok: true}
-	for _, f := range st {
+	h := Health{Target: b.Repl.Target().Redacted(), Watched: b.Repl.Watched(), Ok: true}
+	var errOf FileStatus // the failing file in step longest ago, as Status orders them
+	b.Repl.EachStatus(func(f FileStatus) {
+		h.Files++
 		if f.LastSync.After(h.LastSync) {
 			h.LastSync = f.LastSync
 		}
 		if !f.Behind() {
-			continue
+			return
 		}
 		h.Behind++
 		lag := f.Lag(now)
 		h.Worst = max(h.Worst, lag)
-		if h.LastErr == "" && f.Err != "" {
-			h.LastErr = f.Err
+		if f.Err != "" && (errOf.Err == "" || f.LastSync.Before(errOf.LastSync) || f.LastSync.Equal(errOf.LastSync) && f.Path < errOf.Path) {
+			errOf = f
 		}
 		if f.Err != "" || lag > b.Behind {
 			h.Ok = false
 		}
-	}
+	})
+	h.LastErr = errOf.Err
 	h.Lag = h.Worst
 	if b.Queue != nil {
 		n, oldest := b.Queue()

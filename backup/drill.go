@@ -653,12 +653,8 @@ func (d *Drill) pending(rel string) bool {
 	if d.Repl.TargetErr() != nil {
 		return true
 	}
-	for _, f := range d.Repl.Status() {
-		if f.Path == rel {
-			return f.Behind()
-		}
-	}
-	return false
+	f, ok := d.Repl.StatusOf(rel)
+	return ok && f.Behind()
 }
 
 // position is where rel's history ends on the target, for the evidence.

@@ -41,9 +41,9 @@ type App struct {
 	fullBackups          chan struct{}       // the one slot for a full backup (console_backups.go)
 	imports              chan struct{}       // the one slot for an import (console_import.go)
 	// restoring holds the people whose file a restore or its undo is
-	// replacing now (console_backups.go): a second ask is refused, not
-	// run again after the first.
-	restoring sync.Map // person id: struct{}
+	// replacing now and how far it is (console_restore_progress.go): a
+	// second ask is refused, not run again after the first.
+	restoring sync.Map // person id: *restoreRun
 	uploading inFlight // keyed uploads running (idem.go)
 
 	handler http.Handler

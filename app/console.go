@@ -64,6 +64,7 @@ func (a *App) consoleRoutes(r chi.Router) {
 			r.Get("/console/backups/restore", a.handleRestoreConfirm)
 			r.Post("/console/backups/restore", a.handleRestore)
 			r.Get("/console/people/{id}/undo-restore", a.handleUndoRestoreConfirm)
+			r.Get("/console/people/{id}/restore-progress", a.handleRestoreProgress)
 			r.Post("/console/people/{id}/undo-restore", a.handleUndoRestore)
 		})
 	})

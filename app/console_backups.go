@@ -351,7 +351,8 @@ func (a *App) handleRestore(w http.ResponseWriter, r *http.Request) {
 		a.consoleError(w, r, pg, err)
 		return
 	}
-	if !a.startRestore(p) {
+	run := a.startRestore(p, false)
+	if run == nil {
 		a.consoleError(w, r, pg, errRestoreRunning(p))
 		return
 	}
@@ -360,7 +361,7 @@ func (a *App) handleRestore(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), restoreTimeout)
 	defer cancel()
 	start := time.Now()
-	source, err := a.cfg.Backups.Repl.RestorePerson(ctx, a.store, p.ID, at)
+	source, err := a.cfg.Backups.Repl.RestorePerson(ctx, a.store, p.ID, at, run.steps)
 	if err != nil {
 		a.consoleError(w, r, pg, restoreError(p, at, source, err))
 		return
@@ -421,7 +422,8 @@ func (a *App) handleUndoRestore(w http.ResponseWriter, r *http.Request) {
 		a.consoleError(w, r, pg, err)
 		return
 	}
-	if !a.startRestore(p) {
+	run := a.startRestore(p, true)
+	if run == nil {
 		a.consoleError(w, r, pg, errRestoreRunning(p))
 		return
 	}
@@ -430,7 +432,7 @@ func (a *App) handleUndoRestore(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), restoreTimeout)
 	defer cancel()
 	start := time.Now()
-	if err := a.cfg.Backups.Repl.UndoRestore(ctx, a.store, p.ID); err != nil {
+	if err := a.cfg.Backups.Repl.UndoRestore(ctx, a.store, p.ID, run.steps); err != nil {
 		a.consoleError(w, r, pg, err)
 		return
 	}
@@ -438,14 +440,6 @@ func (a *App) handleUndoRestore(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/console/people/"+p.ID+"?m=undone", http.StatusSeeOther)
 }
 
-// startRestore marks p's file as being replaced, by a restore or its
-// undo, and reports whether none was already: the store would run a
-// second one after the first (a double click without JavaScript, another
-// tab), restoring twice.
-func (a *App) startRestore(p nah.Person) bool {
-	_, running := a.restoring.LoadOrStore(p.ID, struct{}{})
-	return !running
-}
 
 func errRestoreRunning(p nah.Person) error {
 	return nah.Errorf(nah.Conflict, "", "A restore of %s is already under way, and one runs at a time: %s's page shows the result once it is done. Nothing more was changed.", p.Handle, p.Handle)

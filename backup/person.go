@@ -40,10 +40,11 @@ var ErrUnsoundHistory = errors.New("the history does not restore to a sound data
 // failed is refused (ErrUnsoundHistory): the live file may be newer than
 // it. Litestream's local state of the old file goes before the new one is
 // watched, and the restore is done once the replica has the new file.
-func (r *Replicator) RestorePerson(ctx context.Context, files PersonFiles, id string, at time.Time) (Restored, error) {
+func (r *Replicator) RestorePerson(ctx context.Context, files PersonFiles, id string, at time.Time, steps Steps) (Restored, error) {
 	var res Restored
 	rel := nah.PersonRel(id)
 	err := files.ReplacePersonFile(ctx, id, func(path string) error {
+		steps.at(1, 3, path)
 		var err error
 		res, err = RestoreFile(ctx, r.Target(), rel, path, at)
 		if res.HistoryErr != nil {
@@ -52,24 +53,39 @@ func (r *Replicator) RestorePerson(ctx context.Context, files PersonFiles, id st
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrReplica, err)
 		}
+		steps.at(2, 3, "")
 		return r.clearState(r.path(rel))
 	})
 	if err != nil {
 		return res, err
 	}
+	steps.at(3, 3, "")
 	return res, r.shipped(ctx, rel)
+}
+
+// Steps hears how far a restore of a person or its undo is: step of
+// of, and while the copy is fetched (step 1 of a restore) the path it is
+// written to (it grows there, or beside it with ".tmp"). Nil hears nothing.
+type Steps func(step, of int, fetching string)
+
+func (s Steps) at(step, of int, fetching string) {
+	if s != nil {
+		s(step, of, fetching)
+	}
 }
 
 // UndoRestore swaps back the file person id's last restore replaced, kept
 // by the store until the delete grace ends, by the same path as
 // RestorePerson: hidden while swapped, Litestream's local state cleared,
 // media reconciled, done once the replica has it.
-func (r *Replicator) UndoRestore(ctx context.Context, files PersonFiles, id string) error {
+func (r *Replicator) UndoRestore(ctx context.Context, files PersonFiles, id string, steps Steps) error {
 	rel := nah.PersonRel(id)
+	steps.at(1, 2, "")
 	err := files.UndoReplacePersonFile(ctx, id, func(string) error { return r.clearState(r.path(rel)) })
 	if err != nil {
 		return err
 	}
+	steps.at(2, 2, "")
 	return r.shipped(ctx, rel)
 }
 

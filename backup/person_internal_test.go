@@ -130,7 +130,7 @@ func TestRestoredPersonReplicatesOn(t *testing.T) {
 		t.Fatal("no local state of ann's file before the restore: the test tries nothing")
 	}
 	swap := time.Now()
-	if _, err := r.RestorePerson(ctx, s, p.ID, at); err != nil {
+	if _, err := r.RestorePerson(ctx, s, p.ID, at, nil); err != nil {
 		t.Fatal(err)
 	}
 	// Litestream's local state of the replaced file describes a file that

@@ -138,3 +138,30 @@
     out.textContent = "Sending the export: " + size(loaded) + " of " + size(total) + " (" + Math.floor(100 * loaded / total) + "%).";
   });
 })();
+
+// How far a long action is (a restore of a person, its undo): while the
+// form (data-progress, a URL) waits for its answer, the sentence the URL
+// answers replaces the form's status text (data-progress-out) every 250 ms.
+// Without JavaScript the form posts and the next page says what was done.
+(function () {
+  "use strict";
+  document.addEventListener("htmx:beforeRequest", (e) => {
+    const form = e.target.closest && e.target.closest("form[data-progress]");
+    const out = form && form.querySelector("[data-progress-out]");
+    if (!out || form.dataset.polling) return;
+    form.dataset.polling = "1";
+    const ask = () => {
+      if (!form.dataset.polling || !form.isConnected) return; // answered, or its page replaced
+      fetch(form.dataset.progress, { credentials: "same-origin", cache: "no-store" })
+        .then((r) => (r.status === 200 ? r.text() : null))
+        .then((t) => { if (t && form.dataset.polling) out.textContent = t; })
+        .catch(() => {})
+        .finally(() => { if (form.dataset.polling) setTimeout(ask, 250); });
+    };
+    setTimeout(ask, 100); // the first soon: an undo can be done within half a second
+  });
+  document.addEventListener("htmx:afterRequest", (e) => {
+    const form = e.target.closest && e.target.closest("form[data-progress]");
+    if (form) delete form.dataset.polling;
+  });
+})();

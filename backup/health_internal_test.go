@@ -16,24 +16,7 @@ import (
 // not grow with the files replication has (a list and sort of 10,000 files
 // each call was 8-9 % of the server's CPU under the bench's polls).
 func TestHealthMemoryConstantInFiles(t *testing.T) {
-	ctx := context.Background()
-	dir := t.TempDir()
-	tg, err := ParseTarget(t.TempDir(), func(string) string { return "" })
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tg.Init(ctx); err != nil {
-		t.Fatal(err)
-	}
-	meta := filepath.Join(dir, filepath.FromSlash(nah.ReplicationRel))
-	if err := os.MkdirAll(meta, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	r, err := Open(ctx, Config{Target: tg, DataDir: dir, MetaDir: meta})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Close(ctx) })
+	r, _ := newDirReplicator(t)
 	b := &Backups{Repl: r, Behind: time.Minute}
 
 	// The state a run holds after shipping n files, one of them failing.
@@ -72,4 +55,29 @@ func TestHealthMemoryConstantInFiles(t *testing.T) {
 	if large > small+16<<10 {
 		t.Fatalf("Health allocates %d bytes a call at 10,000 files against %d at 1,000: it grows with the files", large, small)
 	}
+}
+
+// newDirReplicator is a Replicator of a fresh data directory (returned)
+// to a real directory target, closed when the test ends.
+func newDirReplicator(t *testing.T) (*Replicator, string) {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	tg, err := ParseTarget(t.TempDir(), func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tg.Init(ctx); err != nil {
+		t.Fatal(err)
+	}
+	meta := filepath.Join(dir, filepath.FromSlash(nah.ReplicationRel))
+	if err := os.MkdirAll(meta, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Open(ctx, Config{Target: tg, DataDir: dir, MetaDir: meta})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close(ctx) })
+	return r, dir
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -22,30 +21,14 @@ import (
 // Internal: only the replicator's Litestream store can compact at once.
 func TestRestoredPersonReplicatesOn(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	tg, err := ParseTarget(t.TempDir(), func(string) string { return "" })
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tg.Init(ctx); err != nil {
-		t.Fatal(err)
-	}
-	meta := filepath.Join(dir, filepath.FromSlash(nah.ReplicationRel))
-	if err := os.MkdirAll(meta, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	r, err := Open(ctx, Config{Target: tg, DataDir: dir, MetaDir: meta})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, dir := newDirReplicator(t)
 	cfg := store.Config{Dir: dir}
 	cfg.Replicator, cfg.MaxWatched = r, 8
 	s, err := store.Open(ctx, cfg)
 	if err != nil {
-		r.Close(ctx)
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.Close(); r.Close(ctx) })
+	t.Cleanup(func() { s.Close() })
 	p, err := s.CreatePerson(ctx, store.NewPerson{Handle: "ann", PasswordHash: "x"})
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +80,7 @@ func TestRestoredPersonReplicatesOn(t *testing.T) {
 	replica := func(step string, at time.Time, want []string) {
 		t.Helper()
 		out := filepath.Join(t.TempDir(), "person.db")
-		src, err := RestoreFile(ctx, tg, nah.PersonRel(p.ID), out, at)
+		src, err := RestoreFile(ctx, r.Target(), nah.PersonRel(p.ID), out, at)
 		if err != nil {
 			t.Fatalf("%s: %v", step, err)
 		}

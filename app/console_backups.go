@@ -440,7 +440,6 @@ func (a *App) handleUndoRestore(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/console/people/"+p.ID+"?m=undone", http.StatusSeeOther)
 }
 
-
 func errRestoreRunning(p nah.Person) error {
 	return nah.Errorf(nah.Conflict, "", "A restore of %s is already under way, and one runs at a time: %s's page shows the result once it is done. Nothing more was changed.", p.Handle, p.Handle)
 }

@@ -25,7 +25,8 @@ const archiveLevel = 2
 // WriteArchive writes to w a .tar.gz laid out as a data directory that
 // `nah serve` opens: each database of src as a consistent copy (Backup, one
 // at a time, so one extra copy on disk at most), then each media file as it
-// is (they never change once written). Nothing reaches w before the first
+// is (they never change once written), those of the people whose
+// databases were listed. Nothing reaches w before the first
 // database's copy is made, so a failure until then can still be answered
 // with an error page. A person purged since the list was made is left out.
 func WriteArchive(ctx context.Context, w io.Writer, src Source) error {
@@ -98,20 +99,31 @@ func WriteArchive(ctx context.Context, w io.Writer, src Source) error {
 			return err
 		}
 	}
-	media, err := src.MediaFiles(ctx)
-	if err != nil {
-		return err
-	}
-	for _, rel := range media {
-		f, err := src.OpenMediaFile(rel)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue // deleted since the list was made
+	// The media of the people listed, a folder's batch of names at a time:
+	// the memory is one batch, whatever the count
+	// (TestBackupWalksMemoryIsConstant).
+	for _, rel := range rels {
+		owner := nah.PersonOfRel(rel)
+		if owner == "" {
+			continue
 		}
+		err := src.MediaOf(ctx, owner, func(names []string) error {
+			for _, name := range names {
+				rel := nah.MediaRel(owner, name)
+				f, err := src.OpenMediaFile(rel)
+				if errors.Is(err, fs.ErrNotExist) {
+					continue // deleted since the folder was read
+				}
+				if err != nil {
+					return err
+				}
+				if err := file(rel, f, fs.FileInfo.ModTime, nah.PeopleRel, nah.PersonDirRel(owner), nah.MediaDirRel(owner)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
 		if err != nil {
-			return err
-		}
-		owner, _ := nah.MediaOfRel(rel)
-		if err := file(rel, f, fs.FileInfo.ModTime, nah.PeopleRel, nah.PersonDirRel(owner), nah.MediaDirRel(owner)); err != nil {
 			return err
 		}
 	}

@@ -214,6 +214,10 @@ func checkRestoredCopy(ctx context.Context, p string) error {
 	return err
 }
 
+// CheckRestoredCopy is checkRestoredCopy for `nah restore`, which puts a
+// whole data directory together from a replica before any server opens it.
+func CheckRestoredCopy(ctx context.Context, p string) error { return checkRestoredCopy(ctx, p) }
+
 // shortMax is how much of an untrusted value an error message repeats.
 const shortMax = 64
 

@@ -398,7 +398,7 @@ func restoreMedia(ctx context.Context, t *backup.Target, dir string, workers int
 }
 
 // restoreOne restores database rel into dir, private to its owner and
-// checked whole (backup.RestoreFile; a person's file also for our schema),
+// checked whole (backup.RestoreFile) and for our schema,
 // and returns what came of it and its
 // size. A person's file with no sound copy is left as a placeholder with a
 // marker (store.MarkRestoreFailed) and reported in the outcome's err. The
@@ -413,10 +413,14 @@ func restoreOne(ctx context.Context, t *backup.Target, dir, rel string, when tim
 		return o, 0, err
 	}
 	o.res, o.err = backup.RestoreFile(ctx, t, rel, out, when)
-	if o.err == nil && rel != nah.DirectoryRel {
+	if o.err == nil {
 		// Sound is not enough: whoever can write the bucket could have left
 		// a trigger or a view, which would run on the server's own writes.
-		if err := store.CheckRestoredCopy(ctx, out); err != nil {
+		check := store.CheckRestoredCopy
+		if rel == nah.DirectoryRel {
+			check = store.CheckRestoredDirectory
+		}
+		if err := check(ctx, out); err != nil {
 			o.err = fmt.Errorf("%s: %w", rel, err)
 		}
 	}

@@ -18,7 +18,7 @@ import (
 // back from a sweep: never from a newer sweep that was cut short (no
 // manifest.json) while a complete one exists, never from a copy that fails
 // SQLite's integrity check or carries a trigger, not our schema (the
-// restore fails and names her file); and a
+// restore fails and names her file), nor the directory with a trigger; and a
 // -to folder holding only lost+found (a fresh filesystem's root) is
 // refused like any other non-empty folder, with nothing written.
 func TestRestoreSweepChecks(t *testing.T) {
@@ -100,6 +100,32 @@ func TestRestoreSweepChecks(t *testing.T) {
 		t.Logf("nah restore: exit %d\n%s%s", code, o, e)
 		if code == 0 || !strings.Contains(o+e, annRel) || !strings.Contains(o+e, "schema") || !strings.Contains(o, "NOT RESTORED") {
 			t.Fatalf("a sweep copy carrying a trigger restored without naming %s as not this server's schema", annRel)
+		}
+	})
+
+	t.Run("directory with a trigger", func(t *testing.T) {
+		r, out := copyReplica(t, repl), filepath.Join(t.TempDir(), "restored")
+		if err := os.RemoveAll(filepath.Join(r, nah.DirectoryRel)); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.RemoveAll(filepath.Join(r, "sweeps", cut)); err != nil {
+			t.Fatal(err)
+		}
+		db, err := sql.Open("sqlite", filepath.Join(r, "sweeps", complete, nah.DirectoryRel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = db.Exec(`CREATE TRIGGER planted AFTER INSERT ON sessions BEGIN DELETE FROM sessions; END`)
+		if cerr := db.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, e, code := nahRun(t, "restore", "-from", r, "-to", out)
+		t.Logf("nah restore: exit %d\n%s%s", code, o, e)
+		if code == 0 || !strings.Contains(o+e, nah.DirectoryRel) || !strings.Contains(o+e, "schema is not this server's") {
+			t.Fatalf("a directory carrying a trigger restored without naming %s as not this server's schema", nah.DirectoryRel)
 		}
 	})
 

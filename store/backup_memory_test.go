@@ -138,6 +138,12 @@ func TestBackupWalksMemoryIsConstant(t *testing.T) {
 	if sweepLarge > sweepSmall+1<<20 {
 		t.Errorf("the sweep of 50 people of 500 media held %d bytes more than one of 10 (%d)", sweepLarge-sweepSmall, sweepSmall)
 	}
+	// One person's media ids on the target are the one set that grows:
+	// fixed-size keys, 46-61 bytes an id; the target's keys as strings in
+	// a list and a map held 247.
+	if grown := int64(sweepOneLarge) - int64(sweepOne); grown > 80*20_000 {
+		t.Errorf("the sweep of one person of 25,000 media held %d bytes more than of 5,000 (%d bytes a media more, want at most 80)", grown, grown/20_000)
+	}
 }
 
 func mb(n uint64) float64 { return float64(n) / 1e6 }

@@ -203,11 +203,11 @@ func sweepOf(t *testing.T, target *backup.Target, rel, src string, made time.Tim
 // file at src, and no media.
 type oneFile struct{ rel, src string }
 
-func (o oneFile) Databases(context.Context) ([]string, error)      { return []string{o.rel}, nil }
-func (o oneFile) Backup(context.Context, string) (*os.File, error) { return os.Open(o.src) }
-func (oneFile) MediaFiles(context.Context) ([]string, error)       { return nil, nil }
-func (oneFile) OpenMediaFile(string) (*os.File, error)             { return nil, os.ErrNotExist }
-func (oneFile) Rewatch(context.Context, string) error              { return nil }
+func (o oneFile) Databases(context.Context) ([]string, error)               { return []string{o.rel}, nil }
+func (o oneFile) Backup(context.Context, string) (*os.File, error)          { return os.Open(o.src) }
+func (oneFile) MediaOf(context.Context, string, func([]string) error) error { return nil }
+func (oneFile) OpenMediaFile(string) (*os.File, error)                      { return nil, os.ErrNotExist }
+func (oneFile) Rewatch(context.Context, string) error                       { return nil }
 
 // TestRestoreFileCorruptHistory: a history that restores to a corrupt
 // database is never given back. Without a sweep nothing is left at the

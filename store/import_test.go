@@ -262,6 +262,7 @@ func TestImportHostile(t *testing.T) {
 		{"extra file", makeTar(t, reg("person.db", db), reg("notes.txt", []byte("hi")), reg("manifest.json", manifest)), nah.Invalid, `unexpected entry "notes.txt"`},
 		{"extra file after", makeTar(t, reg("person.db", db), reg("manifest.json", manifest), reg("x", nil)), nah.Invalid, "more entries"},
 		{"media path trick", makeTar(t, reg("person.db", db), reg("media/../person.db", db), reg("manifest.json", manifest)), nah.Invalid, `unexpected entry "media/../person.db"`},
+		{"media twice", makeTar(t, reg("person.db", db), reg("media/"+mediaID, []byte("x")), reg("media/"+mediaID, []byte("x")), reg("manifest.json", manifest)), nah.Invalid, "appears twice"},
 		{"media before person.db", makeTar(t, reg("media/"+mediaID, []byte("x")), reg("person.db", db), reg("manifest.json", manifest)), nah.Invalid, "before person.db"},
 		{"media not counted in the manifest", makeTar(t, reg("person.db", db), reg("media/"+mediaID, []byte("x")), reg("manifest.json", manifest)), nah.Invalid, "the manifest counts 0"},
 		{"media without a row", makeTar(t, reg("person.db", db), reg("media/"+mediaID, []byte("x")), reg("manifest.json", remanifest(func(m *Manifest) {

@@ -108,9 +108,19 @@ func keptForUndo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	media, err := s.MediaFiles(ctx)
-	if err != nil {
-		t.Fatal(err)
+	var media []string
+	for _, rel := range dbs {
+		if owner := nah.PersonOfRel(rel); owner != "" {
+			err := s.MediaOf(ctx, owner, func(names []string) error {
+				for _, name := range names {
+					media = append(media, nah.MediaRel(owner, name))
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	for _, rel := range append(dbs, media...) {
 		if strings.HasPrefix(rel, nah.ReplacedRel+"/") || !strings.HasPrefix(rel, nah.PeopleRel+"/") && rel != nah.DirectoryRel {

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -288,34 +290,46 @@ func (s *Store) replacePersonFile(ctx context.Context, id string, make func(path
 	return s.watchPerson(ctx, id, true)
 }
 
-// MediaFiles lists every media file of the data directory as paths under
-// it (people/<id>/media/<media id>), for the backup sweep. Media files never
-// change once written, so a copy made once stays true.
-func (s *Store) MediaFiles(ctx context.Context) ([]string, error) {
-	people, err := os.ReadDir(filepath.Join(s.dir, nah.PeopleRel))
-	if err != nil {
-		return nil, err
+// MediaOf calls fn with the names of person owner's media files, a
+// batch of at most sweepBatch at a time as the folder reads them (no set
+// order), so that a walk of everyone's media holds one batch, whatever the
+// count. fn must not keep the slice. A person with no folder has none.
+func (s *Store) MediaOf(ctx context.Context, owner string, fn func(names []string) error) error {
+	if !nah.ValidPersonID(owner) {
+		return fmt.Errorf("store: not a person: %q", owner)
 	}
-	var out []string
-	for _, p := range people {
-		if !p.IsDir() || !nah.ValidPersonID(p.Name()) {
-			continue
-		}
-		es, err := os.ReadDir(s.Path(nah.MediaDirRel(p.Name())))
-		if err != nil {
-			continue // no media
-		}
+	d, err := os.Open(s.Path(nah.MediaDirRel(owner)))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	names := make([]string, 0, sweepBatch)
+	for {
+		es, rerr := d.ReadDir(sweepBatch)
+		names = names[:0]
 		for _, e := range es {
 			if e.Type().IsRegular() && nah.ValidMediaID(e.Name()) {
-				out = append(out, nah.MediaRel(p.Name(), e.Name()))
+				names = append(names, e.Name())
 			}
 		}
+		if len(names) > 0 {
+			if err := fn(names); err != nil {
+				return err
+			}
+		}
+		if rerr == io.EOF {
+			return nil
+		}
+		if rerr != nil {
+			return rerr
+		}
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	sort.Strings(out)
-	return out, nil
 }
 
 // OpenMediaFile opens media file rel (as MediaFiles names it) for reading.

@@ -119,18 +119,16 @@ func readSchema(ctx context.Context, q interface {
 	return es, rows.Err()
 }
 
-// personSchema returns the schema our migrations make at version v, made
-// in a database in memory. extra is what may be there besides at v:
-// Litestream's two tables (migration 3's statements), which Litestream
-// itself made in files watched before that migration.
-func personSchema(ctx context.Context, v int) (want, extra []schemaEntry, err error) {
+// schemaAt returns the schema migs make at version v (want) and at their
+// last (all), made in a database in memory.
+func schemaAt(ctx context.Context, migs []migration, v int) (want, all []schemaEntry, err error) {
 	db, err := sql.Open("sqlite", ":memory:")
 	if err != nil {
 		return nil, nil, err
 	}
 	defer db.Close()
 	db.SetMaxOpenConns(1)
-	for i, m := range personMigrations {
+	for i, m := range migs {
 		if i == v {
 			if want, err = readSchema(ctx, db); err != nil {
 				return nil, nil, err
@@ -140,19 +138,53 @@ func personSchema(ctx context.Context, v int) (want, extra []schemaEntry, err er
 			return nil, nil, fmt.Errorf("migration %s: %w", m.name, err)
 		}
 	}
-	all, err := readSchema(ctx, db)
-	if err != nil {
+	if all, err = readSchema(ctx, db); err != nil {
 		return nil, nil, err
 	}
-	if v == len(personMigrations) {
-		return all, nil, nil
+	if v == len(migs) {
+		want = all
 	}
-	for _, e := range all {
+	return want, all, nil
+}
+
+// litestreamTables is Litestream's two tables among es (person migration
+// 3's statements, Litestream's own).
+func litestreamTables(es []schemaEntry) []schemaEntry {
+	var out []schemaEntry
+	for _, e := range es {
 		if e.name == "_litestream_seq" || e.name == "_litestream_lock" {
-			extra = append(extra, e)
+			out = append(out, e)
 		}
 	}
-	return want, extra, nil
+	return out
+}
+
+// personSchema returns the schema our migrations make at version v, made
+// in a database in memory. extra is what may be there besides at v:
+// Litestream's two tables (migration 3's statements), which Litestream
+// itself made in files watched before that migration.
+func personSchema(ctx context.Context, v int) (want, extra []schemaEntry, err error) {
+	want, all, err := schemaAt(ctx, personMigrations, v)
+	if err != nil || v == len(personMigrations) {
+		return want, nil, err
+	}
+	return want, litestreamTables(all), nil
+}
+
+// sameSchema refuses got, file's schema, unless it is want with any of
+// extra besides.
+func sameSchema(got, want, extra []schemaEntry, file string, bad func(format string, args ...any) error) error {
+	for _, e := range got {
+		if !slices.Contains(want, e) && !slices.Contains(extra, e) {
+			return bad("%s's schema is not this server's: %s %s is %s", file, e.typ, short(e.name), short(e.sql.String))
+		}
+	}
+	for _, e := range want {
+		if !slices.Contains(got, e) {
+			return bad("%s's schema is not this server's: %s %s is missing", file, e.typ, e.name)
+		}
+	}
+	return nil
 }
 
 // checkUntrustedSchema refuses a file whose schema is not exactly what our
@@ -183,15 +215,8 @@ func checkSchemaAs(ctx context.Context, u *untrustedDB, bad func(format string, 
 	if err != nil {
 		return 0, err
 	}
-	for _, e := range got {
-		if !slices.Contains(want, e) && !slices.Contains(extra, e) {
-			return 0, bad("person.db's schema is not this server's: %s %s is %s", e.typ, short(e.name), short(e.sql.String))
-		}
-	}
-	for _, e := range want {
-		if !slices.Contains(got, e) {
-			return 0, bad("person.db's schema is not this server's: %s %s is missing", e.typ, e.name)
-		}
+	if err := sameSchema(got, want, extra, nah.PersonFileName, bad); err != nil {
+		return 0, err
 	}
 	u.version = version
 	return version, nil
@@ -213,6 +238,44 @@ func checkRestoredCopy(ctx context.Context, p string) error {
 	_, err = checkSchemaAs(ctx, u, bad)
 	return err
 }
+
+// CheckRestoredDirectory checks a directory.db restored from a replica as
+// checkRestoredCopy does a person's file: exactly our directory schema at
+// its version (the server migrates it on), Litestream's tables besides.
+func CheckRestoredDirectory(ctx context.Context, p string) error {
+	bad := func(format string, args ...any) error {
+		return nah.Errorf(nah.Unavailable, "bad_copy", "the restored copy is not a directory of this server: "+format, args...)
+	}
+	u, err := openUntrusted(ctx, p, nah.DefaultMaxMomentBytes)
+	if err != nil {
+		return bad("%v", err)
+	}
+	defer u.Close()
+	var v int
+	if err := u.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
+		return bad("not a readable SQLite database: %v", err)
+	}
+	if v < 1 || v > len(directoryMigrations) {
+		return bad("schema version %d; this server knows 1 to %d", v, len(directoryMigrations))
+	}
+	got, err := readSchema(ctx, u)
+	if err != nil {
+		return bad("its schema cannot be read within this server's bounds: %v", err)
+	}
+	want, _, err := schemaAt(ctx, directoryMigrations, v)
+	if err != nil {
+		return err
+	}
+	_, person, err := schemaAt(ctx, personMigrations, len(personMigrations))
+	if err != nil {
+		return err
+	}
+	return sameSchema(got, want, litestreamTables(person), nah.DirectoryRel, bad)
+}
+
+// CheckRestoredCopy is checkRestoredCopy for `nah restore`, which puts a
+// whole data directory together from a replica before any server opens it.
+func CheckRestoredCopy(ctx context.Context, p string) error { return checkRestoredCopy(ctx, p) }
 
 // shortMax is how much of an untrusted value an error message repeats.
 const shortMax = 64

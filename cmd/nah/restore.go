@@ -398,7 +398,8 @@ func restoreMedia(ctx context.Context, t *backup.Target, dir string, workers int
 }
 
 // restoreOne restores database rel into dir, private to its owner and
-// checked whole (backup.RestoreFile), and returns what came of it and its
+// checked whole (backup.RestoreFile) and for our schema,
+// and returns what came of it and its
 // size. A person's file with no sound copy is left as a placeholder with a
 // marker (store.MarkRestoreFailed) and reported in the outcome's err. The
 // error returned is for what stops the restore (the directory failing, a
@@ -412,6 +413,17 @@ func restoreOne(ctx context.Context, t *backup.Target, dir, rel string, when tim
 		return o, 0, err
 	}
 	o.res, o.err = backup.RestoreFile(ctx, t, rel, out, when)
+	if o.err == nil {
+		// Sound is not enough: whoever can write the bucket could have left
+		// a trigger or a view, which would run on the server's own writes.
+		check := store.CheckRestoredCopy
+		if rel == nah.DirectoryRel {
+			check = store.CheckRestoredDirectory
+		}
+		if err := check(ctx, out); err != nil {
+			o.err = fmt.Errorf("%s: %w", rel, err)
+		}
+	}
 	switch {
 	case o.err == nil:
 	case ctx.Err() != nil:

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"database/sql"
 	bin "encoding/binary"
 	"fmt"
 	"os"
@@ -16,7 +17,8 @@ import (
 // target folder. Ann's history is gone from the replica, so she comes
 // back from a sweep: never from a newer sweep that was cut short (no
 // manifest.json) while a complete one exists, never from a copy that fails
-// SQLite's integrity check (the restore fails and names her file); and a
+// SQLite's integrity check or carries a trigger, not our schema (the
+// restore fails and names her file), nor the directory with a trigger; and a
 // -to folder holding only lost+found (a fresh filesystem's root) is
 // refused like any other non-empty folder, with nothing written.
 func TestRestoreSweepChecks(t *testing.T) {
@@ -72,6 +74,58 @@ func TestRestoreSweepChecks(t *testing.T) {
 		t.Logf("nah restore: exit %d\n%s%s", code, o, e)
 		if code == 0 || !strings.Contains(o+e, annRel) || !strings.Contains(o+e, "integrity check") || !strings.Contains(o, "NOT RESTORED") {
 			t.Fatalf("a sweep copy with a corrupt page restored without naming %s as failing its integrity check", annRel)
+		}
+	})
+
+	t.Run("sweep copy with a trigger", func(t *testing.T) {
+		r, out := copyReplica(t, repl), filepath.Join(t.TempDir(), "restored")
+		noHistory(t, r)
+		if err := os.RemoveAll(filepath.Join(r, "sweeps", cut)); err != nil {
+			t.Fatal(err)
+		}
+		// Whoever can write the bucket could leave a trigger that runs on
+		// the server's own inserts into the restored file.
+		db, err := sql.Open("sqlite", filepath.Join(r, "sweeps", complete, filepath.FromSlash(annRel)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = db.Exec(`CREATE TRIGGER planted AFTER INSERT ON moments BEGIN DELETE FROM moments; END`)
+		if cerr := db.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, e, code := nahRun(t, "restore", "-from", r, "-to", out)
+		t.Logf("nah restore: exit %d\n%s%s", code, o, e)
+		if code == 0 || !strings.Contains(o+e, annRel) || !strings.Contains(o+e, "schema") || !strings.Contains(o, "NOT RESTORED") {
+			t.Fatalf("a sweep copy carrying a trigger restored without naming %s as not this server's schema", annRel)
+		}
+	})
+
+	t.Run("directory with a trigger", func(t *testing.T) {
+		r, out := copyReplica(t, repl), filepath.Join(t.TempDir(), "restored")
+		if err := os.RemoveAll(filepath.Join(r, nah.DirectoryRel)); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.RemoveAll(filepath.Join(r, "sweeps", cut)); err != nil {
+			t.Fatal(err)
+		}
+		db, err := sql.Open("sqlite", filepath.Join(r, "sweeps", complete, nah.DirectoryRel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = db.Exec(`CREATE TRIGGER planted AFTER INSERT ON sessions BEGIN DELETE FROM sessions; END`)
+		if cerr := db.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, e, code := nahRun(t, "restore", "-from", r, "-to", out)
+		t.Logf("nah restore: exit %d\n%s%s", code, o, e)
+		if code == 0 || !strings.Contains(o+e, nah.DirectoryRel) || !strings.Contains(o+e, "schema is not this server's") {
+			t.Fatalf("a directory carrying a trigger restored without naming %s as not this server's schema", nah.DirectoryRel)
 		}
 	})
 

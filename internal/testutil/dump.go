@@ -65,3 +65,18 @@ func Dump(t testing.TB, path string) map[string][]string {
 	}
 	return out
 }
+
+// Checkpoint empties the WAL of the SQLite file at path, which nobody has
+// open, into the file and removes it, so that the file alone holds its
+// data (a person file closed to make room keeps a small WAL).
+func Checkpoint(t testing.TB, path string) {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec("PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
+		t.Fatalf("%s: checkpoint: %v", path, err)
+	}
+}

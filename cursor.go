@@ -140,3 +140,22 @@ func CheckPageLimit(n int) error {
 	}
 	return nil
 }
+
+// IDBound turns the bound (at, id) in the order of CompareNewest into the
+// same bound on the ids of one file, whose moments' times are their ids'
+// (MomentTime): a moment is older than (at, id), or at it too when
+// orEqual, exactly when its id is below bound, or equal to it too when eq.
+// A bound whose id is not of time at (the settling horizon's) still splits
+// the ids exactly, at the floor of at or of the next millisecond.
+func IDBound(at int64, id string, orEqual bool) (bound string, eq bool) {
+	if at >= 1<<48 {
+		return MomentIDFloor(at), false
+	}
+	if lo := MomentIDFloor(at); id < lo {
+		return lo, false
+	}
+	if hi := MomentIDFloor(at + 1); id >= hi {
+		return hi, false
+	}
+	return id, orEqual
+}

@@ -205,3 +205,28 @@ func CheckSignup(handle, password string) error {
 	}
 	return CheckPassword(password)
 }
+
+// MomentTime is the time in milliseconds a moment id begins with
+// (MomentIDFrom); ok is false for a string that is not a moment id.
+func MomentTime(id string) (ms int64, ok bool) {
+	var b [16]byte
+	if !ValidMomentID(id) {
+		return 0, false
+	}
+	momentEnc.Decode(b[:], []byte(id))
+	return int64(binary.BigEndian.Uint64(b[:8]) >> 16), true
+}
+
+// MomentIDFloor is the smallest moment id of time ms: every id of an
+// earlier time sorts below it, every id of ms or later at or above it.
+func MomentIDFloor(ms int64) string {
+	switch {
+	case ms <= 0:
+		return ""
+	case ms >= 1<<48:
+		return "w" // above every id: 'v' is the last digit
+	}
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], uint64(ms)<<16)
+	return momentEnc.EncodeToString(b[:])
+}

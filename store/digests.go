@@ -208,7 +208,9 @@ func (s *Store) countSince(ctx context.Context, n *node, from, to int64) (int, e
 	}
 	var k int
 	_, err := s.withFile(ctx, n.id, func(f *personFile) error {
-		return f.db.QueryRowContext(ctx, `SELECT count(*) FROM moments WHERE created_at > ? AND created_at <= ?`, from, to).Scan(&k)
+		// Times in (from, to] are the ids from from+1's floor to to+1's.
+		return f.db.QueryRowContext(ctx, `SELECT count(*) FROM moments WHERE id >= ? AND id < ?`,
+			nah.MomentIDFloor(from+1), nah.MomentIDFloor(to+1)).Scan(&k)
 	})
 	return k, err
 }

@@ -402,7 +402,7 @@ func ExportedMoments(ctx context.Context, path string) ([]string, error) {
 	if check != "ok" {
 		return nil, fmt.Errorf("%s: integrity_check: %s", path, check)
 	}
-	rows, err := db.QueryContext(ctx, "SELECT id FROM moments ORDER BY created_at, id")
+	rows, err := db.QueryContext(ctx, "SELECT id FROM moments ORDER BY id")
 	if err != nil {
 		return nil, err
 	}

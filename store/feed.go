@@ -399,7 +399,7 @@ func (s *Store) readBodies(ctx context.Context, p *Page, n int) error {
 
 // momentKeys appends to dst up to limit keys of author's moments strictly
 // older than before and newer than after (no bound when nil), newest
-// first, through the (created_at, id) index alone.
+// first, through the primary key alone.
 func (s *Store) momentKeys(ctx context.Context, author string, before, after *nah.Cursor, limit int, dst []momentKey) ([]momentKey, error) {
 	_, err := s.withFile(ctx, author, func(f *personFile) error {
 		s.fileReads.Add(1)
@@ -407,16 +407,19 @@ func (s *Store) momentKeys(ctx context.Context, author string, before, after *na
 		var err error
 		switch {
 		case after != nil:
-			at, id := int64(1<<62), ""
+			hi, hiEq := "w", false // above every id
 			if before != nil {
-				at, id = before.At, before.ID
+				hi, hiEq = nah.IDBound(before.At, before.ID, before.Inclusive(author, false))
 			}
-			q := keysBetween[b2i(before != nil && before.Inclusive(author, false))][b2i(after.Inclusive(author, true))]
-			rows, err = f.db.QueryContext(ctx, q, at, id, after.At, after.ID, limit)
+			// Newer than after (or at it when inclusive) is the complement of
+			// older or at it (older only).
+			lo, loEq := nah.IDBound(after.At, after.ID, !after.Inclusive(author, true))
+			rows, err = f.db.QueryContext(ctx, keysBetween[b2i(hiEq)][b2i(!loEq)], hi, lo, limit)
 		case before == nil:
 			rows, err = f.db.QueryContext(ctx, keysAll, limit)
 		default:
-			rows, err = f.db.QueryContext(ctx, keysBefore[b2i(before.Inclusive(author, false))], before.At, before.ID, limit)
+			b, eq := nah.IDBound(before.At, before.ID, before.Inclusive(author, false))
+			rows, err = f.db.QueryContext(ctx, keysBefore[b2i(eq)], b, limit)
 		}
 		if err != nil {
 			return err
@@ -434,20 +437,21 @@ func (s *Store) momentKeys(ctx context.Context, author string, before, after *na
 	return dst, err
 }
 
-// The keys queries. A bound includes the moment at exactly the cursor's
-// (time, id) when the tie-break by author puts it on the page's side
-// (Cursor.Inclusive): index 1 is `<=` (before) or `>=` (after), 0 strict.
+// The keys queries, in the primary key's order (the ids' is their times',
+// migrations/person/0005_moments_by_id.sql). A bound includes the moment
+// at exactly the cursor when nah.IDBound says so: keysBefore[1] is `<=`,
+// keysBetween[i][1] is `>=`.
 const (
 	keysSelect = `SELECT id, created_at FROM moments `
-	keysOrder  = `ORDER BY created_at DESC, id DESC LIMIT ?`
+	keysOrder  = `ORDER BY id DESC LIMIT ?`
 	keysAll    = keysSelect + keysOrder
 )
 
 var (
-	keysBefore  = [2]string{keysSelect + `WHERE (created_at, id) < (?, ?) ` + keysOrder, keysSelect + `WHERE (created_at, id) <= (?, ?) ` + keysOrder}
+	keysBefore  = [2]string{keysSelect + `WHERE id < ? ` + keysOrder, keysSelect + `WHERE id <= ? ` + keysOrder}
 	keysBetween = [2][2]string{
-		{keysSelect + `WHERE (created_at, id) < (?, ?) AND (created_at, id) > (?, ?) ` + keysOrder, keysSelect + `WHERE (created_at, id) < (?, ?) AND (created_at, id) >= (?, ?) ` + keysOrder},
-		{keysSelect + `WHERE (created_at, id) <= (?, ?) AND (created_at, id) > (?, ?) ` + keysOrder, keysSelect + `WHERE (created_at, id) <= (?, ?) AND (created_at, id) >= (?, ?) ` + keysOrder},
+		{keysSelect + `WHERE id < ? AND id > ? ` + keysOrder, keysSelect + `WHERE id < ? AND id >= ? ` + keysOrder},
+		{keysSelect + `WHERE id <= ? AND id > ? ` + keysOrder, keysSelect + `WHERE id <= ? AND id >= ? ` + keysOrder},
 	}
 )
 

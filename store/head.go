@@ -167,7 +167,7 @@ func (s *Store) loadHead(ctx context.Context, n *node, now int64) (*head, error)
 		// worst case is one needless reload.
 		n.stamp, n.stamped = stampOf(f.path, time.Now())
 		rows, err := f.db.QueryContext(ctx, `SELECT id, created_at, body FROM moments
-			ORDER BY created_at DESC, id DESC LIMIT ?`, HeadLen+1)
+			ORDER BY id DESC LIMIT ?`, HeadLen+1)
 		if err != nil {
 			return err
 		}

@@ -235,6 +235,7 @@ func TestImportHostile(t *testing.T) {
 	badID, badIDManifest := altered(`UPDATE moments SET id = 'not-an-id' WHERE id = (SELECT max(id) FROM moments)`)
 	bigBody, bigBodyManifest := altered(`UPDATE moments SET body = zeroblob(65537) WHERE id = (SELECT max(id) FROM moments)`)
 	future, futureManifest := altered(`UPDATE moments SET created_at = 253402300799000 WHERE id = (SELECT max(id) FROM moments)`)
+	notItsTime, notItsTimeManifest := altered(`UPDATE moments SET created_at = created_at - 1000 WHERE id = (SELECT min(id) FROM moments)`)
 	view, viewManifest := altered(`DROP TABLE moments; CREATE VIEW moments AS
 		WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT '06f80une588vsk1m6147d3leds' AS id, i AS created_at, x'00' AS body FROM n`)
 	link := func(flag byte, name string) entry {
@@ -296,6 +297,7 @@ func TestImportHostile(t *testing.T) {
 		{"not SQLite", makeTar(t, reg("person.db", notSQLite), reg("manifest.json", notSQLiteManifest)), nah.Invalid, "not a readable SQLite database"},
 		{"a body over the moment bound", makeTar(t, reg("person.db", bigBody), reg("manifest.json", bigBodyManifest)), nah.Invalid, "a body of 1 to 65536 bytes"},
 		{"a moment from the future", makeTar(t, reg("person.db", future), reg("manifest.json", futureManifest)), nah.Invalid, "invalid id or time"},
+		{"a moment whose time is not its id's", makeTar(t, reg("person.db", notItsTime), reg("manifest.json", notItsTimeManifest)), nah.Invalid, "not its id's"},
 		{"moments is an endless view", makeTar(t, reg("person.db", view), reg("manifest.json", viewManifest)), nah.Invalid, "schema is not this server's"},
 	}
 

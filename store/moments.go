@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"errors"
 
 	"github.com/nah-app/nah"
 )
@@ -109,9 +110,12 @@ func (s *Store) DeleteMoment(ctx context.Context, author, id string) error {
 }
 
 func readNewest(ctx context.Context, db *sql.DB) (int64, error) {
-	var at sql.NullInt64
-	err := db.QueryRowContext(ctx, `SELECT max(created_at) FROM moments`).Scan(&at)
-	return at.Int64, err
+	var at int64
+	err := db.QueryRowContext(ctx, `SELECT created_at FROM moments ORDER BY id DESC LIMIT 1`).Scan(&at)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	return at, err
 }
 
 // Moments appends to dst up to limit whole moments of author older than
@@ -119,16 +123,16 @@ func readNewest(ctx context.Context, db *sql.DB) (int64, error) {
 // does not use it (it reads heads, then keys first); tests use it as the
 // oracle of the feed and of heads, and the benchmark of the whole-rows shape.
 func (s *Store) Moments(ctx context.Context, author string, before *nah.Cursor, limit int, dst []nah.Moment) ([]nah.Moment, error) {
-	at, id, op := int64(1<<62), "", "<"
+	bound, op := "w", "<" // above every id
 	if before != nil {
-		at, id = before.At, before.ID
-		if before.Inclusive(author, false) {
+		var eq bool
+		if bound, eq = nah.IDBound(before.At, before.ID, before.Inclusive(author, false)); eq {
 			op = "<="
 		}
 	}
 	err := s.useFile(ctx, author, false, func(f *personFile) error {
 		rows, err := f.db.QueryContext(ctx, `SELECT id, created_at, body FROM moments
-			WHERE (created_at, id) `+op+` (?, ?) ORDER BY created_at DESC, id DESC LIMIT ?`, at, id, limit)
+			WHERE id `+op+` ? ORDER BY id DESC LIMIT ?`, bound, limit)
 		if err != nil {
 			return err
 		}

@@ -117,7 +117,10 @@ func TestStoreRefusesNewerPersonFile(t *testing.T) {
 	}
 }
 
-func TestKeysUseCoveringIndex(t *testing.T) {
+// TestKeysUsePrimaryKey: every keys query and the head's read walk the
+// primary key backwards from their bound, with no sort and no scan of the
+// table (each id bound a range, not a filter).
+func TestKeysUsePrimaryKey(t *testing.T) {
 	s := MustOpen(t, Config{})
 	p := mustPerson(t, s, "ann")
 	f, err := s.files.Acquire(context.Background(), p.ID, false)
@@ -125,12 +128,17 @@ func TestKeysUseCoveringIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.files.Release(f)
-	for _, q := range []string{
-		`SELECT id, created_at FROM moments ORDER BY created_at DESC, id DESC LIMIT 30`,
-		`SELECT id, created_at FROM moments WHERE (created_at, id) < (1, 'x') ORDER BY created_at DESC, id DESC LIMIT 30`,
-		`SELECT id, created_at FROM moments WHERE (created_at, id) < (9, 'x') AND (created_at, id) > (1, 'x') ORDER BY created_at DESC, id DESC LIMIT 30`,
-	} {
-		rows, err := f.DB.Query("EXPLAIN QUERY PLAN " + q)
+	qs := []string{keysAll, `SELECT id, created_at, body FROM moments ORDER BY id DESC LIMIT 31`}
+	qs = append(qs, keysBefore[:]...)
+	for _, b := range keysBetween {
+		qs = append(qs, b[:]...)
+	}
+	for _, q := range qs {
+		args := []any{30}
+		if n := strings.Count(q, "?"); n > 1 {
+			args = append([]any{"9", "1"}[:n-1], 30)
+		}
+		rows, err := f.DB.Query("EXPLAIN QUERY PLAN "+q, args...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -143,7 +151,11 @@ func TestKeysUseCoveringIndex(t *testing.T) {
 		}
 		rows.Close()
 		got := strings.Join(plan, "; ")
-		if !strings.Contains(got, "COVERING INDEX moments_time") || strings.Contains(got, "TEMP B-TREE") {
+		want := "SEARCH moments USING PRIMARY KEY (id"
+		if !strings.Contains(q, "WHERE") {
+			want = "SCAN moments"
+		}
+		if !strings.HasPrefix(got, want) || strings.Contains(got, "TEMP B-TREE") || strings.Contains(got, "INDEX moments_time") {
 			t.Errorf("%s\nplan: %s", q, got)
 		}
 	}
@@ -372,5 +384,71 @@ func TestRefusedPersonFileLeavesNoFolder(t *testing.T) {
 	}
 	if es, err := os.ReadDir(filepath.Join(dir, "people")); err != nil || len(es) != 0 {
 		t.Fatalf("people/ holds %d entries (%v), want none", len(es), err)
+	}
+}
+
+// TestMomentsByIDMigration: a file of schema 4, with the (created_at, id)
+// index and a moment whose time is not its id's (an import before step 5
+// did not check), opens as schema 5: that time is its id's, the index is
+// gone, and its pages come in the ids' order.
+func TestMomentsByIDMigration(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := MustOpen(t, Config{Dir: dir})
+	p := mustPerson(t, s, "ann")
+	var ids []string
+	for i := 0; i < 3; i++ {
+		m, err := s.CreateMoment(ctx, p.ID, []byte{byte(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, m.ID)
+		time.Sleep(2 * time.Millisecond)
+	}
+	s.Close()
+	file := filepath.Join(dir, "people", p.ID, "person.db")
+	db, err := sql.Open("sqlite", file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`CREATE INDEX moments_time ON moments(created_at, id)`,
+		`UPDATE moments SET created_at = created_at - 86400000 WHERE id = '` + ids[2] + `'`,
+		`PRAGMA user_version = 4`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(q, err)
+		}
+	}
+	db.Close()
+
+	s = MustOpen(t, Config{Dir: dir})
+	got, err := s.Moments(ctx, p.ID, nil, 10, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 {
+		t.Fatalf("%d moments after the migration, want 3", len(got))
+	}
+	for i, m := range got {
+		at, _ := nah.MomentTime(m.ID)
+		if m.ID != ids[2-i] || m.CreatedAt != at {
+			t.Errorf("moment %d: (%d, %s), want %s at its id's time %d", i, m.CreatedAt, m.ID, ids[2-i], at)
+		}
+	}
+	f, err := s.files.Acquire(ctx, p.ID, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.files.Release(f)
+	var v, idx int
+	if err := f.DB.QueryRow(`PRAGMA user_version`).Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.DB.QueryRow(`SELECT count(*) FROM sqlite_master WHERE name = 'moments_time'`).Scan(&idx); err != nil {
+		t.Fatal(err)
+	}
+	if v != 5 || idx != 0 {
+		t.Fatalf("user_version %d, moments_time %d after the migration; want 5 and none", v, idx)
 	}
 }

@@ -71,6 +71,20 @@ func TestShipRepairsACrashedLocalState(t *testing.T) {
 			},
 		},
 		{
+			// Killed after the local newest was renamed to the next name,
+			// before it was rewritten: the name holds the file before.
+			name: "local newest misnamed, shipped",
+			plant: func(t *testing.T, local, remote string) {
+				misnamed(t, local, remote, newest(t, local))
+			},
+		},
+		{
+			name: "local newest misnamed, taken up", takeUp: true,
+			plant: func(t *testing.T, local, remote string) {
+				misnamed(t, local, remote, newest(t, local))
+			},
+		},
+		{
 			// A power cut after the rename: the name is there, half the
 			// bytes are not.
 			name: "local newest torn, shipped",
@@ -156,6 +170,21 @@ func oneBehind(t *testing.T, local, remote, name string) {
 		t.Fatal(err)
 	}
 	if err := dst.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// misnamed puts under the local newest's name the target's file before it,
+// as a ship killed between the rename of the old local newest to the new
+// name and its rewrite leaves it.
+func misnamed(t *testing.T, local, remote, name string) {
+	t.Helper()
+	oneBehind(t, local, remote, name)
+	es, err := os.ReadDir(local)
+	if err != nil || len(es) != 1 {
+		t.Fatalf("local level 0 after oneBehind: %d files (%v)", len(es), err)
+	}
+	if err := os.Rename(filepath.Join(local, es[0].Name()), filepath.Join(local, name)); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -149,7 +149,7 @@ func CheckPageLimit(n int) error {
 // the ids exactly, at the floor of at or of the next millisecond.
 func IDBound(at int64, id string, orEqual bool) (bound string, eq bool) {
 	if at >= 1<<48 {
-		return MomentIDFloor(at), false
+		return MomentIDCeiling, false
 	}
 	if lo := MomentIDFloor(at); id < lo {
 		return lo, false

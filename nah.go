@@ -217,6 +217,9 @@ func MomentTime(id string) (ms int64, ok bool) {
 	return int64(binary.BigEndian.Uint64(b[:8]) >> 16), true
 }
 
+// MomentIDCeiling sorts above every moment id: 'v' is the last digit.
+const MomentIDCeiling = "w"
+
 // MomentIDFloor is the smallest moment id of time ms: every id of an
 // earlier time sorts below it, every id of ms or later at or above it.
 func MomentIDFloor(ms int64) string {
@@ -224,7 +227,7 @@ func MomentIDFloor(ms int64) string {
 	case ms <= 0:
 		return ""
 	case ms >= 1<<48:
-		return "w" // above every id: 'v' is the last digit
+		return MomentIDCeiling
 	}
 	var b [16]byte
 	binary.BigEndian.PutUint64(b[:8], uint64(ms)<<16)

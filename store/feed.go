@@ -407,7 +407,7 @@ func (s *Store) momentKeys(ctx context.Context, author string, before, after *na
 		var err error
 		switch {
 		case after != nil:
-			hi, hiEq := "w", false // above every id
+			hi, hiEq := nah.MomentIDCeiling, false
 			if before != nil {
 				hi, hiEq = nah.IDBound(before.At, before.ID, before.Inclusive(author, false))
 			}

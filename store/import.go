@@ -770,12 +770,13 @@ func copyMoments(ctx context.Context, src *untrustedDB, dst *sql.DB, maxBody int
 		if err := rows.Scan(&id, &at, &body); err != nil {
 			return 0, 0, badExport("a moment of person.db: %v", err)
 		}
-		if !nah.ValidMomentID(id) || at <= 0 || at > latest || len(body) < 1 || len(body) > maxBody {
+		t, ok := nah.MomentTime(id)
+		if !ok || at <= 0 || at > latest || len(body) < 1 || len(body) > maxBody {
 			return 0, 0, badExport("a moment of person.db has an invalid id or time (%s)", short(id))
 		}
 		// Pages are in the ids' order, which is the times' only when each
 		// time is its id's (migrations/person/0005_moments_by_id.sql).
-		if t, _ := nah.MomentTime(id); t != at {
+		if t != at {
 			return 0, 0, badExport("moment %s of person.db has the time %d, not its id's %d", short(id), at, t)
 		}
 		if _, err := stmt.ExecContext(ctx, id, at, body); err != nil {

@@ -123,7 +123,7 @@ func readNewest(ctx context.Context, db *sql.DB) (int64, error) {
 // does not use it (it reads heads, then keys first); tests use it as the
 // oracle of the feed and of heads, and the benchmark of the whole-rows shape.
 func (s *Store) Moments(ctx context.Context, author string, before *nah.Cursor, limit int, dst []nah.Moment) ([]nah.Moment, error) {
-	bound, op := "w", "<" // above every id
+	bound, op := nah.MomentIDCeiling, "<"
 	if before != nil {
 		var eq bool
 		if bound, eq = nah.IDBound(before.At, before.ID, before.Inclusive(author, false)); eq {

@@ -350,13 +350,13 @@ func shipFrames(ctx context.Context, wal *os.File, size int64, prev *ltx.Header,
 		MinTXID: txid, MaxTXID: txid, Timestamp: time.Now().UnixMilli(),
 		WALOffset: offset, WALSize: end - offset, WALSalt1: prev.WALSalt1, WALSalt2: prev.WALSalt2,
 	}
-	err = writeLTX(out, hdr, func(enc *ltx.Encoder) error {
+	err = writeLTX(out, hdr, func(lw *ltxWriter) error {
 		data := make([]byte, pageSize)
 		for _, pgno := range pgnos {
 			if _, err := tail.ReadAt(data, pages[pgno]+litestream.WALFrameHeaderSize); err != nil {
 				return err
 			}
-			if err := enc.EncodePage(ltx.PageHeader{Pgno: pgno}, data); err != nil {
+			if err := lw.page(pgno, data); err != nil {
 				return err
 			}
 		}
@@ -488,7 +488,7 @@ func shipSnapshot(ctx context.Context, db *sql.DB, wal *os.File, out io.Writer, 
 		WALOffset: litestream.WALHeaderSize, WALSize: end - litestream.WALHeaderSize,
 		WALSalt1: binary.BigEndian.Uint32(whdr[16:]), WALSalt2: binary.BigEndian.Uint32(whdr[20:]),
 	}
-	err = writeLTX(out, hdr, func(enc *ltx.Encoder) error {
+	err = writeLTX(out, hdr, func(lw *ltxWriter) error {
 		frame := make([]byte, pageSize)
 		var want uint32 = 1
 		var data sql.RawBytes
@@ -515,7 +515,7 @@ func shipSnapshot(ctx context.Context, db *sql.DB, wal *os.File, out io.Writer, 
 					return nil
 				}
 			}
-			if err := enc.EncodePage(ltx.PageHeader{Pgno: pgno}, data); err != nil {
+			if err := lw.page(pgno, data); err != nil {
 				return err
 			}
 		}
@@ -528,26 +528,6 @@ func shipSnapshot(ctx context.Context, db *sql.DB, wal *os.File, out io.Writer, 
 		return nil
 	})
 	return hdr, err == nil && agree, err
-}
-
-// writeLTX writes an LTX file of header h and the pages pages encodes to
-// out, buffered (the encoder writes a page in three).
-func writeLTX(out io.Writer, h ltx.Header, pages func(*ltx.Encoder) error) error {
-	w := bufio.NewWriterSize(out, 32<<10)
-	enc, err := ltx.NewEncoder(w)
-	if err == nil {
-		err = enc.EncodeHeader(h)
-	}
-	if err == nil {
-		err = pages(enc)
-	}
-	if err == nil {
-		err = enc.Close()
-	}
-	if err == nil {
-		err = w.Flush()
-	}
-	return err
 }
 
 // maxRemoteLTX is the newest level-0 TXID on the target: Litestream's
@@ -663,11 +643,17 @@ func (s *spillFile) keep(name, prev string) error {
 			return err
 		}
 	}
-	f, err := os.OpenFile(name, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	// Overwritten and then cut to length, not opened with O_TRUNC: ext4
+	// starts writing back a file emptied and rewritten when it is closed
+	// (auto_da_alloc), 68 against 18 µs of CPU a 40 KiB rewrite here.
+	f, err := os.OpenFile(name, os.O_CREATE|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(s.buf.Bytes())
+	_, err = f.WriteAt(s.buf.Bytes(), 0)
+	if err == nil {
+		err = f.Truncate(int64(s.buf.Len()))
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

@@ -77,10 +77,15 @@ func (lw *ltxWriter) begin(out io.Writer, h ltx.Header) error {
 // page writes page pgno, its data uncompressed (the header's page size).
 func (lw *ltxWriter) page(pgno uint32, data []byte) error {
 	ph := ltx.PageHeader{Pgno: pgno, Flags: ltx.PageHeaderFlagSize}
+	lock := ltx.LockPgno(lw.hdr.PageSize)
+	next := lw.last + 1 // a snapshot's every page but the lock page
+	if next == lock {
+		next++
+	}
 	switch {
-	case pgno <= lw.last || pgno > lw.hdr.Commit || pgno == ltx.LockPgno(lw.hdr.PageSize):
+	case pgno <= lw.last || pgno > lw.hdr.Commit || pgno == lock:
 		return fmt.Errorf("ltx: page %d after %d (commit %d)", pgno, lw.last, lw.hdr.Commit)
-	case lw.hdr.IsSnapshot() && pgno != lw.last+1 && !(pgno == lw.last+2 && lw.last+1 == ltx.LockPgno(lw.hdr.PageSize)):
+	case lw.hdr.IsSnapshot() && pgno != next:
 		return fmt.Errorf("ltx: snapshot page %d after %d", pgno, lw.last)
 	case len(data) != int(lw.hdr.PageSize):
 		return fmt.Errorf("ltx: page of %d bytes, want %d", len(data), lw.hdr.PageSize)

@@ -2,6 +2,7 @@ package backup
 
 import (
 	"bytes"
+	"io"
 	"math/rand/v2"
 	"testing"
 
@@ -100,6 +101,16 @@ func TestLTXWriterIsLTXEncoder(t *testing.T) {
 	lockH.Commit = ltx.LockPgno(4096) + 1
 	snap := h
 	snap.MinTXID, snap.MaxTXID = 1, 1
+	// A snapshot skips the lock page (1 GiB in): the writer is put just
+	// before it, since ltx.Encoder would need a gigabyte of pages to get there.
+	lockSnap := snap
+	lockSnap.Commit = ltx.LockPgno(4096) + 1
+	if err := writeLTX(io.Discard, lockSnap, func(lw *ltxWriter) error {
+		lw.last = ltx.LockPgno(4096) - 1
+		return lw.page(ltx.LockPgno(4096)+1, make([]byte, 4096))
+	}); err != nil {
+		t.Errorf("a snapshot across the lock page: %v", err)
+	}
 	for _, c := range []struct {
 		name  string
 		h     ltx.Header

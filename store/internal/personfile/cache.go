@@ -97,7 +97,6 @@ func New(cfg Config) *Cache {
 		for range extraReplicators {
 			c.watchers.Go(func() { c.replicate(behindLag) })
 		}
-		c.watchers.Go(c.q.removeLoop)
 	}
 	return c
 }
@@ -409,7 +408,7 @@ func (c *Cache) closeFile(f *File) {
 		}
 		c.leftWAL(f.Path, final)
 		if synced {
-			c.q.unmark(f.ID, true)
+			c.q.unmark(f.ID)
 		}
 	} else {
 		// Left for the shutdown, or our close was the last and SQLite

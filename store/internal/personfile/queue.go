@@ -17,12 +17,26 @@ type queue struct {
 	log *slog.Logger
 
 	mu     sync.Mutex
-	ids    []string
-	since  map[string]time.Time // the same ids, with when each was queued
-	wake   *sync.Cond           // on mu: ids grew or the queue closed
+	since  map[string]wait // who is queued, since when
+	ids    []place         // their order (addLocked)
+	seq    uint64          // places made so far
+	wake   *sync.Cond      // on mu: ids grew or the queue closed
 	closed bool
 	done   chan struct{} // closed with the queue
 	marks  marks         // on mu
+}
+
+// wait is when a person was queued, and their place's number.
+type wait struct {
+	at  time.Time
+	seq uint64
+}
+
+// place is one person's place in the queue's order: theirs while since
+// holds the same number, else left behind by a claim or a pop.
+type place struct {
+	id  string
+	seq uint64
 }
 
 // agePoll is how often a replicator that waits for the queue to fall
@@ -33,7 +47,7 @@ func newQueue(dir string, log *slog.Logger) *queue {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	q := &queue{dir: dir, log: log, since: make(map[string]time.Time), done: make(chan struct{})}
+	q := &queue{dir: dir, log: log, since: make(map[string]wait), done: make(chan struct{})}
 	q.marks = marks{dir: dir, log: log, set: make(map[string]bool)}
 	q.wake = sync.NewCond(&q.mu)
 	return q
@@ -60,10 +74,56 @@ func (q *queue) requeue(id string) {
 	}
 }
 
-func (q *queue) addLocked(id string, at time.Time) {
-	q.since[id] = at
-	q.ids = append(q.ids, id)
+// putBack puts person id, claimed while waiting since at, at the front of
+// the queue, unless a write queued them again meanwhile: the file could
+// not be shipped, and waits to be taken up, as long as it has waited.
+func (q *queue) putBack(id string, at time.Time) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if _, ok := q.since[id]; ok {
+		return
+	}
+	q.seq++
+	q.since[id] = wait{at, q.seq}
+	q.ids = append([]place{{id, q.seq}}, q.ids...)
 	q.wake.Signal()
+}
+
+// addLocked queues id at the end. A claim leaves its place in ids until
+// it reaches the front, so ids is rebuilt from since once it has twice as
+// many places as people queued: bounded by the people, never by posts.
+func (q *queue) addLocked(id string, at time.Time) {
+	if len(q.ids) >= 2*len(q.since)+64 {
+		q.ids = q.orderLocked()
+	}
+	q.seq++
+	q.since[id] = wait{at, q.seq}
+	q.ids = append(q.ids, place{id, q.seq})
+	q.wake.Signal()
+}
+
+func (q *queue) live(p place) bool {
+	w, ok := q.since[p.id]
+	return ok && w.seq == p.seq
+}
+
+// orderLocked is the places of who is queued, oldest first.
+func (q *queue) orderLocked() []place {
+	out := make([]place, 0, len(q.since))
+	for _, p := range q.ids {
+		if q.live(p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// trimLocked drops the places left behind at the front.
+func (q *queue) trimLocked() {
+	for len(q.ids) > 0 && !q.live(q.ids[0]) {
+		q.ids[0] = place{}
+		q.ids = q.ids[1:]
+	}
 }
 
 // pop waits for the oldest person queued, queued at least age ago, and
@@ -72,7 +132,14 @@ func (q *queue) addLocked(id string, at time.Time) {
 func (q *queue) pop(age time.Duration) (string, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for !q.closed && (len(q.ids) == 0 || time.Since(q.since[q.ids[0]]) < age) {
+	for {
+		q.trimLocked()
+		if q.closed {
+			return "", false
+		}
+		if len(q.ids) > 0 && time.Since(q.since[q.ids[0].id].at) >= age {
+			break
+		}
 		if age == 0 {
 			q.wake.Wait()
 			continue
@@ -81,14 +148,24 @@ func (q *queue) pop(age time.Duration) (string, bool) {
 		time.Sleep(agePoll)
 		q.mu.Lock()
 	}
-	if q.closed {
-		return "", false
-	}
-	id := q.ids[0]
-	q.ids[0] = ""
+	id := q.ids[0].id
+	q.ids[0] = place{}
 	q.ids = q.ids[1:]
 	delete(q.since, id)
 	return id, true
+}
+
+// claim takes person id out of the queue wherever they wait, and says
+// since when, and whether they were queued: their file is about to close,
+// and is shipped first (closeFile).
+func (q *queue) claim(id string) (time.Time, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	w, ok := q.since[id]
+	if ok {
+		delete(q.since, id)
+	}
+	return w.at, ok
 }
 
 // close stops the replicators' pops and refuses later pushes.
@@ -106,8 +183,11 @@ func (q *queue) close() {
 func (q *queue) take() []string {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	ids := q.ids
-	q.ids, q.since = nil, make(map[string]time.Time)
+	var ids []string
+	for _, p := range q.orderLocked() {
+		ids = append(ids, p.id)
+	}
+	q.ids, q.since = nil, make(map[string]wait)
 	return ids
 }
 
@@ -115,10 +195,11 @@ func (q *queue) take() []string {
 func (q *queue) state() (n int, oldest time.Duration) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.trimLocked()
 	if len(q.ids) > 0 {
-		oldest = time.Since(q.since[q.ids[0]])
+		oldest = time.Since(q.since[q.ids[0].id].at)
 	}
-	return len(q.ids), oldest
+	return len(q.since), oldest
 }
 
 // mark and unmark keep on disk that person id's file may hold writes the

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -145,4 +146,52 @@ func TestMarksJournal(t *testing.T) {
 	check("the old mark shipped")
 	r.flush()
 	check("stopped")
+}
+
+// TestClaimKeepsTheOrder: a person claimed from the middle of the queue
+// (their file shipped at its close) leaves the others in their order, is
+// queued afresh at the end by their next write, and one put back after a
+// failed ship is first, with the time they waited since; claims and writes
+// without end leave the queue's order bounded by the people in it.
+func TestClaimKeepsTheOrder(t *testing.T) {
+	q := newQueue("", nil)
+	for _, id := range []string{"a", "b", "c", "d"} {
+		q.push(id)
+	}
+	if _, ok := q.claim("b"); !ok {
+		t.Fatal("b was queued, and claim said not")
+	}
+	if _, ok := q.claim("b"); ok {
+		t.Fatal("b claimed twice")
+	}
+	if n, _ := q.state(); n != 3 {
+		t.Fatalf("%d queued after a claim, want 3", n)
+	}
+	q.claim("a")
+	q.push("a") // written again: at the end
+	at, _ := q.claim("d")
+	time.Sleep(20 * time.Millisecond)
+	q.putBack("d", at)
+	if _, oldest := q.state(); oldest < 20*time.Millisecond {
+		t.Errorf("the oldest waited %v, want d's wait since before its claim", oldest)
+	}
+	var got []string
+	for range 3 {
+		id, _ := q.pop(0)
+		got = append(got, id)
+	}
+	if want := []string{"d", "c", "a"}; !slices.Equal(got, want) {
+		t.Fatalf("popped %v, want %v", got, want)
+	}
+	for range 10_000 {
+		q.push("x")
+		q.claim("x")
+	}
+	if len(q.ids) > 2*len(q.since)+65 {
+		t.Errorf("%d places for %d people queued", len(q.ids), len(q.since))
+	}
+	q.push("y")
+	if id, _ := q.pop(0); id != "y" {
+		t.Errorf("popped %q, want y, the one person queued", id)
+	}
 }

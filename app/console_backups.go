@@ -507,12 +507,12 @@ func (a *App) replicationGauges() []gauge {
 		return nil
 	}
 	h := b.Health()
-	failing := 0
-	for _, f := range b.Repl.Status() {
+	failing := 0 // counted in place: Status sorts a copy of every file's state
+	b.Repl.EachStatus(func(f backup.FileStatus) {
 		if f.Err != "" {
 			failing++
 		}
-	}
+	})
 	healthy := 0.0
 	if h.Ok {
 		healthy = 1

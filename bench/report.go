@@ -103,6 +103,9 @@ func markdown(r Result) string {
 	if l := r.ReplicaLag; l != nil {
 		fmt.Fprintf(&b, "\nreplica lag: at most %.1f s during the uniform 16-writer phase (%d files queued at most), back to 0 %.1f s after it (-1: not within a minute).\n", l.DuringMaxS, l.QueuedMax, l.CaughtUpS)
 	}
+	if l := r.ReplicaLagMix; l != nil {
+		fmt.Fprintf(&b, "\nreplica lag: at most %.1f s during the mixed 16-writer phase (%d files queued at most), back to 0 %.1f s after it (-1: not within a minute).\n", l.DuringMaxS, l.QueuedMax, l.CaughtUpS)
+	}
 	return b.String()
 }
 

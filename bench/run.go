@@ -61,6 +61,9 @@ type Result struct {
 	PostMixCost     *PostCost  `json:"post_mix_cost,omitempty"` // the mixed 16-writer phase, per post
 
 	ReplicaLag *ReplicaLag `json:"replica_lag,omitempty"` // during the uniform 16-writer phase and after
+	// ReplicaLagMix is the same around the mixed phase: a server that
+	// leaves its ships for after the phase looks cheaper a post there.
+	ReplicaLagMix *ReplicaLag `json:"replica_lag_mix,omitempty"`
 }
 
 // PostCost is what one post of the 16-writer phase cost the server beyond
@@ -256,7 +259,14 @@ func measure(ctx context.Context, bin, data string, f fixture.Fixture, people []
 		fmt.Fprintf(os.Stderr, "replica lag: at most %.1f s during the phase (%d files queued at most), back to 0 %.1f s after\n", lag.DuringMaxS, lag.QueuedMax, lag.CaughtUpS)
 	}
 	fmt.Fprintf(os.Stderr, "post, 16 writers, the fixture's mix, %v\n", d)
+	stopLag = make(chan struct{})
+	lagRes = watchLag(metrics, stopLag)
 	res.PostMix16, res.PostMixCost = costedPosts(ctx, pid, metrics, func() Latency { return postLoad(ctx, base, people, mix, 16, d) })
+	close(stopLag)
+	if lag := <-lagRes; lag.SamplesTaken > 0 {
+		res.ReplicaLagMix = &lag
+		fmt.Fprintf(os.Stderr, "replica lag, mix: at most %.1f s during the phase (%d files queued at most), back to 0 %.1f s after\n", lag.DuringMaxS, lag.QueuedMax, lag.CaughtUpS)
+	}
 	if stopDrills != nil {
 		dl := stopDrills()
 		res.Drill = &dl

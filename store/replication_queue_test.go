@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nah-app/nah/store/internal/personfile"
 )
 
 // gatedHooks: while gated, every Watch blocks until gate closes (and says
@@ -157,7 +159,7 @@ func TestQueuedWriteSurvivesDeleteAndRestore(t *testing.T) {
 	}
 	g.open()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if n, _ := s.files.Queue(); n == 0 && !exists(filepath.Join(qdir, x)) {
+		if n, _ := s.files.Queue(); n == 0 && !marked(t, qdir, x) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -232,4 +234,14 @@ func TestQueuedWriteSurvivesAFailedReplace(t *testing.T) {
 			t.Fatalf("x's acknowledged write (seq %d) was never replicated: last Watch/Unwatch of the file at seq %d", wrote, last)
 		}
 	}
+}
+
+// marked says whether the queue on disk in qdir lists person id.
+func marked(t *testing.T, qdir, id string) bool {
+	t.Helper()
+	m, err := personfile.Marked(qdir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m[id]
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nah-app/nah"
+	"github.com/nah-app/nah/store/internal/personfile"
 )
 
 // TestWatchedSet: under concurrent posts to more people than the watched
@@ -390,8 +391,8 @@ func TestReplicationQueueSurvivesAKill(t *testing.T) {
 	if _, err := s.CreateMoment(ctx, bob.ID, []byte("waits for replication")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(qdir, bob.ID)); err != nil {
-		t.Fatalf("bob's written file is not listed while it waits: %v", err)
+	if !marked(t, qdir, bob.ID) {
+		t.Fatal("bob's written file is not listed while it waits")
 	}
 	openGate()
 	deadline := time.Now().Add(10 * time.Second)
@@ -409,24 +410,24 @@ func TestReplicationQueueSurvivesAKill(t *testing.T) {
 	}
 	// Watched, his last writes may not be on the replica yet: a kill now
 	// must take him up again at the next start.
-	if _, err := os.Stat(filepath.Join(qdir, bob.ID)); err != nil {
-		t.Fatalf("bob's marker went when he was taken up, before his last sync: %v", err)
+	if !marked(t, qdir, bob.ID) {
+		t.Fatal("bob's mark went when he was taken up, before his last sync")
 	}
 	s.files.Forget(bob.ID) // let go of, after a last sync, once the replicator releases him
 	for {
-		_, err := os.Stat(filepath.Join(qdir, bob.ID))
-		if os.IsNotExist(err) {
+		if !marked(t, qdir, bob.ID) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("bob's marker stayed after replication let go of him: %v", err)
+			t.Fatal("bob's mark stayed after replication let go of him")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	s.Close()
 
-	// A killed process leaves markers: a store opened on them takes those
-	// people up without anyone posting, and lists nothing once done.
+	// A process of the earlier layout, killed, leaves an empty file a person:
+	// a store opened on them takes those people up without anyone posting,
+	// and lists nothing once done.
 	for _, id := range []string{ann.ID, bob.ID, "not-a-person"} {
 		if err := os.WriteFile(filepath.Join(qdir, id), nil, 0o600); err != nil {
 			t.Fatal(err)
@@ -450,10 +451,12 @@ func TestReplicationQueueSurvivesAKill(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	s2.Close()
-	es, _ := os.ReadDir(qdir)
-	for _, e := range es {
-		if e.Name() != "not-a-person" {
-			t.Errorf("%s still listed after Close", e.Name())
+	if m, err := personfile.Marked(qdir); err != nil || len(m) > 0 {
+		t.Errorf("%d still listed after Close (%v)", len(m), err)
+	}
+	for _, id := range []string{ann.ID, bob.ID} {
+		if exists(filepath.Join(qdir, id)) {
+			t.Errorf("%s: the earlier layout's mark stayed", id)
 		}
 	}
 }

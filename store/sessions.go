@@ -45,6 +45,11 @@ func (s *Store) SignIn(ctx context.Context, id, hash string) (string, error) {
 
 var errBadToken = nah.Errorf(nah.Unauthorized, "invalid_token", "the token is missing, revoked or invalid")
 
+// tokenQuery is the person of a live token's hash.
+const tokenQuery = `SELECT p.id, p.handle, p.created_at, p.disabled, p.newest_at
+	FROM sessions s JOIN people p ON p.id = s.person_id
+	WHERE s.token_hash = ? AND p.disabled = 0 AND p.deleted_at IS NULL`
+
 // PersonForToken returns the person a token belongs to. Revoked tokens and
 // disabled people are Unauthorized.
 func (s *Store) PersonForToken(ctx context.Context, token string) (nah.Person, error) {
@@ -58,9 +63,7 @@ func (s *Store) PersonForToken(ctx context.Context, token string) (nah.Person, e
 	}
 	gen := s.sessions.generation()
 	var p nah.Person
-	err := scanPerson(s.r.QueryRowContext(ctx, `SELECT p.id, p.handle, p.created_at, p.disabled, p.newest_at
-		FROM sessions s JOIN people p ON p.id = s.person_id
-		WHERE s.token_hash = ? AND p.disabled = 0 AND p.deleted_at IS NULL`, h[:]), &p)
+	err := scanPerson(s.tokenQuery.QueryRowContext(ctx, h[:]), &p)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nah.Person{}, errBadToken
 	}

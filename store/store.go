@@ -87,6 +87,9 @@ type Store struct {
 
 	w *sql.DB // the directory's one writer connection
 	r *sql.DB // the directory's readers
+	// tokenQuery is PersonForToken's query on r, prepared once a connection:
+	// its parse was 40 % of the check (people-10k's posts, bench/THRESHOLDS.md).
+	tokenQuery *sql.Stmt
 
 	files     *personfile.Cache
 	sync      Sync // of every connection the store opens (Config.Sync)
@@ -203,6 +206,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	if s.r, err = openDB(path, true, directoryReaders, 2048, cfg.Sync, false); err != nil {
+		s.w.Close()
+		return nil, err
+	}
+	if s.tokenQuery, err = s.r.PrepareContext(ctx, tokenQuery); err != nil {
+		s.r.Close()
 		s.w.Close()
 		return nil, err
 	}
@@ -487,7 +495,7 @@ func (s *Store) Close() error {
 		<-s.swept
 		errs := []error{s.flushDirty(context.Background())}
 		s.files.Close()
-		errs = append(errs, s.r.Close(), s.w.Close())
+		errs = append(errs, s.tokenQuery.Close(), s.r.Close(), s.w.Close())
 		s.closeErr = errors.Join(errs...)
 		if errs[0] == nil {
 			s.run.drop() // every newest time reached the directory

@@ -97,7 +97,6 @@ func New(cfg Config) *Cache {
 		for range extraReplicators {
 			c.watchers.Go(func() { c.replicate(behindLag) })
 		}
-		c.watchers.Go(c.q.removeLoop)
 	}
 	return c
 }
@@ -378,6 +377,23 @@ func (c *Cache) Closed() bool {
 // Larger ones, and every one at shutdown, are checkpointed.
 const keptWAL = 128 << 10
 
+// shipClosing ships f, evicted and about to close, if it waits for a
+// replicator: now, while it is open. A replicator would open it again, and
+// once more files waited than the cache holds every ship did and the queue
+// grew without end (13 s, 5,587 files behind on people-10k's burst,
+// bench/THRESHOLDS.md).
+func (c *Cache) shipClosing(f *File) {
+	at, queued := c.q.claim(f.ID)
+	if !queued {
+		return
+	}
+	if c.ship(f) {
+		c.q.unmark(f.ID)
+	} else {
+		c.q.putBack(f.ID, at) // to be taken up
+	}
+}
+
 // closeFile closes f's database (which checkpoints its WAL and removes it,
 // unless replication watches it or it is an evicted file's small WAL,
 // keptWAL) and then tells replication. A watched file's WAL cannot be
@@ -389,6 +405,9 @@ func (c *Cache) closeFile(f *File) {
 	c.closes.Add(1)
 	final := c.Closed()
 	watched := f.watching()
+	if f.evicted && !final && watched == nil {
+		c.shipClosing(f)
+	}
 	keep := f.evicted && !final && watched == nil && c.cfg.CloseKeepingWAL != nil && walSize(f.Path) <= keptWAL
 	var err error
 	if keep {
@@ -409,7 +428,7 @@ func (c *Cache) closeFile(f *File) {
 		}
 		c.leftWAL(f.Path, final)
 		if synced {
-			c.q.unmark(f.ID, true)
+			c.q.unmark(f.ID)
 		}
 	} else {
 		// Left for the shutdown, or our close was the last and SQLite

@@ -1,51 +1,54 @@
 package personfile
 
 import (
-	"errors"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"sync"
 	"time"
-
-	"github.com/nah-app/nah"
 )
 
 // queue holds the files written while replication did not watch them,
 // oldest first, each once, until a replicator takes them up: bounded by
 // the number of people, never by clients. With a dir, each person waiting
-// (or watched and not yet let go of after a last sync) is an empty file
-// there, so that the next start after a kill takes up every one.
+// (or watched and not yet let go of after a last sync) is listed in its
+// journal of marks (marks.go), so that the next start after a kill takes
+// up every one.
 type queue struct {
 	dir string
 	log *slog.Logger
 
-	mu          sync.Mutex
-	ids         []string
-	since       map[string]time.Time // the same ids, with when each was queued
-	wake        *sync.Cond           // on mu: ids grew or the queue closed
-	closed      bool
-	done        chan struct{} // closed with the queue
-	markFailing bool          // the last marker could not be made
-	// marked is the markers on disk, each with when its file was last
-	// replicated (zero: still needed). A marker stays markerLinger after
-	// that, so that a file written again soon keeps it: its creation and
-	// removal were two file system calls a ship (7 % of the server's CPU
-	// under the bench's burst, bench/THRESHOLDS.md).
-	marked map[string]time.Time
+	mu     sync.Mutex
+	since  map[string]wait // who is queued, since when
+	ids    []place         // their order (addLocked)
+	seq    uint64          // places made so far
+	wake   *sync.Cond      // on mu: ids grew or the queue closed
+	closed bool
+	done   chan struct{} // closed with the queue
+	marks  marks         // on mu
 }
 
-// markerLinger is how long a marker stays after its file was replicated.
-// A kill within it only has the next start ship the file again (nothing
-// to ship, a look at its WAL).
-const markerLinger = 10 * time.Second
+// wait is when a person was queued, and their place's number.
+type wait struct {
+	at  time.Time
+	seq uint64
+}
+
+// place is one person's place in the queue's order: theirs while since
+// holds the same number, else left behind by a claim or a pop.
+type place struct {
+	id  string
+	seq uint64
+}
 
 // agePoll is how often a replicator that waits for the queue to fall
 // behind looks at it: a few wakeups a second, no CPU to speak of.
 const agePoll = 100 * time.Millisecond
 
 func newQueue(dir string, log *slog.Logger) *queue {
-	q := &queue{dir: dir, log: log, since: make(map[string]time.Time), marked: make(map[string]time.Time), done: make(chan struct{})}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	q := &queue{dir: dir, log: log, since: make(map[string]wait), done: make(chan struct{})}
+	q.marks = marks{dir: dir, log: log, set: make(map[string]bool)}
 	q.wake = sync.NewCond(&q.mu)
 	return q
 }
@@ -71,10 +74,56 @@ func (q *queue) requeue(id string) {
 	}
 }
 
-func (q *queue) addLocked(id string, at time.Time) {
-	q.since[id] = at
-	q.ids = append(q.ids, id)
+// putBack puts person id, claimed while waiting since at, at the front of
+// the queue, unless a write queued them again meanwhile: the file could
+// not be shipped, and waits to be taken up, as long as it has waited.
+func (q *queue) putBack(id string, at time.Time) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if _, ok := q.since[id]; ok {
+		return
+	}
+	q.seq++
+	q.since[id] = wait{at, q.seq}
+	q.ids = append([]place{{id, q.seq}}, q.ids...)
 	q.wake.Signal()
+}
+
+// addLocked queues id at the end. A claim leaves its place in ids until
+// it reaches the front, so ids is rebuilt from since once it has twice as
+// many places as people queued: bounded by the people, never by posts.
+func (q *queue) addLocked(id string, at time.Time) {
+	if len(q.ids) >= 2*len(q.since)+64 {
+		q.ids = q.orderLocked()
+	}
+	q.seq++
+	q.since[id] = wait{at, q.seq}
+	q.ids = append(q.ids, place{id, q.seq})
+	q.wake.Signal()
+}
+
+func (q *queue) live(p place) bool {
+	w, ok := q.since[p.id]
+	return ok && w.seq == p.seq
+}
+
+// orderLocked is the places of who is queued, oldest first.
+func (q *queue) orderLocked() []place {
+	out := make([]place, 0, len(q.since))
+	for _, p := range q.ids {
+		if q.live(p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// trimLocked drops the places left behind at the front.
+func (q *queue) trimLocked() {
+	for len(q.ids) > 0 && !q.live(q.ids[0]) {
+		q.ids[0] = place{}
+		q.ids = q.ids[1:]
+	}
 }
 
 // pop waits for the oldest person queued, queued at least age ago, and
@@ -83,7 +132,14 @@ func (q *queue) addLocked(id string, at time.Time) {
 func (q *queue) pop(age time.Duration) (string, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for !q.closed && (len(q.ids) == 0 || time.Since(q.since[q.ids[0]]) < age) {
+	for {
+		q.trimLocked()
+		if q.closed {
+			return "", false
+		}
+		if len(q.ids) > 0 && time.Since(q.since[q.ids[0].id].at) >= age {
+			break
+		}
 		if age == 0 {
 			q.wake.Wait()
 			continue
@@ -92,14 +148,24 @@ func (q *queue) pop(age time.Duration) (string, bool) {
 		time.Sleep(agePoll)
 		q.mu.Lock()
 	}
-	if q.closed {
-		return "", false
-	}
-	id := q.ids[0]
-	q.ids[0] = ""
+	id := q.ids[0].id
+	q.ids[0] = place{}
 	q.ids = q.ids[1:]
 	delete(q.since, id)
 	return id, true
+}
+
+// claim takes person id out of the queue wherever they wait, and says
+// since when, and whether they were queued: their file is about to close,
+// and is shipped first (closeFile).
+func (q *queue) claim(id string) (time.Time, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	w, ok := q.since[id]
+	if ok {
+		delete(q.since, id)
+	}
+	return w.at, ok
 }
 
 // close stops the replicators' pops and refuses later pushes.
@@ -117,8 +183,11 @@ func (q *queue) close() {
 func (q *queue) take() []string {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	ids := q.ids
-	q.ids, q.since = nil, make(map[string]time.Time)
+	var ids []string
+	for _, p := range q.orderLocked() {
+		ids = append(ids, p.id)
+	}
+	q.ids, q.since = nil, make(map[string]wait)
 	return ids
 }
 
@@ -126,17 +195,16 @@ func (q *queue) take() []string {
 func (q *queue) state() (n int, oldest time.Duration) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.trimLocked()
 	if len(q.ids) > 0 {
-		oldest = time.Since(q.since[q.ids[0]])
+		oldest = time.Since(q.since[q.ids[0].id].at)
 	}
-	return len(q.ids), oldest
+	return len(q.since), oldest
 }
 
 // mark and unmark keep on disk that person id's file may hold writes the
 // replica lacks, from its first write not watched, or from its take-up,
-// until its last sync succeeded. The marker is not synced: an empty
-// file's creation costs tens of microseconds; a power cut may lose it,
-// and the file then waits for its next write or the nightly sweep.
+// until its last sync succeeded (marks.go).
 func (q *queue) mark(id string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -144,27 +212,14 @@ func (q *queue) mark(id string) {
 }
 
 func (q *queue) markLocked(id string) {
-	if q.dir == "" {
-		return
-	}
-	if _, ok := q.marked[id]; ok {
-		q.marked[id] = time.Time{}
-		return
-	}
-	err := os.WriteFile(filepath.Join(q.dir, id), nil, 0o600)
-	if err != nil && !q.markFailing {
-		q.log.Warn("replication: cannot list a waiting file on disk (said once until it works again)", "person", id, "err", err)
-	}
-	q.markFailing = err != nil
-	if err == nil {
-		q.marked[id] = time.Time{}
+	if q.dir != "" {
+		q.marks.add(id)
 	}
 }
 
-// unmark lets person id's marker go once replication let go of their file
-// after a last sync, unless a write queued them again meanwhile: removed
-// markerLinger later (removeDue), or at once with now.
-func (q *queue) unmark(id string, now bool) {
+// unmark lets person id's mark go once replication let go of their file
+// after a last sync, unless a write queued them again meanwhile.
+func (q *queue) unmark(id string) {
 	if q.dir == "" {
 		return
 	}
@@ -173,82 +228,32 @@ func (q *queue) unmark(id string, now bool) {
 	if _, ok := q.since[id]; ok {
 		return
 	}
-	if _, ok := q.marked[id]; ok && !now {
-		q.marked[id] = time.Now()
+	q.marks.remove(id)
+}
+
+// flush leaves the journal holding the marks alone, at a clean stop.
+func (q *queue) flush() {
+	if q.dir == "" {
 		return
 	}
-	q.removeLocked(id)
-}
-
-func (q *queue) removeLocked(id string) {
-	delete(q.marked, id)
-	if err := os.Remove(filepath.Join(q.dir, id)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		q.log.Warn("replication: queue marker", "person", id, "err", err)
-	}
-}
-
-// removeDue removes the markers let go of at least older ago, each under
-// the lock on its own so that a post's push never waits for many.
-func (q *queue) removeDue(older time.Duration) {
 	q.mu.Lock()
-	var due []string
-	for id, at := range q.marked {
-		if !at.IsZero() && time.Since(at) >= older {
-			due = append(due, id)
-		}
-	}
-	q.mu.Unlock()
-	for _, id := range due {
-		q.mu.Lock()
-		if at, ok := q.marked[id]; ok && !at.IsZero() {
-			q.removeLocked(id)
-		}
-		q.mu.Unlock()
-	}
-}
-
-// removeLoop removes the markers due every markerLinger until the queue
-// closes.
-func (q *queue) removeLoop() {
-	t := time.NewTicker(markerLinger)
-	defer t.Stop()
-	for {
-		select {
-		case <-q.done:
-			return
-		case <-t.C:
-			q.removeDue(markerLinger)
-		}
-	}
+	defer q.mu.Unlock()
+	q.marks.close()
 }
 
 // load queues the files that a previous run left marked on disk: written,
 // and maybe not replicated, when it was killed.
 func (q *queue) load() {
-	if err := os.MkdirAll(q.dir, 0o700); err != nil {
-		q.log.Warn("replication: queue", "err", err)
-		return
-	}
-	es, err := os.ReadDir(q.dir)
+	ids, at, err := q.marks.load()
 	if err != nil {
 		q.log.Warn("replication: queue", "err", err)
-		return
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for _, e := range es {
-		id := e.Name()
-		if !nah.ValidPersonID(id) {
-			continue
-		}
+	for _, id := range ids {
 		if _, ok := q.since[id]; !ok {
-			info, err := e.Info()
-			if err != nil {
-				continue
-			}
-			q.addLocked(id, info.ModTime()) // queued since the marker was made
+			q.addLocked(id, at[id]) // queued since it was marked
 		}
-		q.marked[id] = time.Time{}
 	}
 	if len(q.ids) > 0 {
 		q.log.Info("replication: files written before the last stop wait to be replicated", "files", len(q.ids))

@@ -1,11 +1,16 @@
 package personfile
 
 import (
+	"errors"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/nah-app/nah"
 )
 
 // TestPopWaitsForTheAge: the extra replicators (pop with behindLag) take
@@ -52,38 +57,141 @@ func TestPopWaitsForTheAge(t *testing.T) {
 	}
 }
 
-// TestMarkerLingers: a marker let go of after a ship stays on disk for a
-// file written again soon (no removal and creation a ship), goes once
-// due, and one marked again meanwhile is never removed: it says that its
-// file holds writes the replica may lack.
-func TestMarkerLingers(t *testing.T) {
+// TestMarksJournal: the journal on disk says, at every step, exactly which
+// people a start after a kill must replicate (a person marked until let go
+// of, and still marked when written again before that), stays small
+// through thousands of marks, and a start takes up what it holds, and the
+// empty files a person of the earlier layout, which then go.
+func TestMarksJournal(t *testing.T) {
 	dir := t.TempDir()
 	q := newQueue(dir, slog.New(slog.DiscardHandler))
-	onDisk := func(id string) bool {
-		_, err := os.Stat(filepath.Join(dir, id))
-		return err == nil
-	}
-	for _, id := range []string{"a", "b"} {
-		q.push(id)
-		if got, _ := q.pop(0); got != id {
-			t.Fatalf("pop = %q, want %q", got, id)
+	want := map[string]bool{}
+	check := func(step string) {
+		t.Helper()
+		got, err := Marked(dir)
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
 		}
-		q.unmark(id, false) // shipped
-		if !onDisk(id) {
-			t.Fatalf("%s: the marker went at once", id)
+		if !maps.Equal(got, want) {
+			t.Fatalf("%s: on disk %d marks, want %d (%v against %v)", step, len(got), len(want), got, want)
 		}
 	}
-	q.push("b") // written again: its marker is needed once more
-	q.removeDue(0)
-	if onDisk("a") {
-		t.Error("a: the marker of a file shipped and not written since stayed after it was due")
-	}
-	if !onDisk("b") {
-		t.Error("b: the marker of a file written again was removed")
-	}
+	a, b := nah.NewPersonID(), nah.NewPersonID()
+	q.push(a)
+	q.push(b)
+	want[a], want[b] = true, true
+	check("two written")
 	q.pop(0)
-	q.unmark("b", true)
-	if onDisk("b") {
-		t.Error("b: unmark now left the marker")
+	q.unmark(a) // shipped
+	delete(want, a)
+	check("a shipped")
+	q.push(a)
+	want[a] = true
+	check("a written again")
+	q.pop(0) // b, taken up
+	q.push(b)
+	q.unmark(b) // let go of, but written again meanwhile
+	check("b written while let go of")
+
+	// Thousands of people shipped one by one: the journal is written
+	// afresh and stays within twice the live marks and the slack.
+	if n := len(q.take()); n != 2 { // a and b, taken up and still marked
+		t.Fatalf("%d queued, want a and b", n)
+	}
+	for range 5000 {
+		q.push(nah.NewPersonID())
+		id, _ := q.pop(0)
+		q.unmark(id)
+	}
+	check("after 5,000 ships")
+	st, err := os.Stat(filepath.Join(dir, marksFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if most := int64(2*len(want)+marksSlack+1) * int64(len(a)+2); st.Size() > most {
+		t.Errorf("the journal is %d bytes after 5,000 ships with %d marks live, want at most %d", st.Size(), len(want), most)
+	}
+
+	// A kill: no flush. Beside the journal, an empty file a person from the
+	// earlier layout, and a torn last line.
+	old := nah.NewPersonID()
+	if err := os.WriteFile(filepath.Join(dir, old), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	want[old] = true
+	jf, err := os.OpenFile(filepath.Join(dir, marksFile), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := jf.WriteString("+" + nah.NewPersonID()[:5]); err != nil {
+		t.Fatal(err)
+	}
+	jf.Close()
+	check("killed")
+	r := newQueue(dir, slog.New(slog.DiscardHandler))
+	r.load()
+	queued := map[string]bool{}
+	for _, id := range r.take() {
+		queued[id] = true
+	}
+	if !maps.Equal(queued, want) {
+		t.Errorf("the start queued %d people, want the %d marked", len(queued), len(want))
+	}
+	if _, err := os.Stat(filepath.Join(dir, old)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the earlier layout's mark stayed after the start: %v", err)
+	}
+	check("started again")
+	r.unmark(old)
+	delete(want, old)
+	check("the old mark shipped")
+	r.flush()
+	check("stopped")
+}
+
+// TestClaimKeepsTheOrder: a person claimed from the middle of the queue
+// (their file shipped at its close) leaves the others in their order, is
+// queued afresh at the end by their next write, and one put back after a
+// failed ship is first, with the time they waited since; claims and writes
+// without end leave the queue's order bounded by the people in it.
+func TestClaimKeepsTheOrder(t *testing.T) {
+	q := newQueue("", nil)
+	for _, id := range []string{"a", "b", "c", "d"} {
+		q.push(id)
+	}
+	if _, ok := q.claim("b"); !ok {
+		t.Fatal("b was queued, and claim said not")
+	}
+	if _, ok := q.claim("b"); ok {
+		t.Fatal("b claimed twice")
+	}
+	if n, _ := q.state(); n != 3 {
+		t.Fatalf("%d queued after a claim, want 3", n)
+	}
+	q.claim("a")
+	q.push("a") // written again: at the end
+	at, _ := q.claim("d")
+	time.Sleep(20 * time.Millisecond)
+	q.putBack("d", at)
+	if _, oldest := q.state(); oldest < 20*time.Millisecond {
+		t.Errorf("the oldest waited %v, want d's wait since before its claim", oldest)
+	}
+	var got []string
+	for range 3 {
+		id, _ := q.pop(0)
+		got = append(got, id)
+	}
+	if want := []string{"d", "c", "a"}; !slices.Equal(got, want) {
+		t.Fatalf("popped %v, want %v", got, want)
+	}
+	for range 10_000 {
+		q.push("x")
+		q.claim("x")
+	}
+	if len(q.ids) > 2*len(q.since)+65 {
+		t.Errorf("%d places for %d people queued", len(q.ids), len(q.since))
+	}
+	q.push("y")
+	if id, _ := q.pop(0); id != "y" {
+		t.Errorf("popped %q, want y, the one person queued", id)
 	}
 }

@@ -57,7 +57,7 @@ func (c *Cache) Close() {
 		wg.Go(func() {
 			defer func() { <-sem }()
 			if c.syncClosed(ph) {
-				c.q.unmark(id, true)
+				c.q.unmark(id)
 			}
 		})
 	}
@@ -72,5 +72,5 @@ func (c *Cache) Close() {
 		})
 	}
 	wg.Wait()
-	c.q.removeDue(0) // the markers of files shipped lately: nothing waits
+	c.q.flush() // the journal holds what is left: files busy at the stop
 }

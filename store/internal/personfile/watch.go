@@ -129,12 +129,12 @@ func (c *Cache) replicate(lag time.Duration) {
 			if c.Closed() {
 				c.q.requeue(id) // the shutdown's drain takes it
 			}
-			c.q.unmark(id, true)
+			c.q.unmark(id)
 			continue
 		}
 		if c.ship(f) {
 			c.Release(f)
-			c.q.unmark(id, false)
+			c.q.unmark(id)
 			continue
 		}
 		c.watchFile(context.Background(), f, true)

@@ -70,10 +70,10 @@ func (c *Cache) watchFile(ctx context.Context, f *File, wait bool) {
 
 // replicators is how many files replication ships or takes up at once
 // for posts (replicate); extraReplicators more join while the oldest
-// queued write is behindLag old, so that a loaded machine does not carry
-// the lag past its 5 s promise. On people-1k (bench/THRESHOLDS.md) they
-// cost no measurable posts/s and cut the mixed burst's worst lag from
-// 3.1-3.5 s to 2.6-3.0 s; without them a loaded run reached 5.8 s.
+// queued write is behindLag old, to pull the lag back under its 5 s
+// promise (a loaded run without them reached 5.8 s). On people-1k
+// (bench/THRESHOLDS.md) they cost no measurable posts/s and cut the mixed
+// burst's worst lag from 3.1-3.5 s to 2.6-3.0 s.
 const (
 	replicators      = 2
 	extraReplicators = 2

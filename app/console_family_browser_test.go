@@ -116,10 +116,7 @@ func TestConsoleRestoreLocalTimeInBrowser(t *testing.T) {
 	if want := "As it was at (your time: Pacific/Auckland, " + gmt + ")"; label != want {
 		t.Errorf("the restore time's label is %q, want %q", label, want)
 	}
-	// Set through the page, not a node id: a swap after load may replace
-	// the node chromedp found (CI: "could not set value on node 47").
-	_, err = chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`document.querySelector("#restore-at").value = %q`, at.In(auckland).Format("2006-01-02T15:04:05"))))
-	must("choose the time", err)
+	setRestoreTime(t, ctx, at.In(auckland).Format("2006-01-02T15:04:05"))
 	must("restore", chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#restore-person button"))))
 	browserWait(t, ctx, "confirmation", `document.querySelector("#restore-confirm") !== null`)
 	got, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[new URL(location.href).searchParams.get("at"), document.querySelector('form input[name="at"]').value, document.querySelector("#restore-when").innerText]`))

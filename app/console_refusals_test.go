@@ -94,9 +94,9 @@ func TestConsoleRefusalsInBrowser(t *testing.T) {
 	} {
 		must("backups", chromedp.Do(ctx, chromedp.Navigate(rs.URL+"/console/backups")))
 		waitFor("backups", `document.querySelector("#restore-who") !== null`)
+		must("who "+tc.who, chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS("#restore-who"), tc.who)))
+		setRestoreTime(t, ctx, tc.at)
 		must("restore "+tc.who, chromedp.Do(ctx,
-			chromedp.SendKeys(chromedp.CSS("#restore-who"), tc.who),
-			chromedp.SetValue(chromedp.CSS("#restore-at"), tc.at),
 			chromedp.Click(chromedp.CSS("#restore-person button"))))
 		waitFor("restore "+tc.who, seen("#error", tc.says))
 	}

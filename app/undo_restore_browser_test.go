@@ -49,9 +49,8 @@ func TestUndoRestoreInBrowser(t *testing.T) {
 
 	must("ann's page", chromedp.Do(ctx, chromedp.Navigate(rs.URL+page)))
 	waitFor("ann's page", moments(len(before))+` && document.querySelector("#undo-restore") === null`)
-	must("choose the time", chromedp.Do(ctx,
-		chromedp.SetValue(chromedp.CSS("#restore-at"), at.UTC().Format("2006-01-02T15:04:05")),
-		chromedp.Click(chromedp.CSS("#restore-person button"))))
+	setRestoreTime(t, ctx, at.UTC().Format("2006-01-02T15:04:05"))
+	must("restore", chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#restore-person button"))))
 	waitFor("confirmation", `document.querySelector("#restore-confirm") !== null`)
 	must("confirm", chromedp.Do(ctx, chromedp.Click(chromedp.ID("restore-confirm"))))
 	waitFor("restored", `document.querySelector("#restore-undo") !== null`)

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/benbjohnson/litestream"
@@ -65,6 +66,9 @@ type Config struct {
 	// deletes of a person never meet it.
 	MetaDir string
 	Logger  *slog.Logger
+	// Retention is how far back a restore to a time can go
+	// (DefaultRetention when zero): retention.go.
+	Retention time.Duration
 }
 
 // Replicator watches files and ships their changes to the target.
@@ -90,6 +94,18 @@ type Replicator struct {
 	stop      chan struct{}
 	closeOnce sync.Once
 	stopped   sync.WaitGroup
+
+	// The retention policy (retention.go): retainMu is held by a visit of
+	// one file and by Forget, so that a snapshot never brings back a
+	// history being deleted; retainDue is when each file is next looked at
+	// (bounded by the files on the target).
+	policy      retention
+	retainMu    sync.Mutex
+	retainDueMu sync.Mutex
+	retainDue   map[string]time.Time
+	// Counted for the metrics: LTX files the policy deleted, snapshots it
+	// wrote, visits that failed.
+	retained, snapshots, retainErrs atomic.Int64
 }
 
 // fileState is what the Backups page shows of one file. The map is bounded
@@ -122,8 +138,13 @@ func Open(ctx context.Context, cfg Config) (*Replicator, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	ls := litestream.NewStore(nil, litestream.DefaultCompactionLevels)
+	policy := newRetention(cfg.Retention)
+	ls := litestream.NewStore(nil, policy.levels())
 	ls.L0RetentionCheckInterval = l0CheckInterval
+	// Litestream deletes only level-0 files compacted into level 1, as the
+	// policy does; its snapshots are kept (retention.go decides).
+	ls.L0Retention = policy.l0Keep
+	ls.SnapshotRetention = 100 * 365 * 24 * time.Hour
 	// Litestream says something at INFO for every file it opens and every
 	// compaction: under churn that is a line a post. Its warnings and
 	// errors stay.
@@ -136,8 +157,9 @@ func Open(ctx context.Context, cfg Config) (*Replicator, error) {
 		return nil, fmt.Errorf("replication: %w", err)
 	}
 	r := &Replicator{cfg: cfg, ls: ls, log: ls.Logger, started: time.Now(), files: make(map[string]*fileState),
-		dirty: make(map[string]time.Time), stop: make(chan struct{})}
+		dirty: make(map[string]time.Time), stop: make(chan struct{}), policy: policy, retainDue: make(map[string]time.Time)}
 	r.stopped.Go(r.syncLoop)
+	r.stopped.Go(r.retainLoop)
 	return r, nil
 }
 
@@ -243,6 +265,7 @@ func (r *Replicator) syncRel(ctx context.Context, rel string) error {
 	r.mu.Lock()
 	st.Err = ""
 	r.mu.Unlock()
+	r.historyGrew(rel)
 	return nil
 }
 
@@ -658,6 +681,11 @@ func (r *Replicator) Forget(ctx context.Context, rel string) error {
 	if r.ls.FindDB(r.path(rel)) != nil {
 		return fmt.Errorf("replication: %s is still watched", rel)
 	}
+	r.retainMu.Lock()
+	defer r.retainMu.Unlock()
+	r.retainDueMu.Lock()
+	delete(r.retainDue, rel)
+	r.retainDueMu.Unlock()
 	r.mu.Lock()
 	delete(r.files, rel)
 	r.mu.Unlock()

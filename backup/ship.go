@@ -169,6 +169,7 @@ func (r *Replicator) Ship(ctx context.Context, path string, db *sql.DB) (ok bool
 	st.ships++
 	compact := st.ships%shipsPerCompaction == 0
 	r.mu.Unlock()
+	r.historyGrew(rel)
 	if compact {
 		// Litestream compacts only the files it watches; a file shipped
 		// without a take-up would leave a restore one LTX file a post.

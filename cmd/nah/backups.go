@@ -53,7 +53,7 @@ func startReplication(ctx context.Context, cfg *config, log *slog.Logger) (*back
 	if err := os.MkdirAll(meta, 0o700); err != nil {
 		return nil, err
 	}
-	r, err := backup.Open(ctx, backup.Config{Target: t, DataDir: cfg.Store.Dir, MetaDir: meta, Logger: log})
+	r, err := backup.Open(ctx, backup.Config{Target: t, DataDir: cfg.Store.Dir, MetaDir: meta, Logger: log, Retention: cfg.Retention})
 	if err != nil {
 		return nil, err
 	}

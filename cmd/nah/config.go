@@ -43,6 +43,7 @@ type config struct {
 	ReplicaMaxFiles int
 	SweepEvery      time.Duration // 0: no sweep
 	SweepKeep       int
+	Retention       time.Duration // NAH_RETENTION
 	DrillEvery      time.Duration // NAH_DRILL_EVERY; 0: only when asked from the console
 
 	// MemoryLimit is NAH_MEMORY_LIMIT, and GoMemoryLimit the Go runtime's

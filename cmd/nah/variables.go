@@ -194,6 +194,14 @@ var variables = []variable{
 		}
 		return nil
 	}},
+	{"NAH_RETENTION", "168h", "how far back a restore to a time can go: older history is deleted from NAH_REPLICA_URL, keeping one snapshot of each file from before then and everything since (a deleted person's history goes whole at the purge)", func(c *config, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 10*time.Second {
+			return errors.New("want a duration such as 168h (a week) or 720h; at least 10s")
+		}
+		c.Retention = d
+		return nil
+	}},
 	{"NAH_SWEEP_EVERY", "24h", "how often every database is copied whole to NAH_REPLICA_URL/sweeps/ (at 03:00 UTC for 24h); off = never", func(c *config, v string) error {
 		if v == "off" {
 			return nil

@@ -1,0 +1,602 @@
+package backup
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/benbjohnson/litestream"
+	"github.com/superfly/ltx"
+
+	"github.com/nah-app/nah"
+)
+
+// The retention policy, for every file on the target, watched or shipped:
+// a restore can go back to any time within the window (NAH_RETENTION, 7
+// days), and what is older goes but one snapshot per file, taken at or
+// before the window's start, and the history since. Litestream enforces
+// retention only for the files it watches at the moment it looks (a few of
+// them), and its own rule (snapshots older than its retention go, the
+// newest kept) leaves no snapshot before the window's start when a file
+// was not watched at its snapshot times: so it deletes nothing here but
+// level-0 files compacted into level 1, and this file's pass does the rest.
+
+// DefaultRetention is how far back a restore to a time can go.
+const DefaultRetention = 7 * 24 * time.Hour
+
+// levelsKept are the levels a history is read from: those Litestream's
+// default compaction writes (0-3) and the snapshots (9).
+var levelsKept = []int{0, 1, 2, 3, litestream.SnapshotLevel}
+
+// retention is the policy's timing, derived from its window.
+type retention struct {
+	window time.Duration
+	// snapshotEvery: a file written since its newest snapshot gets a new
+	// one this long after it when its history since is as large as the
+	// snapshot, or window/2 after it in any case, so that there is always
+	// a snapshot inside the window to become the next base.
+	snapshotEvery time.Duration
+	// visitEvery bounds how often a file is looked at: a written file
+	// within this, an unwritten one when something of it is due to go.
+	// Each visit lists five levels (five LISTs on S3).
+	visitEvery time.Duration
+	// l0Keep: a level-0 file compacted into level 1 goes this long after
+	// it was written (Litestream's own level-0 retention, 5 minutes).
+	l0Keep time.Duration
+}
+
+func newRetention(window time.Duration) retention {
+	if window <= 0 {
+		window = DefaultRetention
+	}
+	p := retention{window: window}
+	p.snapshotEvery = min(24*time.Hour, window/7)
+	p.visitEvery = min(time.Hour, p.snapshotEvery/4)
+	p.l0Keep = min(litestream.DefaultL0Retention, p.visitEvery)
+	return p
+}
+
+// levels are Litestream's compaction levels for the files it watches:
+// its defaults (30 s, 5 min, 1 h) for a window of a week, shorter for a
+// short one, so that its level 0 is compacted before the policy looks.
+func (p retention) levels() litestream.CompactionLevels {
+	return litestream.CompactionLevels{
+		{Level: 0},
+		{Level: 1, Interval: min(30*time.Second, p.visitEvery)},
+		{Level: 2, Interval: min(5*time.Minute, p.snapshotEvery)},
+		{Level: 3, Interval: min(time.Hour, p.window/2)},
+	}
+}
+
+// history is one file's LTX files on the target, by level, each level in
+// TXID order.
+type history map[int][]*ltx.FileInfo
+
+func readHistory(ctx context.Context, client litestream.ReplicaClient) (history, error) {
+	h := history{}
+	for _, lvl := range levelsKept {
+		itr, err := client.LTXFiles(ctx, lvl, 0, false)
+		if err != nil {
+			return nil, err
+		}
+		for itr.Next() {
+			info := *itr.Item()
+			h[lvl] = append(h[lvl], &info)
+		}
+		if err := itr.Close(); err != nil {
+			return nil, err
+		}
+		slices.SortFunc(h[lvl], func(a, b *ltx.FileInfo) int { return cmp.Compare(a.MaxTXID, b.MaxTXID) })
+	}
+	return h, nil
+}
+
+func (h history) maxTXID() ltx.TXID {
+	var m ltx.TXID
+	for _, infos := range h {
+		if n := len(infos); n > 0 {
+			m = max(m, infos[n-1].MaxTXID)
+		}
+	}
+	return m
+}
+
+func (h history) newest(lvl int) *ltx.FileInfo {
+	if n := len(h[lvl]); n > 0 {
+		return h[lvl][n-1]
+	}
+	return nil
+}
+
+// retainFile applies the policy to file rel at now: compacts a file
+// nobody watches into level 1, snapshots it when due, and deletes what the
+// window no longer needs. It returns when the file is next due (zero:
+// only once written again).
+//
+// Safety, in this order: a snapshot is made from the history by the code
+// a restore runs (Litestream's plan, then SQLite's full integrity check)
+// and written before anything it replaces is deleted; the base is the
+// newest snapshot whose time is before the window's start, so a restore
+// to any time in the window starts at it or at a newer one and reads only
+// files above it; the newest level-0 file (the replica's position, which
+// Litestream and the next ship read) is never deleted.
+func (r *Replicator) retainFile(ctx context.Context, rel string, now time.Time) (time.Time, error) {
+	r.retainMu.Lock()
+	defer r.retainMu.Unlock()
+	p := r.policy
+	client, err := r.cfg.Target.client(rel)
+	if err != nil {
+		return time.Time{}, err
+	}
+	h, err := readHistory(ctx, client)
+	if err != nil {
+		return time.Time{}, err
+	}
+	top := h.maxTXID()
+	if top == 0 {
+		return time.Time{}, nil
+	}
+	if compacted, err := r.compactShipped(ctx, rel, client, h, now); err != nil {
+		return now.Add(p.visitEvery), err
+	} else if compacted {
+		if h, err = readHistory(ctx, client); err != nil {
+			return time.Time{}, err
+		}
+		top = h.maxTXID()
+	}
+
+	snap := h.newest(litestream.SnapshotLevel)
+	if snapshotDue(p, h, snap, now) {
+		info, err := r.snapshotHistory(ctx, rel, client, top)
+		if err != nil {
+			return now.Add(p.visitEvery), fmt.Errorf("snapshot: %w", err)
+		}
+		h[litestream.SnapshotLevel] = append(h[litestream.SnapshotLevel], info)
+	}
+
+	del, next := expired(p, h, now)
+	if len(del) > 0 {
+		if err := client.DeleteLTXFiles(ctx, del); err != nil {
+			return now.Add(p.visitEvery), fmt.Errorf("delete %d expired LTX files: %w", len(del), err)
+		}
+		r.retained.Add(int64(len(del)))
+	}
+	if err := r.pruneLocal(rel); err != nil {
+		return now.Add(p.visitEvery), err
+	}
+	if !next.IsZero() && next.Before(now.Add(p.visitEvery)) {
+		next = now.Add(p.visitEvery)
+	}
+	return next, nil
+}
+
+// snapshotDue says whether file h needs a new snapshot at now: it has
+// history after its newest snapshot snap (or has none), and snap is
+// window/2 old, or snapshotEvery old with its size written since.
+func snapshotDue(p retention, h history, snap *ltx.FileInfo, now time.Time) bool {
+	top := h.maxTXID()
+	if snap == nil {
+		oldest := time.Time{}
+		for _, lvl := range levelsKept {
+			if len(h[lvl]) > 0 && (oldest.IsZero() || h[lvl][0].CreatedAt.Before(oldest)) {
+				oldest = h[lvl][0].CreatedAt
+			}
+		}
+		return now.Sub(oldest) >= p.snapshotEvery
+	}
+	if snap.MaxTXID >= top {
+		return false
+	}
+	age := now.Sub(snap.CreatedAt)
+	if age >= p.window/2 {
+		return true
+	}
+	if age < p.snapshotEvery {
+		return false
+	}
+	var since int64
+	l1 := ltx.TXID(0)
+	for _, f := range h[1] {
+		if f.MaxTXID > snap.MaxTXID {
+			since += f.Size
+		}
+		l1 = max(l1, f.MaxTXID)
+	}
+	for _, f := range h[0] {
+		if f.MaxTXID > max(l1, snap.MaxTXID) {
+			since += f.Size
+		}
+	}
+	return since >= snap.Size
+}
+
+// expired is what the policy deletes of history h at now, and when the
+// next of its files is due to go (zero: none until the file is written).
+func expired(p retention, h history, now time.Time) (del []*ltx.FileInfo, next time.Time) {
+	due := func(t time.Time) {
+		if next.IsZero() || t.Before(next) {
+			next = t
+		}
+	}
+	cut := now.Add(-p.window)
+	var base *ltx.FileInfo
+	for _, s := range h[litestream.SnapshotLevel] {
+		if s.CreatedAt.Before(cut) {
+			if base == nil || s.MaxTXID > base.MaxTXID {
+				base = s
+			}
+		} else {
+			// It becomes the base once it is older than the window.
+			due(s.CreatedAt.Add(p.window + time.Second))
+		}
+	}
+	newest0 := h.newest(0)
+	gone := func(f *ltx.FileInfo) bool {
+		return base != nil && f.MaxTXID <= base.MaxTXID && f != newest0
+	}
+	for _, s := range h[litestream.SnapshotLevel] {
+		if base != nil && s.MaxTXID < base.MaxTXID {
+			del = append(del, s)
+		}
+	}
+	for _, lvl := range levelsKept[1 : len(levelsKept)-1] {
+		for _, f := range h[lvl] {
+			if gone(f) {
+				del = append(del, f)
+			}
+		}
+	}
+	// Level 0: below the base, or compacted into level 1 and l0Keep old,
+	// oldest first and stopping at the first that must stay (Litestream's
+	// own rule, which keeps level 0 contiguous).
+	var l1 ltx.TXID
+	if f := h.newest(1); f != nil {
+		l1 = f.MaxTXID
+	}
+	for _, f := range h[0] {
+		if f == newest0 {
+			break
+		}
+		if gone(f) {
+			del = append(del, f)
+			continue
+		}
+		if f.MaxTXID > l1 {
+			due(f.CreatedAt.Add(p.l0Keep)) // compacted then (compactShipped), or by Litestream
+			break
+		}
+		if f.CreatedAt.After(now.Add(-p.l0Keep)) {
+			due(f.CreatedAt.Add(p.l0Keep))
+			break
+		}
+		del = append(del, f)
+	}
+	return del, next
+}
+
+// compactShipped compacts the level-0 files of a file nobody watches that
+// are past level 1 and l0Keep old into one level-1 file (a ship does it
+// every shipsPerCompaction ships; a person who posts three times would
+// otherwise keep three level-0 files for ever). Litestream compacts the
+// files it watches.
+func (r *Replicator) compactShipped(ctx context.Context, rel string, client litestream.ReplicaClient, h history, now time.Time) (bool, error) {
+	var l1 ltx.TXID
+	if f := h.newest(1); f != nil {
+		l1 = f.MaxTXID
+	}
+	old := false
+	for _, f := range h[0] {
+		if f.MaxTXID > l1 {
+			old = f.CreatedAt.Before(now.Add(-r.policy.l0Keep))
+			break
+		}
+	}
+	if !old {
+		return false, nil
+	}
+	st := r.state(rel)
+	st.op.Lock()
+	defer st.op.Unlock()
+	if r.ls.FindDB(r.path(rel)) != nil {
+		return false, nil
+	}
+	_, err := litestream.NewCompactor(client, r.log).Compact(ctx, 1)
+	if errors.Is(err, litestream.ErrNoCompaction) {
+		return false, nil
+	} else if err != nil {
+		return false, fmt.Errorf("compact level 0: %w", err)
+	}
+	return true, nil
+}
+
+// snapshotHistory writes a snapshot of file rel's history up to TXID top:
+// restored by Litestream's restore as `nah restore` runs it, checked whole
+// by SQLite, and written as a level-9 file of TXIDs 1 to top, timed as its
+// last transaction (so that a restore to a time takes it only after it).
+func (r *Replicator) snapshotHistory(ctx context.Context, rel string, client litestream.ReplicaClient, top ltx.TXID) (*ltx.FileInfo, error) {
+	plan, err := litestream.CalcRestorePlan(ctx, client, top, time.Time{}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return nil, err
+	}
+	last := plan[len(plan)-1]
+	rc, err := client.OpenLTXFile(ctx, last.Level, last.MinTXID, last.MaxTXID, 0, ltx.HeaderSize)
+	if err != nil {
+		return nil, err
+	}
+	hdr, _, err := ltx.PeekHeader(rc)
+	rc.Close()
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(r.cfg.MetaDir, retainScratch)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	out := filepath.Join(dir, "snapshot.db")
+	removeDB(out)
+	defer removeDB(out)
+	rep := litestream.NewReplicaWithClient(nil, client)
+	opt := litestream.NewRestoreOptions()
+	opt.OutputPath, opt.TXID = out, top
+	if err := rep.Restore(ctx, opt); err != nil {
+		return nil, err
+	}
+	if err := checkSound(ctx, out); err != nil {
+		return nil, err
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	var dbh [100]byte
+	if _, err := f.ReadAt(dbh[:], 0); err != nil {
+		return nil, err
+	}
+	pageSize := uint32(binary.BigEndian.Uint16(dbh[16:]))
+	if pageSize == 1 {
+		pageSize = 65536
+	}
+	if pageSize < 512 || fi.Size()%int64(pageSize) != 0 {
+		return nil, fmt.Errorf("restored %s: page size %d does not divide its %d bytes", rel, pageSize, fi.Size())
+	}
+	snap := ltx.Header{
+		Version: ltx.Version, Flags: ltx.HeaderFlagNoChecksum, PageSize: pageSize,
+		Commit: uint32(fi.Size() / int64(pageSize)), MinTXID: 1, MaxTXID: top, Timestamp: hdr.Timestamp,
+	}
+	spill := &spillFile{name: filepath.Join(dir, "snapshot.ltx.tmp"), buf: shipBufs.Get().(*bytes.Buffer)}
+	defer spill.close()
+	spill.buf.Reset()
+	lock := ltx.LockPgno(pageSize)
+	err = writeLTX(spill, snap, func(lw *ltxWriter) error {
+		data := make([]byte, pageSize)
+		for pgno := uint32(1); pgno <= snap.Commit; pgno++ {
+			if pgno == lock {
+				continue
+			}
+			if _, err := f.ReadAt(data, int64(pgno-1)*int64(pageSize)); err != nil {
+				return err
+			}
+			if err := lw.page(pgno, data); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	body, err := spill.reader()
+	if err != nil {
+		return nil, err
+	}
+	info, err := client.WriteLTXFile(ctx, litestream.SnapshotLevel, 1, top, body)
+	if err != nil {
+		return nil, err
+	}
+	r.snapshots.Add(1)
+	return info, nil
+}
+
+// retainScratch is where snapshots are restored before they are written,
+// under the local state.
+const retainScratch = ".retain"
+
+// pruneLocal removes the level-0 files of a file nobody watches from its
+// local state but the newest, which is all a ship and a take-up read (the
+// target is the history): the ones Litestream left when it let go of the
+// file stayed for ever.
+func (r *Replicator) pruneLocal(rel string) error {
+	st := r.state(rel)
+	st.op.Lock()
+	defer st.op.Unlock()
+	if r.ls.FindDB(r.path(rel)) != nil {
+		return nil
+	}
+	level0 := filepath.Join(r.metaPath(rel), "ltx", "0")
+	es, err := os.ReadDir(level0)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	_, top, err := maxLTX(level0)
+	if err != nil {
+		return err
+	}
+	for _, e := range es {
+		if _, hi, err := ltx.ParseFilename(e.Name()); err == nil && hi < top {
+			if err := os.Remove(filepath.Join(level0, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// state is file rel's state, made if replication has none yet.
+func (r *Replicator) state(rel string) *fileState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := r.files[rel]
+	if st == nil {
+		st = &fileState{Since: time.Now()}
+		r.files[rel] = st
+	}
+	return st
+}
+
+// historyGrew marks file rel's history as grown on the target: it is
+// looked at within visitEvery.
+func (r *Replicator) historyGrew(rel string) {
+	r.retainDueMu.Lock()
+	defer r.retainDueMu.Unlock()
+	at := time.Now().Add(r.policy.visitEvery)
+	if due, ok := r.retainDue[rel]; !ok || due.IsZero() || at.Before(due) {
+		r.retainDue[rel] = at
+	}
+}
+
+// retainLoop applies the policy in the background: first to every file
+// the target holds (a restart forgets when each is due), then to each file
+// when it is due, one at a time and pausing as long as each took, so at
+// most half of one core.
+func (r *Replicator) retainLoop() {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-r.stop; cancel() }()
+	defer cancel()
+	tick := min(time.Minute, r.policy.visitEvery)
+	t := time.NewTimer(min(r.policy.visitEvery, retainFirstAfter))
+	defer t.Stop()
+	listed := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !listed {
+			if err := r.listForRetention(ctx); err != nil {
+				r.log.Warn("retention: list the target", "err", err)
+			} else {
+				listed = true
+			}
+		}
+		r.retainDueFiles(ctx, time.Now())
+		t.Reset(tick)
+	}
+}
+
+// retainFirstAfter is how long after the start the first pass begins: the
+// start (the directory's first snapshot, the queue left by a kill) first.
+const retainFirstAfter = time.Minute
+
+// listForRetention makes every database on the target due now.
+func (r *Replicator) listForRetention(ctx context.Context) error {
+	rels, err := r.historyFiles(ctx)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	r.retainDueMu.Lock()
+	defer r.retainDueMu.Unlock()
+	for _, rel := range rels {
+		r.retainDue[rel] = now
+	}
+	return nil
+}
+
+// historyFiles lists the databases the target holds a history of.
+func (r *Replicator) historyFiles(ctx context.Context) ([]string, error) {
+	blobs := r.cfg.Target.store()
+	out := []string{nah.DirectoryRel}
+	ids, err := blobs.children(ctx, nah.PeopleRel)
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range ids {
+		if rel := path.Join(nah.PeopleRel, id, nah.PersonFileName); nah.ValidDatabaseRel(rel) {
+			out = append(out, rel)
+		}
+	}
+	return out, nil
+}
+
+// retainDueFiles visits every file due at now.
+func (r *Replicator) retainDueFiles(ctx context.Context, now time.Time) {
+	r.retainDueMu.Lock()
+	var due []string
+	for rel, at := range r.retainDue {
+		if !at.IsZero() && !at.After(now) {
+			due = append(due, rel)
+		}
+	}
+	r.retainDueMu.Unlock()
+	slices.Sort(due)
+	for _, rel := range due {
+		if ctx.Err() != nil {
+			return
+		}
+		start := time.Now()
+		next, err := r.retainFile(ctx, rel, start)
+		if err != nil && ctx.Err() == nil {
+			r.log.Warn("retention", "path", rel, "err", err)
+			r.retainErrs.Add(1)
+		}
+		r.retainDueMu.Lock()
+		if at, ok := r.retainDue[rel]; ok && at.After(now) {
+			// Written during the visit: due again within visitEvery.
+			next = minTime(next, at)
+		}
+		if next.IsZero() {
+			delete(r.retainDue, rel)
+		} else {
+			r.retainDue[rel] = next
+		}
+		r.retainDueMu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Since(start)):
+		}
+	}
+}
+
+// RetainNow applies the policy to every file the target holds, now, and
+// returns the first error: the tests' and the bench's way to see a round.
+func (r *Replicator) RetainNow(ctx context.Context) error {
+	rels, err := r.historyFiles(ctx)
+	if err != nil {
+		return err
+	}
+	var first error
+	for _, rel := range rels {
+		if _, err := r.retainFile(ctx, rel, time.Now()); err != nil && first == nil {
+			first = fmt.Errorf("%s: %w", rel, err)
+		}
+	}
+	return first
+}
+
+func minTime(a, b time.Time) time.Time {
+	switch {
+	case a.IsZero():
+		return b
+	case b.IsZero() || a.Before(b):
+		return a
+	}
+	return b
+}

@@ -31,8 +31,15 @@ func Databases(ctx context.Context, t *Target) ([]string, error) {
 		if strings.HasPrefix(k, sweepPrefix+"/") {
 			continue
 		}
-		if i := strings.Index(k, "/ltx/"); i > 0 {
-			seen[k[:i]] = true
+		// A history's files: <db>/ltx/<level>/<name>.ltx in a directory,
+		// <db>/<level, four hex digits>/<name>.ltx on S3 (Litestream's
+		// two layouts).
+		if strings.HasSuffix(k, ".ltx") {
+			d := path.Dir(path.Dir(k))
+			if path.Base(d) == "ltx" {
+				d = path.Dir(d)
+			}
+			seen[d] = true
 		}
 	}
 	sweeps, err := listSweeps(ctx, t.store())

@@ -525,6 +525,14 @@ func (a *App) replicationGauges() []gauge {
 		{"nah_replica_worst_lag_seconds", "Seconds since the database furthest behind was last in step with the target.", h.Worst.Seconds()},
 		{"nah_replica_lag_seconds", "Age of the oldest acknowledged write the target lacks, files waiting to be taken up included: the replica's lag.", h.Lag.Seconds()},
 	}
+	rs := b.Repl.RetentionStats()
+	gs = append(gs,
+		gauge{"nah_retention_overdue_files", "Databases the retention policy is due to look at and has not yet (all of them until its first listing after the start).", float64(rs.Overdue)},
+		gauge{"nah_retention_overdue_seconds", "How long the database overdue longest has waited for the retention policy.", rs.OverdueFor.Seconds()},
+		gauge{"nah_retention_deleted_files", "LTX files the retention policy deleted from the target, since start.", float64(rs.Deleted)},
+		gauge{"nah_retention_snapshots", "Snapshots the retention policy wrote to the target, since start.", float64(rs.Snapshots)},
+		gauge{"nah_retention_failures", "Looks of the retention policy at a database that failed (logged), since start.", float64(rs.Failures)},
+	)
 	if b.Sweep != nil {
 		last, _ := b.Sweep.Last()
 		gs = append(gs,

@@ -103,6 +103,8 @@ type Replicator struct {
 	retainMu    sync.Mutex
 	retainDueMu sync.Mutex
 	retainDue   map[string]time.Time
+	// retainListed: every file on the target was made due once in this run.
+	retainListed bool
 	// Counted for the metrics: LTX files the policy deleted, snapshots it
 	// wrote, visits that failed.
 	retained, snapshots, retainErrs atomic.Int64

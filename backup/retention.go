@@ -257,7 +257,11 @@ func expired(p retention, h history, now time.Time) (del []*ltx.FileInfo, next t
 	}
 	// Level 0: below the base, or compacted into level 1 and l0Keep old,
 	// oldest first and stopping at the first that must stay (Litestream's
-	// own rule, which keeps level 0 contiguous).
+	// own rule, which keeps level 0 contiguous). The history's first file
+	// (a snapshot of the file when replication first had it) stays until
+	// there is a base: a compacted file is timed as its last transaction,
+	// so without it a restore to a time before that finds nothing, for a
+	// file that existed then.
 	var l1 ltx.TXID
 	if f := h.newest(1); f != nil {
 		l1 = f.MaxTXID
@@ -268,6 +272,9 @@ func expired(p retention, h history, now time.Time) (del []*ltx.FileInfo, next t
 		}
 		if gone(f) {
 			del = append(del, f)
+			continue
+		}
+		if f.MinTXID == 1 {
 			continue
 		}
 		if f.MaxTXID > l1 {
@@ -516,6 +523,7 @@ func (r *Replicator) listForRetention(ctx context.Context) error {
 	for _, rel := range rels {
 		r.retainDue[rel] = now
 	}
+	r.retainListed = true
 	return nil
 }
 
@@ -573,6 +581,37 @@ func (r *Replicator) retainDueFiles(ctx context.Context, now time.Time) {
 		case <-time.After(time.Since(start)):
 		}
 	}
+}
+
+// RetentionStats is what the metrics say of the policy's background work.
+type RetentionStats struct {
+	// Overdue files are due to be looked at and not yet done (every file
+	// on the target until the first listing after the start), and
+	// OverdueFor is how long the one due longest has waited: a pass that
+	// cannot keep up.
+	Overdue    int
+	OverdueFor time.Duration
+	// Since the start: LTX files deleted, snapshots written, visits that
+	// failed (logged; the file is tried again within visitEvery).
+	Deleted, Snapshots, Failures int64
+}
+
+// RetentionStats is the policy's state now.
+func (r *Replicator) RetentionStats() RetentionStats {
+	now := time.Now()
+	st := RetentionStats{Deleted: r.retained.Load(), Snapshots: r.snapshots.Load(), Failures: r.retainErrs.Load()}
+	r.retainDueMu.Lock()
+	defer r.retainDueMu.Unlock()
+	if !r.retainListed {
+		st.Overdue, st.OverdueFor = 1, max(0, now.Sub(r.started)-retainFirstAfter)
+	}
+	for _, at := range r.retainDue {
+		if !at.IsZero() && !at.After(now) {
+			st.Overdue++
+			st.OverdueFor = max(st.OverdueFor, now.Sub(at))
+		}
+	}
+	return st
 }
 
 // RetainNow applies the policy to every file the target holds, now, and

@@ -56,6 +56,16 @@ func TestRetentionExpired(t *testing.T) {
 		// level-0 file (the replica's position) stay.
 		del: "L1:1-4 L1:5-9 L9:1-5",
 	}, {
+		name: "young",
+		h: history{
+			1: {f(1, 1, 8, 2*day), f(1, 9, 12, day)},
+			0: {f(0, 1, 1, 3*day), f(0, 2, 2, 3*day), f(0, 8, 8, 2*day), f(0, 12, 12, day), f(0, 13, 13, time.Hour)},
+		},
+		// No snapshot yet: the first file stays (a restore to a time
+		// before the first level-1 file's starts from it), the rest of
+		// level 0 goes once compacted.
+		del: "L0:12-12 L0:2-2 L0:8-8",
+	}, {
 		name: "not compacted yet",
 		h: history{
 			9: {f(9, 1, 3, 9*day)},

@@ -7,11 +7,13 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -41,7 +43,7 @@ import (
 // of their acknowledged writes, none started after it).
 func TestRetentionAtScale(t *testing.T) {
 	repl := filepath.Join(t.TempDir(), "replica")
-	retentionAtScale(t, 120, retainTarget{url: repl, idle: 8 * time.Second, writers: 12, slack: 10 * time.Second, cliURL: func(rel string) string { return "file://" + filepath.Join(repl, rel) }, list: dirLTX(repl)})
+	retentionAtScale(t, 120, retainTarget{url: repl, writers: 12, cliURL: func(rel string) string { return "file://" + filepath.Join(repl, rel) }, list: dirLTX(repl)})
 }
 
 // TestRetentionAtScaleS3 is the same on the real S3 server, with fewer
@@ -54,7 +56,7 @@ func TestRetentionAtScaleS3(t *testing.T) {
 	}
 	url := "s3://" + tests3.Bucket + "/ret"
 	retentionAtScale(t, 30, retainTarget{
-		url: url, env: env, idle: 14 * time.Second, writers: 4, slack: 20 * time.Second,
+		url: url, env: env, writers: 4,
 		cliURL: func(rel string) string {
 			return url + "/" + rel + "?endpoint=" + srv.Endpoint() + "&region=us-east-1&force-path-style=true"
 		},
@@ -67,17 +69,10 @@ type retainTarget struct {
 	env    []string // the S3 server's keys, for the server and both restores
 	cliURL func(rel string) string
 	list   func(t *testing.T, rel string) []ltxOnTarget
-	// idle is how long the server goes on without writes before each
-	// clean stop: a pass over every file keeps to half a core, and under
-	// the test's load (every file written every second) it falls behind.
-	idle time.Duration
 	// writers post at once: fewer on S3, where a visit of a heavy
 	// poster's file (a snapshot of megabytes uploaded) takes a second or
 	// two on the test's server.
 	writers int
-	// slack is how long after a file of the history is due to go the
-	// check still lets it be: a pass on S3 takes longer.
-	slack time.Duration
 }
 
 // ltxOnTarget is one LTX file of a database on the target.
@@ -147,7 +142,7 @@ func retentionAtScale(t *testing.T, people int, tg retainTarget) {
 	const window = 20 * time.Second
 	data := t.TempDir()
 	env := append([]string{"NAH_REPLICA_URL=" + tg.url, "NAH_SWEEP_EVERY=off", "NAH_RETENTION=" + window.String(),
-		"NAH_MAX_OPEN_FILES=48", "NAH_REPLICA_MAX_FILES=6"}, tg.env...)
+		"NAH_MAX_OPEN_FILES=48", "NAH_REPLICA_MAX_FILES=6", "NAH_METRICS_ADDR=127.0.0.1:0"}, tg.env...)
 	p := start(t, data, env...)
 
 	type person struct {
@@ -212,17 +207,28 @@ func retentionAtScale(t *testing.T, people int, tg retainTarget) {
 	}
 
 	// check is every promise of the policy, on the replica as a clean stop
-	// at stopped left it.
+	// at stopped left it, the server having caught up at seen.
 	pruned := 0
-	check := func(stopped time.Time, round int) {
+	check := func(seen, stopped time.Time, round int) {
 		t.Helper()
 		pruned = 0
 		rng := rand.New(rand.NewPCG(uint64(round), 7))
-		// Nothing older than the window beyond the policy: the server looks
-		// at a file within a few seconds of its being due.
-		cut := stopped.Add(-window - tg.slack)
+		// Nothing older than the window beyond the policy, as of when the
+		// server had looked at every file due: a file is due a second after
+		// its next snapshot leaves the window, and looked at no sooner than
+		// a visit interval (0.7 s here) after the last look.
+		cut := seen.Add(-window - 2*time.Second)
 		held := 0
-		defer func() { t.Logf("round %d: the replica holds %d LTX files of people", round, held) }()
+		defer func() {
+			t.Logf("round %d: the replica holds %d LTX files of people", round, held)
+			if t.Failed() {
+				for _, l := range strings.Split(p.log(), "\n") {
+					if strings.Contains(l, "retention") || strings.Contains(l, "level=ERROR") {
+						t.Logf("the server said: %.300s", l)
+					}
+				}
+			}
+		}()
 		for _, pp := range all {
 			rel := "people/" + pp.id + "/person.db"
 			files := tg.list(t, rel)
@@ -257,7 +263,8 @@ func retentionAtScale(t *testing.T, people int, tg retainTarget) {
 				if base != nil && f.max <= base.max {
 					t.Errorf("round %d: %s keeps level-%d file %s-%s below its base snapshot %s", round, pp.id, f.level, f.min, f.max, base.max)
 				}
-				if f.level == 0 && f.created.Before(cut) {
+				if f.level == 0 && f.created.Before(cut) && (f.min > 1 || base != nil) {
+					// The history's first file stays until there is a base.
 					t.Errorf("round %d: %s keeps level-0 file %s-%s of %s", round, pp.id, f.min, f.max, f.created.Format(time.StampMilli))
 				}
 			}
@@ -327,7 +334,33 @@ func retentionAtScale(t *testing.T, people int, tg retainTarget) {
 			round, posts.Load(), pruned, people, lags[len(lags)-1].Round(time.Millisecond), lags[len(lags)/2].Round(time.Millisecond))
 	}
 
-	idle := tg.idle
+	// caughtUp waits until the server's retention has looked at every
+	// file due (a pass keeps to half a core, and under the test's load,
+	// every file written every second, it falls behind) and returns when
+	// that was last seen.
+	caughtUp := func(p *proc) time.Time {
+		t.Helper()
+		addr := ""
+		for deadline := time.Now().Add(5 * time.Second); addr == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if m := regexp.MustCompile(`msg=metrics listen=(\S+)`).FindStringSubmatch(p.log()); m != nil {
+				addr = m[1]
+			}
+		}
+		for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			at := time.Now()
+			res, err := client.Get("http://" + addr + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if regexp.MustCompile(`(?m)^nah_retention_overdue_files 0$`).Match(b) {
+				return at
+			}
+		}
+		t.Fatalf("retention still had files overdue 90 s after the writes")
+		return time.Time{}
+	}
 	run(p, 1, 10*time.Second)
 	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -335,14 +368,14 @@ func retentionAtScale(t *testing.T, people int, tg retainTarget) {
 	<-p.done
 	p = start(t, data, env...)
 	run(p, 2, 10*time.Second)
-	time.Sleep(idle)
+	seen := caughtUp(p)
 	p.stop(t)
-	check(time.Now(), 1)
+	check(seen, time.Now(), 1)
 	p = start(t, data, env...)
 	run(p, 3, 14*time.Second)
-	time.Sleep(idle)
+	seen = caughtUp(p)
 	p.stop(t)
-	check(time.Now(), 2)
+	check(seen, time.Now(), 2)
 	if pruned == 0 {
 		t.Errorf("no history was pruned: the test proved nothing of deletion")
 	}

@@ -74,6 +74,7 @@ var settingGroups = []settingGroup{
 	}},
 	{"Backups", "Where every person's moments are copied as they change, the nightly copy, and the drill that checks the copies restore.", []settingWords{
 		{"NAH_REPLICA_URL", "Backup folder or bucket", "Another disk's folder or an s3:// bucket; off means no backups."},
+		{"NAH_RETENTION", "Restore back to", "How far back a person or the whole server can be restored to a time; older history is pruned, but for one snapshot of each file."},
 		{"NAH_SWEEP_EVERY", "Nightly copy", "How often everything is copied whole; off means never."},
 		{"NAH_SWEEP_KEEP", "Nightly copies kept", "Older ones are removed from the backup target."},
 		{"NAH_DRILL_EVERY", "Restore drill", "How often a sample of people is restored from the backups and compared; off means only when asked on Backups."},

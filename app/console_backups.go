@@ -117,6 +117,7 @@ func (a *App) backupsView(r *http.Request) (ui.Backups, error) {
 	v.Target = t.Redacted()
 	v.Health = a.backupHealth()
 	v.Drill = a.drillView()
+	v.Disk = a.backupDisk()
 	from := t.Redacted()
 	if t.IsS3() {
 		from = t.URL // never holds a key: ParseTarget refuses one
@@ -484,6 +485,8 @@ type replicationHealth struct {
 	FilesQueued     int     `json:"files_queued"`
 	WorstLagSeconds float64 `json:"worst_lag_seconds"` // Health.Lag
 	Error           string  `json:"error,omitempty"`
+	// Disk is the space the replica and the data take (console_space.go).
+	Disk *diskHealth `json:"disk,omitempty"`
 }
 
 func (a *App) replicationHealth() *replicationHealth {
@@ -491,7 +494,7 @@ func (a *App) replicationHealth() *replicationHealth {
 		return nil
 	}
 	h := a.cfg.Backups.Health()
-	out := &replicationHealth{Status: "ok", FilesBehind: h.Behind, FilesQueued: h.Queued, WorstLagSeconds: h.Lag.Round(time.Millisecond).Seconds()}
+	out := &replicationHealth{Status: "ok", FilesBehind: h.Behind, FilesQueued: h.Queued, WorstLagSeconds: h.Lag.Round(time.Millisecond).Seconds(), Disk: a.diskHealth()}
 	if !h.Ok {
 		out.Status = "behind"
 		out.Error = absPath.ReplaceAllString(personRef.ReplaceAllString(h.LastErr, "people/…"), "${1}…")
@@ -525,6 +528,7 @@ func (a *App) replicationGauges() []gauge {
 		{"nah_replica_worst_lag_seconds", "Seconds since the database furthest behind was last in step with the target.", h.Worst.Seconds()},
 		{"nah_replica_lag_seconds", "Age of the oldest acknowledged write the target lacks, files waiting to be taken up included: the replica's lag.", h.Lag.Seconds()},
 	}
+	gs = append(gs, a.diskGauges()...)
 	if b.Sweep != nil {
 		last, _ := b.Sweep.Last()
 		gs = append(gs,

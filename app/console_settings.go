@@ -76,6 +76,7 @@ var settingGroups = []settingGroup{
 		{"NAH_REPLICA_URL", "Backup folder or bucket", "Another disk's folder or an s3:// bucket; off means no backups."},
 		{"NAH_SWEEP_EVERY", "Nightly copy", "How often everything is copied whole; off means never."},
 		{"NAH_SWEEP_KEEP", "Nightly copies kept", "Older ones are removed from the backup target."},
+		{"NAH_REPLICA_BUDGET", "Space for the backup", "Past it, Backups and the health check warn; empty means no budget."},
 		{"NAH_DRILL_EVERY", "Restore drill", "How often a sample of people is restored from the backups and compared; off means only when asked on Backups."},
 		{"NAH_REPLICA_MAX_FILES", "Files backed up at once", "Files written recently are followed; the others wait for their next change or the nightly copy."},
 	}},

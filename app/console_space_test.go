@@ -122,7 +122,8 @@ func TestBackupSpace(t *testing.T) {
 	const mib = 1 << 20
 	base := last
 	base.At = last.At.Add(-24*time.Hour - 10*time.Minute)
-	base.ReplicaBytes -= 48 * mib // the sweeps the same: the history grew 48 MiB
+	base.ReplicaBytes -= 78 * mib // 30 MiB of nightly copies: the history grew 48 MiB
+	base.SweepBytes -= 30 * mib
 	base.DataBytes -= 2 * mib
 	older := last
 	older.At = last.At.Add(-40 * time.Hour)
@@ -146,16 +147,16 @@ func TestBackupSpace(t *testing.T) {
 	r = d.Report()
 	span := 24*time.Hour + 10*time.Minute
 	perDay := func(n int64) int64 { return int64(float64(n) * float64(24*time.Hour) / float64(span)) }
-	if r.Span() != span || r.HistoryPerDay != perDay(48*mib) || r.DataPerDay != perDay(2*mib) || !r.Outgrowing || !r.OverBudget {
-		t.Errorf("after the restart: span %v, history %d/day, data %d/day, outgrowing %v, over budget %v; want %v, %d, %d, true, true",
-			r.Span(), r.HistoryPerDay, r.DataPerDay, r.Outgrowing, r.OverBudget, span, perDay(48*mib), perDay(2*mib))
+	if r.Span() != span || r.ReplicaPerDay != perDay(78*mib) || r.HistoryPerDay != perDay(48*mib) || r.DataPerDay != perDay(2*mib) || !r.Outgrowing || !r.OverBudget {
+		t.Errorf("after the restart: span %v, replica %d/day, history %d/day, data %d/day, outgrowing %v, over budget %v; want %v, %d, %d, %d, true, true",
+			r.Span(), r.ReplicaPerDay, r.HistoryPerDay, r.DataPerDay, r.Outgrowing, r.OverBudget, span, perDay(78*mib), perDay(48*mib), perDay(2*mib))
 	}
 
 	p := parseConsole(t, get(t, c, rs.URL+"/console/backups").body)
 	summary := text(p.byID("backup-disk"))
 	t.Logf("the page says: %s %s %s", text(p.byID("replica-over-budget")), text(p.byID("replica-outgrowing")), summary)
 	for _, want := range []string{
-		fmt.Sprintf("The backup holds %s in %d files (%s of it nightly copies), growing 47.7 MiB a day; your data holds %s and grows 2.0 MiB a day.",
+		fmt.Sprintf("The backup holds %s in %d files (%s of it nightly copies), growing 77.5 MiB a day; your data holds %s and grows 2.0 MiB a day.",
 			bytesWords(last.ReplicaBytes), last.ReplicaFiles, bytesWords(last.SweepBytes), bytesWords(last.DataBytes)),
 		"Replication's own records beside the data take " + bytesWords(last.StateBytes) + ".",
 	} {

@@ -233,6 +233,21 @@ func TestBackupSpace(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(meta, "disk.json")); err != nil || json.Unmarshal(b, &st) != nil || len(st.Samples) != 64 {
 		t.Errorf("disk.json after a sample: %d samples, %v", len(st.Samples), err)
 	}
+
+	// Half a day of history only: the growth is over it, said so, and no
+	// warning, however fast (a new server's first snapshots).
+	halfDay := last
+	halfDay.At = last.At.Add(-12 * time.Hour)
+	halfDay.ReplicaBytes -= 10 * mib
+	b, _ = json.Marshal(map[string]any{"samples": []backup.DiskSample{halfDay, last}})
+	if err := os.WriteFile(filepath.Join(meta, "disk.json"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	newDisk(0)
+	p = parseConsole(t, get(t, c, rs.URL+"/console/backups").body)
+	if s := text(p.byID("backup-disk")); p.byID("replica-outgrowing") != nil || !strings.Contains(s, ", growing 20.0 MiB a day (measured over 12 hours); your data holds ") {
+		t.Errorf("half a day of history: warned %v: %q", p.byID("replica-outgrowing") != nil, s)
+	}
 }
 
 // bytesWords is a size as the page words it.

@@ -250,6 +250,29 @@ func TestBackupSpace(t *testing.T) {
 	}
 }
 
+// spaceWithWarnings gives rs's backups a Disk with one real sample and,
+// before it, a day in which the replica (without its nightly copies) grew
+// 48 MiB and the data 1 MiB, under a budget just below the replica: both
+// warnings show.
+func spaceWithWarnings(t *testing.T, rs *replicatedServer) {
+	t.Helper()
+	meta := filepath.Join(rs.dir, "replication")
+	d := &backup.Disk{Target: rs.backups.Repl.Target(), DataDir: rs.dir, MetaDir: meta}
+	if err := d.Sample(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	last := d.Report().Last
+	dayAgo := last
+	dayAgo.At = last.At.Add(-24 * time.Hour)
+	dayAgo.ReplicaBytes -= 48 << 20
+	dayAgo.DataBytes -= 1 << 20
+	b, _ := json.Marshal(map[string]any{"samples": []backup.DiskSample{dayAgo, last}})
+	if err := os.WriteFile(filepath.Join(meta, "disk.json"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rs.backups.Disk = &backup.Disk{Target: d.Target, DataDir: rs.dir, MetaDir: meta, Budget: last.ReplicaBytes - 1}
+}
+
 // bytesWords is a size as the page words it.
 func bytesWords(n int64) string {
 	switch {

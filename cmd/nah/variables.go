@@ -194,13 +194,6 @@ var variables = []variable{
 		}
 		return nil
 	}},
-	{"NAH_REPLICA_BUDGET", "", "space the replica may take on its target (B, KiB, MiB, GiB, TiB, or KB, MB, GB, TB), measured every 5 minutes; past it the Backups page, /healthz (degraded) and nah_replica_over_budget warn; empty or off = no budget", func(c *config, v string) (err error) {
-		if v == "" || v == "off" {
-			return nil
-		}
-		c.ReplicaBudget, err = parseBytes(v)
-		return err
-	}},
 	{"NAH_SWEEP_EVERY", "24h", "how often every database is copied whole to NAH_REPLICA_URL/sweeps/ (at 03:00 UTC for 24h); off = never", func(c *config, v string) error {
 		if v == "off" {
 			return nil
@@ -217,6 +210,13 @@ var variables = []variable{
 			return errors.New("want a whole number from 1 to 1000")
 		}
 		return nil
+	}},
+	{"NAH_REPLICA_BUDGET", "", "space the replica may take on its target (B, KiB, MiB, GiB, TiB, or KB, MB, GB, TB), measured every 5 minutes; past it the Backups page, /healthz (degraded) and nah_replica_over_budget warn; empty or off = no budget", func(c *config, v string) (err error) {
+		if v == "" || v == "off" {
+			return nil
+		}
+		c.ReplicaBudget, err = parseBytes(v)
+		return err
 	}},
 	{"NAH_DRILL_EVERY", "6h", "how often a sample of the databases (everyone weekly) is restored from NAH_REPLICA_URL into a scratch folder and compared with the live files; off = only when asked from the console", func(c *config, v string) error {
 		if v == "off" {

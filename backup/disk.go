@@ -46,8 +46,8 @@ type Disk struct {
 
 const (
 	// diskEvery is the pause between samples. A sample lists the whole
-	// target: a family's 3,400 files are 4 LIST calls on S3, so 288 a day
-	// at this pace (a fraction of a cent at AWS's $0.005 per 1,000).
+	// target, then its nightly copies: a family's 3,400 files are 4 + 1
+	// LIST calls on S3, 1,440 a day (under a cent at AWS's $0.005 per 1,000).
 	diskEvery = 5 * time.Minute
 	// diskFirstAfter is the wait before a run's first sample: after the
 	// directory's first snapshot (1 s after start), the start's main CPU.
@@ -57,8 +57,8 @@ const (
 	// the time.
 	diskPace = 100
 	// diskMaxFiles bounds one listing: 250,000 keys are 250 LIST calls on
-	// S3 and about half a second of stat calls on a local disk. Past it
-	// the counts are a lower bound and no growth is computed.
+	// S3, and a walk of 250,000 local files in 1,000 folders took 1.2-1.3 s
+	// here (warm cache). Past it the counts are lower bounds, and no growth.
 	diskMaxFiles = 250_000
 	// diskTimeout bounds one sample (its four listings).
 	diskTimeout = 5 * time.Minute
@@ -75,7 +75,7 @@ const (
 	// grew over the last day by this much more than the data did (1 MiB),
 	// so that a quiet day's few KiB of Litestream bookkeeping do not warn.
 	diskSlack = 1 << 20
-	// diskStateMax bounds what is read of disk.json: 64 samples are ~13 KB.
+	// diskStateMax bounds what is read of disk.json: 64 samples are 14 KB.
 	diskStateMax = 1 << 20
 )
 

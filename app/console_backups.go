@@ -528,7 +528,6 @@ func (a *App) replicationGauges() []gauge {
 		{"nah_replica_worst_lag_seconds", "Seconds since the database furthest behind was last in step with the target.", h.Worst.Seconds()},
 		{"nah_replica_lag_seconds", "Age of the oldest acknowledged write the target lacks, files waiting to be taken up included: the replica's lag.", h.Lag.Seconds()},
 	}
-	gs = append(gs, a.diskGauges()...)
 	if b.Sweep != nil {
 		last, _ := b.Sweep.Last()
 		gs = append(gs,
@@ -537,5 +536,5 @@ func (a *App) replicationGauges() []gauge {
 			gauge{"nah_backup_sweep_failures", "Databases the last nightly copy could not copy.", float64(len(last.Failed))},
 		)
 	}
-	return gs
+	return append(gs, a.diskGauges()...)
 }

@@ -275,7 +275,9 @@ func (a *App) handleHealth(w http.ResponseWriter, r *http.Request) {
 	// are shipped when the target answers again, and taking the server out
 	// of rotation for a replica that is down would stop everyone's posts
 	// and reads and mend nothing.
-	if h.DiskFull || h.FilesNeedAttention > 0 || (h.Replication != nil && h.Replication.Status != "ok") || h.RestoreDrill == "failed" {
+	// A replica over its budget (NAH_REPLICA_BUDGET) is "degraded" too: it
+	// is on its way to fill the target's disk.
+	if h.DiskFull || h.FilesNeedAttention > 0 || (h.Replication != nil && (h.Replication.Status != "ok" || h.Replication.Disk != nil && h.Replication.Disk.OverBudget)) || h.RestoreDrill == "failed" {
 		h.Status = "degraded"
 	}
 	writeJSON(w, http.StatusOK, h)

@@ -117,6 +117,7 @@ func (a *App) backupsView(r *http.Request) (ui.Backups, error) {
 	v.Target = t.Redacted()
 	v.Health = a.backupHealth()
 	v.Drill = a.drillView()
+	v.Disk = a.backupDisk()
 	from := t.Redacted()
 	if t.IsS3() {
 		from = t.URL // never holds a key: ParseTarget refuses one
@@ -484,6 +485,8 @@ type replicationHealth struct {
 	FilesQueued     int     `json:"files_queued"`
 	WorstLagSeconds float64 `json:"worst_lag_seconds"` // Health.Lag
 	Error           string  `json:"error,omitempty"`
+	// Disk is the space the replica and the data take (console_space.go).
+	Disk *diskHealth `json:"disk,omitempty"`
 }
 
 func (a *App) replicationHealth() *replicationHealth {
@@ -491,7 +494,7 @@ func (a *App) replicationHealth() *replicationHealth {
 		return nil
 	}
 	h := a.cfg.Backups.Health()
-	out := &replicationHealth{Status: "ok", FilesBehind: h.Behind, FilesQueued: h.Queued, WorstLagSeconds: h.Lag.Round(time.Millisecond).Seconds()}
+	out := &replicationHealth{Status: "ok", FilesBehind: h.Behind, FilesQueued: h.Queued, WorstLagSeconds: h.Lag.Round(time.Millisecond).Seconds(), Disk: a.diskHealth()}
 	if !h.Ok {
 		out.Status = "behind"
 		out.Error = absPath.ReplaceAllString(personRef.ReplaceAllString(h.LastErr, "people/…"), "${1}…")
@@ -541,5 +544,5 @@ func (a *App) replicationGauges() []gauge {
 			gauge{"nah_backup_sweep_failures", "Databases the last nightly copy could not copy.", float64(len(last.Failed))},
 		)
 	}
-	return gs
+	return append(gs, a.diskGauges()...)
 }

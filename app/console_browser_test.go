@@ -289,6 +289,7 @@ func TestBackupsInBrowser(t *testing.T) {
 	early, at := rs.postAroundTime(t, ann, 3)
 	rs.post(t, ann, []byte("late"))
 	mustSync(t, rs.backups)
+	spaceWithWarnings(t, rs)
 
 	must := func(step string, err error) {
 		t.Helper()
@@ -313,6 +314,14 @@ func TestBackupsInBrowser(t *testing.T) {
 	must("accessibility", err)
 	if problems != "" {
 		t.Errorf("backups page: %s", problems)
+	}
+	// The space the backup takes, with its two warnings as alerts.
+	space, err := chromedp.Run(ctx, chromedp.Evaluate[string](`[...document.querySelectorAll("#disk [role=alert]")].map(e => e.innerText).join("\n") + "\n" + document.querySelector("#backup-disk").innerText`))
+	must("space", err)
+	for _, want := range []string{", over its budget of ", "Over the last day the backup grew by 48.0 MiB (nightly copies left out), more than your data did (1.0 MiB).", "The backup holds ", "growing 48.0 MiB a day; your data holds "} {
+		if !strings.Contains(space, want) {
+			t.Errorf("the space section lacks %q:\n%s", want, space)
+		}
 	}
 	if dir := os.Getenv("UI_ARTIFACT_DIR"); dir != "" {
 		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))

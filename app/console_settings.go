@@ -77,6 +77,7 @@ var settingGroups = []settingGroup{
 		{"NAH_RETENTION", "Restore back to", "How far back a person or the whole server can be restored to a time; older history is pruned, but for one snapshot of each file."},
 		{"NAH_SWEEP_EVERY", "Nightly copy", "How often everything is copied whole; off means never."},
 		{"NAH_SWEEP_KEEP", "Nightly copies kept", "Older ones are removed from the backup target."},
+		{"NAH_REPLICA_BUDGET", "Space for the backup", "Past it, Backups and the health check warn; empty means no budget."},
 		{"NAH_DRILL_EVERY", "Restore drill", "How often a sample of people is restored from the backups and compared; off means only when asked on Backups."},
 		{"NAH_REPLICA_MAX_FILES", "Files backed up at once", "Files written recently are followed; the others wait for their next change or the nightly copy."},
 	}},

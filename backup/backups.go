@@ -42,6 +42,10 @@ type Backups struct {
 	// zero): tests slow it with it so that its progress can be seen.
 	SyncPace time.Duration
 
+	// Disk measures what the replica, replication's state and the data
+	// take (disk.go), in its own loop; nil: not measured.
+	Disk *Disk
+
 	mu        sync.Mutex
 	nextSweep time.Time
 	syncErr   string       // the last "sync now"'s failure

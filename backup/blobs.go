@@ -228,25 +228,52 @@ func (d dirBlobs) children(ctx context.Context, prefix string) ([]string, error)
 	return out, err
 }
 
-func (d dirBlobs) usage(ctx context.Context, prefix string) (n int, bytes int64, err error) {
+func (d dirBlobs) usage(ctx context.Context, prefix string, limit int) (n int, bytes int64, err error) {
 	root, err := d.path(prefix)
 	if err != nil {
 		return 0, 0, err
 	}
+	return dirUsage(ctx, root, limit, nil)
+}
+
+// errUsageLimit ends a usage listing that reached its limit: the counts
+// returned with it are those of the first limit keys, a lower bound.
+var errUsageLimit = errors.New("more keys than the listing's limit")
+
+// dirUsage counts the files under root and their bytes, the first limit
+// of them (errUsageLimit past it; 0: no limit), leaving out the folders
+// skip says to and the blob store's unfinished ".part-" files.
+func dirUsage(ctx context.Context, root string, limit int, skip func(path string) bool) (n int, bytes int64, err error) {
 	err = filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
 		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) && p == root {
+			switch {
+			case errors.Is(err, fs.ErrNotExist) && p == root:
 				return fs.SkipAll
+			case errors.Is(err, fs.ErrNotExist):
+				return nil // removed under the walk: a sync's temporary file, a pruned folder
 			}
 			return err
 		}
-		if e.Type().IsRegular() && !strings.HasPrefix(e.Name(), ".part-") {
-			st, err := e.Info()
-			if err != nil {
-				return err
-			}
-			n, bytes = n+1, bytes+st.Size()
+		if e.IsDir() && skip != nil && p != root && skip(p) {
+			return fs.SkipDir
 		}
+		if !e.Type().IsRegular() || strings.HasPrefix(e.Name(), ".part-") {
+			return nil
+		}
+		if limit > 0 && n >= limit {
+			return errUsageLimit
+		}
+		if n%1024 == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		st, err := e.Info()
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // removed since it was listed
+		}
+		if err != nil {
+			return err
+		}
+		n, bytes = n+1, bytes+st.Size()
 		return nil
 	})
 	return n, bytes, err
@@ -297,7 +324,7 @@ func (b *s3Blobs) children(ctx context.Context, prefix string) ([]string, error)
 	return out, nil
 }
 
-func (b *s3Blobs) usage(ctx context.Context, prefix string) (n int, bytes int64, err error) {
+func (b *s3Blobs) usage(ctx context.Context, prefix string, limit int) (n int, bytes int64, err error) {
 	p := s3.NewListObjectsV2Paginator(b.c, &s3.ListObjectsV2Input{Bucket: aws.String(b.bucket), Prefix: aws.String(b.prefixOf(prefix))})
 	for p.HasMorePages() {
 		page, err := p.NextPage(ctx)
@@ -305,6 +332,9 @@ func (b *s3Blobs) usage(ctx context.Context, prefix string) (n int, bytes int64,
 			return 0, 0, err
 		}
 		for _, o := range page.Contents {
+			if limit > 0 && n >= limit {
+				return n, bytes, errUsageLimit
+			}
 			n, bytes = n+1, bytes+aws.ToInt64(o.Size)
 		}
 	}

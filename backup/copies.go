@@ -82,7 +82,7 @@ func readCopy(ctx context.Context, blobs blobStore, stamp string, started time.T
 	c := NightlyCopy{Stamp: stamp, Started: started}
 	m, err := readManifest(ctx, blobs, stamp)
 	if errors.Is(err, fs.ErrNotExist) {
-		c.Files, c.Bytes, err = blobs.usage(ctx, path.Join(sweepPrefix, stamp))
+		c.Files, c.Bytes, err = blobs.usage(ctx, path.Join(sweepPrefix, stamp), 0)
 		return c, err
 	}
 	if err != nil {

@@ -254,8 +254,9 @@ type blobStore interface {
 	// children are the names one level under prefix, files or folders,
 	// sorted: the sweeps' stamps without listing each sweep's files.
 	children(ctx context.Context, prefix string) ([]string, error)
-	// usage counts the keys under prefix and their bytes.
-	usage(ctx context.Context, prefix string) (n int, bytes int64, err error)
+	// usage counts the keys under prefix and their bytes, the first limit
+	// of them (0: every one), errUsageLimit when there were more.
+	usage(ctx context.Context, prefix string, limit int) (n int, bytes int64, err error)
 }
 
 // store returns the target's plain-object store.

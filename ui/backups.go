@@ -63,6 +63,9 @@ type Backups struct {
 	SyncError string
 
 	Drill *DrillView // the restore drill (nil: none)
+	// Disk is the space the backup and the data take (nil: not measured
+	// in this server).
+	Disk *BackupDisk
 }
 
 // BackupFile is one database's replication.

@@ -83,6 +83,12 @@ func startBackups(ctx context.Context, cfg config, s *store.Store, r *backup.Rep
 		b.Sweep = &backup.Sweeper{Target: cfg.ReplicaTarget, Keep: cfg.SweepKeep, Pace: sweepPace, Source: s}
 	}
 	b.Drill = newDrill(cfg, s, r, log)
+	// What the replica, replication's state and the data take, measured
+	// in the background for the Backups page, /healthz and the metrics.
+	b.Disk = &backup.Disk{
+		Target: cfg.ReplicaTarget, DataDir: cfg.Store.Dir, MetaDir: filepath.Join(cfg.Store.Dir, nah.ReplicationRel),
+		Budget: cfg.ReplicaBudget, Log: log,
+	}
 	stopped = make(chan struct{})
 	go func() {
 		defer close(stopped)
@@ -90,6 +96,11 @@ func startBackups(ctx context.Context, cfg config, s *store.Store, r *backup.Rep
 		drilled := make(chan struct{})
 		go func() { defer close(drilled); b.Drill.Run(ctx) }()
 		defer func() { <-drilled }()
+		// The sizes' samples write replication/disk.json: done before the
+		// data directory is let go of.
+		measured := make(chan struct{})
+		go func() { defer close(measured); b.Disk.Run(ctx) }()
+		defer func() { <-measured }()
 		// In the background and a moment after start: the directory's first
 		// snapshot (21 MB compressed on people-1k) was half the CPU from exec
 		// to the first feed (perf, bench/THRESHOLDS.md). Nothing is lost

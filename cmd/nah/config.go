@@ -41,6 +41,7 @@ type config struct {
 	ReplicaURL      string
 	ReplicaTarget   *backup.Target
 	ReplicaMaxFiles int
+	ReplicaBudget   int64         // NAH_REPLICA_BUDGET in bytes; 0: none
 	SweepEvery      time.Duration // 0: no sweep
 	SweepKeep       int
 	Retention       time.Duration // NAH_RETENTION

@@ -29,6 +29,9 @@ func TestConfigDefaults(t *testing.T) {
 	if c.DrillEvery != 6*time.Hour {
 		t.Errorf("NAH_DRILL_EVERY: %v, want 6h", c.DrillEvery)
 	}
+	if c.ReplicaBudget != 0 {
+		t.Errorf("NAH_REPLICA_BUDGET: %d, want none", c.ReplicaBudget)
+	}
 	if c.Addr != defaultAddr || c.MetricsAddr != "" || c.ShutdownTimeout != defaultShutdownTimeout || c.LogLevel != slog.LevelInfo {
 		t.Errorf("process: %+v", c)
 	}
@@ -70,12 +73,16 @@ func TestConfigFromEnvironment(t *testing.T) {
 		"NAH_LOG_LEVEL":        "debug",
 		"NAH_METRICS_ADDR":     "127.0.0.1:9090",
 		"NAH_DRILL_EVERY":      "off",
+		"NAH_REPLICA_BUDGET":   "50GB",
 	}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.DrillEvery != 0 {
 		t.Errorf("NAH_DRILL_EVERY=off: %v", c.DrillEvery)
+	}
+	if c.ReplicaBudget != 50e9 {
+		t.Errorf("NAH_REPLICA_BUDGET=50GB: %d", c.ReplicaBudget)
 	}
 	if c.Addr != "0.0.0.0:80" || c.MetricsAddr != "127.0.0.1:9090" || c.ShutdownTimeout != time.Minute || c.LogLevel != slog.LevelDebug {
 		t.Errorf("process: %+v", c)
@@ -112,6 +119,7 @@ func TestConfigErrors(t *testing.T) {
 		"NAH_MAX_CONNECTIONS":  {"lots", `NAH_MAX_CONNECTIONS="lots": want a whole number from 16 to 100000`},
 		"NAH_PUBLIC_URL":       {"nah.example.com", `NAH_PUBLIC_URL="nah.example.com": want an http or https URL such as https://nah.example.com, without query or fragment`},
 		"NAH_DRILL_EVERY":      {"30s", `NAH_DRILL_EVERY="30s": want a duration of a minute or more such as 6h, or off`},
+		"NAH_REPLICA_BUDGET":   {"50 gigs", `NAH_REPLICA_BUDGET="50 gigs": want a size such as 320MiB or 1GiB`},
 	} {
 		_, err := readConfig(env(map[string]string{name: c.value}))
 		if err == nil || err.Error() != c.want {

@@ -219,6 +219,13 @@ var variables = []variable{
 		}
 		return nil
 	}},
+	{"NAH_REPLICA_BUDGET", "", "space the replica may take on its target (B, KiB, MiB, GiB, TiB, or KB, MB, GB, TB), measured every 5 minutes; past it the Backups page, /healthz (degraded) and nah_replica_over_budget warn; empty or off = no budget", func(c *config, v string) (err error) {
+		if v == "" || v == "off" {
+			return nil
+		}
+		c.ReplicaBudget, err = parseBytes(v)
+		return err
+	}},
 	{"NAH_DRILL_EVERY", "6h", "how often a sample of the databases (everyone weekly) is restored from NAH_REPLICA_URL into a scratch folder and compared with the live files; off = only when asked from the console", func(c *config, v string) error {
 		if v == "off" {
 			return nil
@@ -313,12 +320,12 @@ var variables = []variable{
 var secretVariables = []string{"NAH_PUSH_RELAY_TOKEN"}
 
 // parseBytes reads a size: a whole number with an optional unit, B, KiB,
-// MiB, GiB (as GOMEMLIMIT) or KB, MB, GB (decimal).
+// MiB, GiB, TiB (as GOMEMLIMIT) or KB, MB, GB, TB (decimal).
 func parseBytes(v string) (int64, error) {
 	units := []struct {
 		suffix string
 		mult   int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1}}
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1}}
 	mult := int64(1)
 	for _, u := range units {
 		if n, ok := strings.CutSuffix(v, u.suffix); ok {

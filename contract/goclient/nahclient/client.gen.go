@@ -509,6 +509,57 @@ type Health struct {
 
 	// Replication Backups: the replication of every database to the replica target. Absent when replication is off (NAH_REPLICA_URL=off). A target that is down or refusing never fails a post: writes go on locally and are shipped when it answers again, so this only makes status degraded, never 503.
 	Replication *struct {
+		// Disk The space the backups take, from the last measurement (made in the background every few minutes, never by this request: a listing of the whole target, replication's local state and the data directory). Absent until the first measurement, a few seconds after start.
+		Disk *struct {
+			// BudgetBytes NAH_REPLICA_BUDGET in bytes; absent without a budget.
+			BudgetBytes *int `json:"budget_bytes,omitempty"`
+
+			// DataBytes Bytes of the live data: databases and media, replication's state left out.
+			DataBytes int `json:"data_bytes"`
+
+			// DataBytesPerDay Growth of data_bytes per day over trend_hours.
+			DataBytesPerDay *int `json:"data_bytes_per_day,omitempty"`
+
+			// Error Why the last measurement failed, if it did (the sizes are then the measurement before).
+			Error *string `json:"error,omitempty"`
+
+			// HistoryBytesPerDay Growth per day of the replica without its nightly copies, which outgrowing_data compares with the data's.
+			HistoryBytesPerDay *int `json:"history_bytes_per_day,omitempty"`
+
+			// MeasuredAt When the sizes were measured.
+			MeasuredAt time.Time `json:"measured_at"`
+
+			// OutgrowingData Over the last day (a whole one), the replica without its nightly copies grew by more than the data did, by 1 MiB at least. A warning only: status stays as it is.
+			OutgrowingData bool `json:"outgrowing_data"`
+
+			// OverBudget The replica holds more than budget_bytes (status is then degraded).
+			OverBudget bool `json:"over_budget"`
+
+			// Partial A listing stopped at its bound (250,000 files): the counts are lower bounds and no growth is given.
+			Partial *bool `json:"partial,omitempty"`
+
+			// ReplicaBytes Bytes on the replica target: Litestream's histories, the media mirror and the nightly copies.
+			ReplicaBytes int `json:"replica_bytes"`
+
+			// ReplicaBytesPerDay Growth of replica_bytes per day over trend_hours (negative when it shrank).
+			ReplicaBytesPerDay *int `json:"replica_bytes_per_day,omitempty"`
+
+			// ReplicaFiles Files (keys) on the replica target.
+			ReplicaFiles int `json:"replica_files"`
+
+			// StateBytes Bytes of replication's local state beside the data (the data directory's replication folder).
+			StateBytes int `json:"state_bytes"`
+
+			// SweepBytes Bytes of the nightly copies, part of replica_bytes.
+			SweepBytes int `json:"sweep_bytes"`
+
+			// TrendHours The span the growth per day is measured over: a day once the server has measured for one (from samples kept across restarts), else the time measured so far. Absent before an hour of measurements.
+			TrendHours *float32 `json:"trend_hours,omitempty"`
+
+			// Warnings The warnings in words, as the console's Backups page gives them.
+			Warnings *[]string `json:"warnings,omitempty"`
+		} `json:"disk,omitempty"`
+
 		// Error When behind: the error of a file behind (a person's folder is shown as people/…). The console's Backups page names the files.
 		Error *string `json:"error,omitempty"`
 
@@ -528,7 +579,7 @@ type Health struct {
 	// RestoreDrill The restore drill, which restores a sample of the databases from the replica and compares them with the live files every NAH_DRILL_EVERY: failed (and status degraded) from a drill that found a file not restoring to its live state until a later drill passes. Absent when replication is off. The console's Backups page names the files.
 	RestoreDrill *HealthRestoreDrill `json:"restore_drill,omitempty"`
 
-	// Status degraded when the disk is full, some person files cannot be read, replication is behind, or the last restore drill failed. The server still serves: restarting it would mend none of them, so a load balancer should keep it in rotation.
+	// Status degraded when the disk is full, some person files cannot be read, replication is behind, the replica is over its budget (NAH_REPLICA_BUDGET), or the last restore drill failed. The server still serves: restarting it would mend none of them, so a load balancer should keep it in rotation.
 	Status HealthStatus `json:"status"`
 }
 
@@ -538,7 +589,7 @@ type HealthReplicationStatus string
 // HealthRestoreDrill The restore drill, which restores a sample of the databases from the replica and compares them with the live files every NAH_DRILL_EVERY: failed (and status degraded) from a drill that found a file not restoring to its live state until a later drill passes. Absent when replication is off. The console's Backups page names the files.
 type HealthRestoreDrill string
 
-// HealthStatus degraded when the disk is full, some person files cannot be read, replication is behind, or the last restore drill failed. The server still serves: restarting it would mend none of them, so a load balancer should keep it in rotation.
+// HealthStatus degraded when the disk is full, some person files cannot be read, replication is behind, the replica is over its budget (NAH_REPLICA_BUDGET), or the last restore drill failed. The server still serves: restarting it would mend none of them, so a load balancer should keep it in rotation.
 type HealthStatus string
 
 // Invite defines model for Invite.

@@ -164,7 +164,7 @@ func TestBackupSpace(t *testing.T) {
 			t.Errorf("the summary lacks %q:\n%s", want, summary)
 		}
 	}
-	if w := text(p.byID("replica-outgrowing")); w != "Over the last day the backup grew by 47.7 MiB (nightly copies left out), more than your data did (2.0 MiB). It keeps every change; if old history is not pruned it grows until its disk is full." {
+	if w := text(p.byID("replica-outgrowing")); w != "Over the last day the backup grew by 47.7 MiB (nightly copies left out), more than your data did (2.0 MiB). History older than NAH_RETENTION is pruned; if this goes on for days, pruning is behind (the logs say why) and the backup grows until its disk is full." {
 		t.Errorf("outgrowing warning: %q", w)
 	}
 	if w := text(p.byID("replica-over-budget")); !strings.HasPrefix(w, "The backup holds "+bytesWords(last.ReplicaBytes)+", over its budget of ") {

@@ -70,7 +70,7 @@ func (d BackupDisk) OutgrowingWords() string {
 		return ""
 	}
 	return "Over the last day the backup grew by " + Bytes(d.HistoryPerDay) + " (nightly copies left out), more than your data did (" + signed(d.DataPerDay) + "). " +
-		"It keeps every change; if old history is not pruned it grows until its disk is full."
+		"History older than NAH_RETENTION is pruned; if this goes on for days, pruning is behind (the logs say why) and the backup grows until its disk is full."
 }
 
 // Warnings are the warnings in words, for /healthz.

@@ -9,6 +9,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc64"
 	"io"
 	"log/slog"
 	"os"
@@ -126,6 +127,15 @@ func (r *Replicator) Ship(ctx context.Context, path string, db *sql.DB) (ok bool
 	var hdr ltx.Header
 	if last > 0 {
 		hdr, shipped, same, err = shipFrames(ctx, wal, fi.Size(), prev, base, out, txid)
+	}
+	if err == nil && !shipped && !same && db != nil && last > 0 {
+		// A WAL started afresh over a file that is the state the newest
+		// LTX file ends at, as the mark of the checkpoint that emptied the
+		// last WAL proves (carryOn).
+		if m := readMark(r.metaPath(rel)); m != nil && newestIs(prev, inStep, base, m.last) {
+			out.buf.Reset()
+			hdr, shipped, err = carryOn(ctx, db, wal, m, out, txid)
+		}
 	}
 	if err == nil && !shipped && !same && db != nil {
 		out.buf.Reset()
@@ -428,6 +438,131 @@ func lastFrameIn(wal *os.File, dec *ltx.Decoder, offset int64) (bool, error) {
 			return bytes.Equal(data, frame[litestream.WALFrameHeaderSize:]), nil
 		}
 	}
+}
+
+// newestIs says whether h is the header of the newest LTX file: prev when
+// in step in this run, else base's.
+func newestIs(prev *ltx.Header, inStep bool, base *os.File, h ltx.Header) bool {
+	if inStep {
+		return prev != nil && *prev == h
+	}
+	if base == nil {
+		return false
+	}
+	dec := ltx.NewDecoder(io.NewSectionReader(base, 0, ltx.HeaderSize))
+	return dec.DecodeHeader() == nil && dec.Header() == h
+}
+
+// carryOn writes to out, as LTX file txid, every frame committed in wal
+// from its header on, when the database file under it is provably the
+// state the newest LTX file ends at: m, its mark, has the sum of each of
+// its pages, and every page the WAL does not hold reads with its sum
+// through db (the app's connection) under the write lock, as shipSnapshot
+// reads them. Litestream carries on the same way after its own
+// checkpoints (db.go, verify: the new WAL's salts, offset WALHeaderSize);
+// shipped false: prove nothing, write nothing.
+func carryOn(ctx context.Context, db *sql.DB, wal *os.File, m *walMark, out io.Writer, txid ltx.TXID) (hdr ltx.Header, ok bool, err error) {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return hdr, false, err
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return hdr, false, err
+	}
+	defer func() {
+		if _, err := conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); err != nil {
+			conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+	}()
+	rd, err := litestream.NewWALReader(wal, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return hdr, false, nil
+	}
+	pages, end, commit, err := rd.PageMap(ctx)
+	if err != nil || len(pages) == 0 || rd.PageSize() != m.last.PageSize {
+		return hdr, false, nil
+	}
+	var whdr [litestream.WALHeaderSize]byte
+	if _, err := wal.ReadAt(whdr[:], 0); err != nil {
+		return hdr, false, err
+	}
+	pageSize := m.last.PageSize
+	var pageCount uint32
+	if err := conn.QueryRowContext(ctx, "SELECT page_size, page_count FROM pragma_page_size, pragma_page_count").Scan(&pageSize, &pageCount); err != nil {
+		return hdr, false, err
+	}
+	if pageSize != m.last.PageSize || pageCount != commit {
+		return hdr, false, nil // SQLite sees another WAL than the one read
+	}
+	lock := ltx.LockPgno(pageSize)
+	for pgno := m.last.Commit + 1; pgno <= commit; pgno++ {
+		if _, in := pages[pgno]; !in && pgno != lock {
+			return hdr, false, nil // a page grown without a frame
+		}
+	}
+	rows, err := conn.QueryContext(ctx, "SELECT pgno, data FROM sqlite_dbpage('main')")
+	if err != nil {
+		return hdr, false, err
+	}
+	defer rows.Close()
+	h := crc64.New(crcISO)
+	frame := make([]byte, pageSize)
+	var want uint32 = 1
+	var data sql.RawBytes
+	for rows.Next() {
+		var pgno uint32
+		if err := rows.Scan(&pgno, &data); err != nil {
+			return hdr, false, err
+		}
+		if pgno == lock && want == lock {
+			want++
+			continue
+		}
+		if pgno != want || len(data) != int(pageSize) {
+			return hdr, false, nil
+		}
+		want++
+		if off, in := pages[pgno]; in {
+			if _, err := wal.ReadAt(frame, off+litestream.WALFrameHeaderSize); err != nil {
+				return hdr, false, err
+			}
+			if !bytes.Equal(frame, data) {
+				return hdr, false, nil // SQLite sees another WAL than the one read
+			}
+		} else if int(pgno) > len(m.sums) || ltx.ChecksumPageWithHasher(h, pgno, data) != m.sums[pgno-1] {
+			return hdr, false, nil // the file changed since the mark
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return hdr, false, err
+	}
+	if want != commit+1 {
+		return hdr, false, nil
+	}
+	pgnos := make([]uint32, 0, len(pages))
+	for pgno := range pages {
+		pgnos = append(pgnos, pgno)
+	}
+	slices.Sort(pgnos)
+	hdr = ltx.Header{
+		Version: ltx.Version, Flags: ltx.HeaderFlagNoChecksum, PageSize: pageSize, Commit: commit,
+		MinTXID: txid, MaxTXID: txid, Timestamp: time.Now().UnixMilli(),
+		WALOffset: litestream.WALHeaderSize, WALSize: end - litestream.WALHeaderSize,
+		WALSalt1: binary.BigEndian.Uint32(whdr[16:]), WALSalt2: binary.BigEndian.Uint32(whdr[20:]),
+	}
+	err = writeLTX(out, hdr, func(lw *ltxWriter) error {
+		for _, pgno := range pgnos {
+			if _, err := wal.ReadAt(frame, pages[pgno]+litestream.WALFrameHeaderSize); err != nil {
+				return err
+			}
+			if err := lw.page(pgno, frame); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return hdr, err == nil, err
 }
 
 // shipSnapshot writes to out, as LTX file txid, every page of the file as

@@ -2,6 +2,7 @@ package personfile
 
 import (
 	"context"
+	"database/sql"
 	"os"
 	"sync"
 )
@@ -124,11 +125,45 @@ const bigWAL = 4 << 20
 func (c *Cache) leftWAL(p string, final bool) {
 	left := !final && walSize(p) <= bigWAL
 	if !left {
-		if err := c.cfg.Checkpoint(p); err != nil {
+		if err := c.checkpointClosed(p); err != nil {
 			c.log.Warn("checkpoint after replication", "path", p, "err", err)
 		}
 	}
 	c.wal.set(p, left)
+}
+
+// Checkpointer is a Replicator that empties a WAL itself (backup's
+// Replicator.Checkpoint) and, when its history has every frame of it,
+// records what the next ship needs to carry on from the next WAL rather
+// than ship the whole file. db is the app's connection to the file, held
+// by the caller; nil for a file nobody in this process has open.
+type Checkpointer interface {
+	Checkpoint(ctx context.Context, path string, db *sql.DB) error
+}
+
+// checkpointOpen empties the WAL of f, open and not watched, through
+// replication before its close; the close checkpoints whatever is left.
+func (c *Cache) checkpointOpen(f *File) {
+	cp, ok := c.repl.(Checkpointer)
+	if !ok || walSize(f.Path) == 0 {
+		return
+	}
+	if err := cp.Checkpoint(context.Background(), f.Path, f.DB); err != nil {
+		c.log.Warn("replication: checkpoint before the close", "path", f.Path, "err", err)
+	}
+}
+
+// checkpointClosed empties the WAL of file p, which nobody in this
+// process has open, through replication if it can, else as the store does.
+func (c *Cache) checkpointClosed(p string) error {
+	if cp, ok := c.repl.(Checkpointer); ok && walSize(p) > 0 {
+		err := cp.Checkpoint(context.Background(), p, nil)
+		if err == nil {
+			return nil
+		}
+		c.log.Warn("replication: checkpoint", "path", p, "err", err)
+	}
+	return c.cfg.Checkpoint(p)
 }
 
 func walSize(p string) int64 {

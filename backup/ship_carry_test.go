@@ -1,0 +1,139 @@
+package backup_test
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+
+	"github.com/superfly/ltx"
+
+	"github.com/nah-app/nah"
+)
+
+// newestLTX decodes the newest level-0 LTX file of database rel on the
+// replica directory replica: its header, how many pages it holds, and
+// how many files level 0 holds.
+func newestLTX(t testing.TB, replica, rel string) (hdr ltx.Header, pages, files int) {
+	t.Helper()
+	names, _ := filepath.Glob(filepath.Join(replica, filepath.FromSlash(rel), "ltx", "0", "*.ltx"))
+	if len(names) == 0 {
+		t.Fatalf("%s: no level-0 file on the replica", rel)
+	}
+	sort.Strings(names)
+	f, err := os.Open(names[len(names)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	dec := ltx.NewDecoder(f)
+	if err := dec.DecodeHeader(); err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, dec.Header().PageSize)
+	for {
+		var ph ltx.PageHeader
+		if err := dec.DecodePage(&ph, data); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("%s: %v", names[len(names)-1], err)
+		}
+		pages++
+	}
+	return dec.Header(), pages, len(names)
+}
+
+// post1k writes a moment of about 1 KiB, so that a file is more pages
+// than a post writes.
+func post1k(t testing.TB, n *node, id string, i int) {
+	t.Helper()
+	body := bytes.Repeat(fmt.Appendf(nil, "moment %d of %s. ", i, id), 40)
+	if _, err := n.s.CreateMoment(context.Background(), id, body); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestShipCarriesOnAfterACleanStop: a clean stop empties every WAL; the
+// first post of each person in the next run is shipped as the next LTX
+// file of their history holding the post's few pages, read from the new
+// WAL (its salts in the header), not a snapshot of the file; and the
+// replica restores equal to the live file, in the second run and after.
+// A file changed between the runs by a connection of its own (a moment
+// added and checkpointed into the database file) is snapshotted instead.
+func TestShipCarriesOnAfterACleanStop(t *testing.T) {
+	dir := t.TempDir()
+	tg, replica := fileTarget(t)
+	n := shipNode(t, dir, tg)
+	ann, bob, cat, dan := n.person(t, "ann"), n.person(t, "bob"), n.person(t, "cat"), n.person(t, "dan")
+	ids := []string{ann, bob, cat, dan}
+	drain(t, n)
+	for i := range 30 {
+		for _, id := range ids {
+			post1k(t, n, id, i)
+		}
+	}
+	drain(t, n)
+	n.close()
+	for _, id := range ids {
+		if b := walBytes(n.s.Path(nah.PersonRel(id))); b != 0 {
+			t.Fatalf("%s: %d bytes of WAL after a clean stop", id, b)
+		}
+	}
+	restoreAll(t, n, tg, rels(ids))
+
+	// Behind replication's back: ann's file gets a row and a checkpoint.
+	annPath := n.s.Path(nah.PersonRel(ann))
+	db, err := sql.Open("sqlite", "file:"+annPath+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"INSERT INTO media VALUES ('behind-the-back', 1, 'x', 'text/plain', 0)", "PRAGMA wal_checkpoint(TRUNCATE)"} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+
+	n2 := shipNode(t, dir, tg)
+	drain(t, n2)
+	before := n2.s.Stats()
+	for _, id := range ids {
+		post1k(t, n2, id, 100)
+	}
+	drain(t, n2)
+	st := n2.s.Stats()
+	if took := st.TakeUps - before.TakeUps; took != 0 {
+		t.Errorf("%d take-ups for the first posts of the second run, want them shipped", took)
+	}
+	for _, id := range ids {
+		h, pages, _ := newestLTX(t, replica, nah.PersonRel(id))
+		t.Logf("%s: the first post of the run shipped TXID %d: %d of %d pages, WAL offset %d", id, h.MaxTXID, pages, h.Commit, h.WALOffset)
+		if id == ann {
+			if pages != int(h.Commit) {
+				t.Errorf("ann's file was changed behind replication's back, and its next LTX file holds %d of %d pages: carried on, not snapshotted", pages, h.Commit)
+			}
+			continue
+		}
+		if h.IsSnapshot() || pages >= int(h.Commit)/2 || pages > 8 {
+			t.Errorf("%s: the first post after a clean stop shipped %d of %d pages, want the post's few", id, pages, h.Commit)
+		}
+		if h.WALOffset != 32 {
+			t.Errorf("%s: the first post's LTX file starts at WAL offset %d, want the new WAL's first frame", id, h.WALOffset)
+		}
+	}
+	restoreAll(t, n2, tg, rels(ids))
+	for i := range 3 {
+		for _, id := range ids {
+			post1k(t, n2, id, 200+i)
+		}
+		drain(t, n2)
+	}
+	n2.close()
+	restoreAll(t, n2, tg, rels(ids))
+}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"testing"
+	"time"
 
 	"github.com/superfly/ltx"
 
@@ -136,4 +137,57 @@ func TestShipCarriesOnAfterACleanStop(t *testing.T) {
 	}
 	n2.close()
 	restoreAll(t, n2, tg, rels(ids))
+}
+
+// TestShipBoundsTheWAL: a person posting many large moments has their
+// WAL emptied once shipped past the bound, every ship after carries on
+// from the new WAL (no snapshot), the WAL stays under the bound plus a
+// post, and the replica restores equal.
+func TestShipBoundsTheWAL(t *testing.T) {
+	dir := t.TempDir()
+	tg, replica := fileTarget(t)
+	n := shipNode(t, dir, tg)
+	ann := n.person(t, "ann")
+	n.person(t, "bob") // watched in ann's place: ann's posts are shipped
+	drain(t, n)
+	if !eventually(10*time.Second, func() bool {
+		names, _ := filepath.Glob(filepath.Join(replica, filepath.FromSlash(nah.PersonRel(ann)), "ltx", "0", "*.ltx"))
+		return len(names) > 0
+	}) {
+		t.Fatal("the new file never reached the replica")
+	}
+	p := n.s.Path(nah.PersonRel(ann))
+	before := n.s.Stats()
+	body := bytes.Repeat([]byte("0123456789abcdef"), 2<<10) // 32 KiB
+	var peak int64
+	snapshots := 0
+	_, _, files := newestLTX(t, replica, nah.PersonRel(ann))
+	for i := range 24 {
+		if _, err := n.s.CreateMoment(context.Background(), ann, append(fmt.Appendf(nil, "%d ", i), body...)); err != nil {
+			t.Fatal(err)
+		}
+		drain(t, n)
+		peak = max(peak, walBytes(p))
+		h, pages, k := newestLTX(t, replica, nah.PersonRel(ann))
+		if k == files {
+			t.Fatalf("post %d: nothing shipped", i)
+		}
+		files = k
+		if h.IsSnapshot() || pages == int(h.Commit) {
+			snapshots++
+		}
+	}
+	t.Logf("24 posts of 32 KiB: WAL at most %d bytes after a ship, %d snapshots", peak, snapshots)
+	if peak > 320<<10 {
+		t.Errorf("the WAL reached %d bytes", peak)
+	}
+	if snapshots > 0 {
+		t.Errorf("%d of 24 ships were snapshots", snapshots)
+	}
+	if st := n.s.Stats(); st.TakeUps != before.TakeUps {
+		t.Errorf("%d take-ups", st.TakeUps-before.TakeUps)
+	}
+	restoreAll(t, n, tg, rels([]string{ann}))
+	n.close()
+	restoreAll(t, n, tg, rels([]string{ann}))
 }

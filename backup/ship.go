@@ -182,7 +182,7 @@ func (r *Replicator) Ship(ctx context.Context, path string, db *sql.DB) (ok bool
 	if db != nil && hdr.WALOffset+hdr.WALSize >= shipWALBound {
 		// The WAL is on the target whole: emptied now, with the mark the
 		// next ship carries on by.
-		if err := r.checkpoint(ctx, st, rel, path, db); err != nil {
+		if _, err := r.checkpoint(ctx, st, rel, path, db, false); err != nil {
 			r.log.Warn("replication: checkpoint a shipped WAL", "path", rel, "err", err)
 		}
 	}

@@ -191,3 +191,37 @@ func TestShipBoundsTheWAL(t *testing.T) {
 	n.close()
 	restoreAll(t, n, tg, rels([]string{ann}))
 }
+
+// TestShipEmptiesAnIdleWAL: a file left open after its posts were shipped
+// has its WAL emptied once idle (store.Config.WALIdle), and the next post
+// is shipped as the post's few pages from the next WAL; the replica
+// restores equal.
+func TestShipEmptiesAnIdleWAL(t *testing.T) {
+	dir := t.TempDir()
+	tg, replica := fileTarget(t)
+	n := openNode(t, dir, tg, nodeOpts{maxOpen: 16, maxWatched: 1, walIdle: 400 * time.Millisecond})
+	ann := n.person(t, "ann")
+	n.person(t, "bob") // watched in ann's place: ann's posts are shipped
+	drain(t, n)
+	p := n.s.Path(nah.PersonRel(ann))
+	for i := range 5 {
+		post1k(t, n, ann, i)
+		drain(t, n)
+	}
+	if walBytes(p) == 0 {
+		t.Fatal("no WAL after five posts")
+	}
+	if !eventually(5*time.Second, func() bool { return walBytes(p) == 0 }) {
+		t.Fatalf("the WAL still holds %d bytes, idle for 5 s", walBytes(p))
+	}
+	post1k(t, n, ann, 5)
+	drain(t, n)
+	h, pages, _ := newestLTX(t, replica, nah.PersonRel(ann))
+	t.Logf("the post after the idle checkpoint: TXID %d, %d of %d pages, WAL offset %d", h.MaxTXID, pages, h.Commit, h.WALOffset)
+	if h.IsSnapshot() || pages >= int(h.Commit)/2 || h.WALOffset != 32 {
+		t.Errorf("the post after the idle checkpoint shipped %d of %d pages from WAL offset %d, want the post's few from the next WAL", pages, h.Commit, h.WALOffset)
+	}
+	restoreAll(t, n, tg, rels([]string{ann}))
+	n.close()
+	restoreAll(t, n, tg, rels([]string{ann}))
+}

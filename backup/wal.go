@@ -219,23 +219,41 @@ func (r *Replicator) Checkpoint(ctx context.Context, path string, db *sql.DB) er
 	r.mu.Unlock()
 	st.op.Lock()
 	defer st.op.Unlock()
-	return r.checkpoint(ctx, st, rel, path, db)
+	_, err = r.checkpoint(ctx, st, rel, path, db, true)
+	return err
 }
 
-// checkpoint is Checkpoint with st.op held.
-func (r *Replicator) checkpoint(ctx context.Context, st *fileState, rel, path string, db *sql.DB) error {
+// CheckpointShipped is Checkpoint of a WAL the history has whole, and
+// only of one: it says whether it emptied the WAL. For a file that went
+// idle after its last ship; a WAL holding a write not yet shipped is left
+// for its ship, which would otherwise snapshot the file.
+func (r *Replicator) CheckpointShipped(ctx context.Context, path string, db *sql.DB) (bool, error) {
+	rel, err := r.rel(path)
+	if err != nil {
+		return false, err
+	}
+	r.mu.Lock()
+	st := r.files[rel]
+	r.mu.Unlock()
+	if st == nil {
+		return false, nil // nothing shipped in this run
+	}
+	st.op.Lock()
+	defer st.op.Unlock()
+	return r.checkpoint(ctx, st, rel, path, db, false)
+}
+
+// checkpoint is Checkpoint with st.op held; with always false it empties
+// only a WAL the history has whole.
+func (r *Replicator) checkpoint(ctx context.Context, st *fileState, rel, path string, db *sql.DB, always bool) (bool, error) {
 	if r.ls.FindDB(path) != nil {
-		return fmt.Errorf("replication: checkpoint %s: watched (Litestream checkpoints it)", rel)
+		return false, fmt.Errorf("replication: checkpoint %s: watched (Litestream checkpoints it)", rel)
 	}
 	meta := r.metaPath(rel)
-	// Gone before the file changes: a crash after this leaves no mark.
-	if err := os.Remove(markPath(meta)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
 	if db == nil {
 		own, err := sql.Open("sqlite", fmt.Sprintf("file:%s?mode=rw&_pragma=busy_timeout(%d)&_pragma=synchronous(FULL)&_pragma=wal_autocheckpoint(0)", path, walEmptyTimeout.Milliseconds()))
 		if err != nil {
-			return err
+			return false, err
 		}
 		defer own.Close()
 		own.SetMaxOpenConns(1)
@@ -243,7 +261,7 @@ func (r *Replicator) checkpoint(ctx context.Context, st *fileState, rel, path st
 	}
 	conn, err := db.Conn(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer conn.Close()
 
@@ -256,24 +274,28 @@ func (r *Replicator) checkpoint(ctx context.Context, st *fileState, rel, path st
 	}
 	r.mu.Unlock()
 	covered, err := walCovered(path, filepath.Join(meta, "ltx", "0"), last)
-	if err != nil {
-		return err
+	if err != nil || (covered == nil && !always) {
+		return false, err
+	}
+	// Gone before the file changes: a crash after this leaves no mark.
+	if err := os.Remove(markPath(meta)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return false, err
 	}
 	var busy, frames, done int
 	if err := conn.QueryRowContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)").Scan(&busy, &frames, &done); err != nil {
-		return err
+		return false, err
 	}
 	if busy != 0 {
-		return fmt.Errorf("replication: checkpoint %s: the WAL is still in use", rel)
+		return false, fmt.Errorf("replication: checkpoint %s: the WAL is still in use", rel)
 	}
 	if covered == nil {
-		return nil
+		return true, nil
 	}
 	m, err := markFile(ctx, conn, path, *covered)
 	if err != nil || m == nil {
-		return err
+		return true, err
 	}
-	return m.write(meta)
+	return true, m.write(meta)
 }
 
 // walCovered returns the header of the newest LTX file (last when known

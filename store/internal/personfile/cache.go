@@ -1,6 +1,7 @@
 package personfile
 
 import (
+	"cmp"
 	"container/list"
 	"context"
 	"database/sql"
@@ -33,10 +34,13 @@ type Config struct {
 
 	// Replicator, if set, follows written files. At most MaxWatched are
 	// watched at once (0: no bound); QueueDir, if set, keeps the queue of
-	// files waiting for it on disk (queue.go).
+	// files waiting for it on disk (queue.go). A Checkpointer empties the
+	// WAL of an open file it does not watch WALIdle after its last write
+	// (DefaultWALIdle when zero; emptyIdleWALs).
 	Replicator Replicator
 	MaxWatched int
 	QueueDir   string
+	WALIdle    time.Duration
 
 	// BeforeOpen runs before a file is opened and may refuse it;
 	// AfterClose after its handle is closed. For tests.
@@ -96,6 +100,10 @@ func New(cfg Config) *Cache {
 		}
 		for range extraReplicators {
 			c.watchers.Go(func() { c.replicate(behindLag) })
+		}
+		if cp, ok := c.repl.(Checkpointer); ok {
+			idle := cmp.Or(cfg.WALIdle, DefaultWALIdle)
+			c.watchers.Go(func() { c.emptyIdleWALs(cp, idle) })
 		}
 	}
 	return c

@@ -137,8 +137,10 @@ func (c *Cache) leftWAL(p string, final bool) {
 // records what the next ship needs to carry on from the next WAL rather
 // than ship the whole file. db is the app's connection to the file, held
 // by the caller; nil for a file nobody in this process has open.
+// CheckpointShipped empties it only when the history has it whole.
 type Checkpointer interface {
 	Checkpoint(ctx context.Context, path string, db *sql.DB) error
+	CheckpointShipped(ctx context.Context, path string, db *sql.DB) (bool, error)
 }
 
 // checkpointOpen empties the WAL of f, open and not watched, through

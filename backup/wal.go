@@ -198,6 +198,10 @@ func (m *walMark) write(meta string) error {
 
 var crcISO = crc64.MakeTable(crc64.ISO)
 
+// walBusyWait bounds how long a checkpoint through the app's connection
+// waits for readers: a feed reads for a few milliseconds.
+const walBusyWait = 200 * time.Millisecond
+
 // Checkpoint empties the WAL of the database at path, which Litestream
 // does not watch, through db (the app's only connection to it, held for
 // the whole of it so that nothing commits meanwhile) or, with db nil, a
@@ -250,7 +254,8 @@ func (r *Replicator) checkpoint(ctx context.Context, st *fileState, rel, path st
 		return false, fmt.Errorf("replication: checkpoint %s: watched (Litestream checkpoints it)", rel)
 	}
 	meta := r.metaPath(rel)
-	if db == nil {
+	app := db != nil
+	if !app {
 		own, err := sql.Open("sqlite", fmt.Sprintf("file:%s?mode=rw&_pragma=busy_timeout(%d)&_pragma=synchronous(FULL)&_pragma=wal_autocheckpoint(0)", path, walEmptyTimeout.Milliseconds()))
 		if err != nil {
 			return false, err
@@ -264,6 +269,23 @@ func (r *Replicator) checkpoint(ctx context.Context, st *fileState, rel, path st
 		return false, err
 	}
 	defer conn.Close()
+	if app {
+		// A reader of the file (the drill's, a sweep's copy) would hold
+		// the app's connection, and the posts behind it, for its whole busy
+		// timeout: the checkpoint gives up after walBusyWait instead.
+		var was int
+		if err := conn.QueryRowContext(ctx, "PRAGMA busy_timeout").Scan(&was); err != nil {
+			return false, err
+		}
+		if _, err := conn.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout = %d", walBusyWait.Milliseconds())); err != nil {
+			return false, err
+		}
+		defer func() {
+			if _, err := conn.ExecContext(context.WithoutCancel(ctx), fmt.Sprintf("PRAGMA busy_timeout = %d", was)); err != nil {
+				conn.Raw(func(any) error { return driver.ErrBadConn }) // reopened with its settings
+			}
+		}()
+	}
 
 	// Under the connection: the WAL as the newest LTX file left it?
 	r.mu.Lock()

@@ -50,12 +50,15 @@ func (c *Cache) emptyIdleWALs(cp Checkpointer, idle time.Duration) {
 		c.mu.Unlock()
 		for _, h := range fs {
 			f := h.f
+			var err error
 			if f.watching() == nil && !c.Queued(f.ID) && walSize(f.Path) > 0 {
-				if _, err := cp.CheckpointShipped(context.Background(), f.Path, f.DB); err != nil {
+				if _, err = cp.CheckpointShipped(context.Background(), f.Path, f.DB); err != nil {
 					c.log.Warn("replication: checkpoint an idle file", "path", f.Path, "err", err)
 				}
 			}
-			f.wrote.CompareAndSwap(h.wrote, 0) // unless written again meanwhile
+			if err == nil {
+				f.wrote.CompareAndSwap(h.wrote, 0) // unless written again meanwhile
+			}
 			c.Release(f)
 		}
 	}

@@ -225,3 +225,50 @@ func TestShipEmptiesAnIdleWAL(t *testing.T) {
 	n.close()
 	restoreAll(t, n, tg, rels([]string{ann}))
 }
+
+// TestIdleCheckpointLetsPostsThrough: a reader of its own holds a read
+// transaction on a person's file (as the drill's does) while the file's
+// WAL is due to be emptied: the checkpoint, through the app's connection,
+// gives up within walBusyWait rather than hold the person's posts for the
+// connection's 10 s busy timeout, and the replica still restores equal.
+func TestIdleCheckpointLetsPostsThrough(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	tg, _ := fileTarget(t)
+	n := openNode(t, dir, tg, nodeOpts{maxOpen: 16, maxWatched: 1, walIdle: 200 * time.Millisecond})
+	ann := n.person(t, "ann")
+	n.person(t, "bob") // watched in ann's place: ann's posts are shipped
+	drain(t, n)
+	post1k(t, n, ann, 0)
+	drain(t, n)
+	db, err := sql.Open("sqlite", "file:"+n.s.Path(nah.PersonRel(ann))+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k int
+	if err := tx.QueryRow("SELECT count(*) FROM moments").Scan(&k); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // the idle checkpoint finds the reader
+	var worst time.Duration
+	for i := range 5 {
+		worst = max(worst, n.post(t, ann, 10+i))
+		time.Sleep(100 * time.Millisecond)
+	}
+	tx.Rollback()
+	t.Logf("posts while a reader held the file: the slowest took %v", worst)
+	if worst > time.Second {
+		t.Errorf("a post waited %v behind the checkpoint of its file", worst)
+	}
+	drain(t, n)
+	time.Sleep(500 * time.Millisecond)
+	drain(t, n)
+	restoreAll(t, n, tg, rels([]string{ann}))
+	n.close()
+	restoreAll(t, n, tg, rels([]string{ann}))
+}

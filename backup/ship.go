@@ -692,12 +692,10 @@ func maxRemoteLTX(ctx context.Context, client litestream.ReplicaClient) (ltx.TXI
 // level-1 file, which a restore then reads instead of each of them.
 const shipsPerCompaction = 16
 
-// shipWALBound is the most WAL a ship leaves: past it, shipped whole, the
-// WAL is emptied (Checkpoint) and the next ship carries on from the next.
-// Up to shipMaxWAL a file, WAL was 674 of a soak's 836 MB under people/.
-// A checkpoint and its mark took 11-50 ms and the carry-on 2-20 ms on
-// files of 0.6-8 MB (16 KiB posts, this 2-core box): at 256 KiB, ~20
-// three-page posts, that is about a millisecond a post.
+// shipWALBound: a WAL a ship leaves past it is emptied with its mark
+// (checkpoint), since up to shipMaxWAL a file was 674 of a soak's 836 MB;
+// that costs 11-50 ms and the next ship's proof 2-20 ms on 0.6-8 MB files
+// (2-core box), so ~1 ms a post at 256 KiB (~20 three-page posts).
 const shipWALBound = 256 << 10
 
 // shipMaxWAL is the WAL past which a file is taken up rather than shipped:

@@ -117,9 +117,10 @@ func emptyWAL(ctx context.Context, p string) error {
 	return nil
 }
 
-// A clean stop, an eviction past keptWAL and shipWALBound empty a WAL that
-// every LTX file of the history has been read from; the next WAL starts
-// with new salts, which proves nothing about the database file under it.
+// A clean stop, the close of an evicted file, a WAL past shipWALBound or
+// idle (personfile's WALIdle) each empty a WAL whose every frame is in the
+// history; the next WAL starts with new salts, which prove nothing about
+// the database file under it.
 // So the checkpoint that empties it records a mark beside the local state:
 // the newest LTX file's header and a CRC64 of every page of the file just
 // after (ltx.ChecksumPage, as LTX's own checksums). The next ship carries
@@ -216,11 +217,13 @@ func (r *Replicator) Checkpoint(ctx context.Context, path string, db *sql.DB) er
 	}
 	r.mu.Lock()
 	st := r.files[rel]
-	if st == nil {
-		st = &fileState{Since: time.Now()}
-		r.files[rel] = st
-	}
 	r.mu.Unlock()
+	if st == nil {
+		// Not replicated in this run (the Backups page lists those): no
+		// state kept, and nothing in step. The caller holds the file, so
+		// no ship of it runs meanwhile.
+		st = &fileState{}
+	}
 	st.op.Lock()
 	defer st.op.Unlock()
 	_, err = r.checkpoint(ctx, st, rel, path, db, true)

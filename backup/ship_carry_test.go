@@ -272,3 +272,42 @@ func TestIdleCheckpointLetsPostsThrough(t *testing.T) {
 	n.close()
 	restoreAll(t, n, tg, rels([]string{ann}))
 }
+
+// TestLetGoWALIsEmptied: a watched file written fast (Litestream
+// checkpoints it at the bound but leaves its WAL as large as the posts of
+// a second made it) is let go of when another file is watched: its WAL is
+// emptied then, with its mark, and its next post is shipped as the post's
+// few pages from the next WAL, read after Litestream's own history; the
+// replica restores equal.
+func TestLetGoWALIsEmptied(t *testing.T) {
+	dir := t.TempDir()
+	tg, replica := fileTarget(t)
+	n := shipNode(t, dir, tg)
+	ann := n.person(t, "ann") // watched
+	drain(t, n)
+	p := n.s.Path(nah.PersonRel(ann))
+	body := bytes.Repeat([]byte("0123456789abcdef"), 2<<10) // 32 KiB
+	for i := range 24 {
+		if _, err := n.s.CreateMoment(context.Background(), ann, append(fmt.Appendf(nil, "%d ", i), body...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(1500 * time.Millisecond) // Litestream syncs, and checkpoints past the bound
+	peak := walBytes(p)
+	n.person(t, "bob") // watched in ann's place
+	drain(t, n)
+	if !eventually(5*time.Second, func() bool { return walBytes(p) <= 256<<10 }) {
+		t.Fatalf("ann's WAL holds %d bytes after Litestream let go of it", walBytes(p))
+	}
+	t.Logf("ann's WAL: %d bytes while watched, %d once let go of", peak, walBytes(p))
+	post1k(t, n, ann, 100)
+	drain(t, n)
+	h, pages, _ := newestLTX(t, replica, nah.PersonRel(ann))
+	t.Logf("the next post: TXID %d, %d of %d pages, WAL offset %d", h.MaxTXID, pages, h.Commit, h.WALOffset)
+	if h.IsSnapshot() || pages >= int(h.Commit)/2 {
+		t.Errorf("the post after the let-go shipped %d of %d pages, want the post's few", pages, h.Commit)
+	}
+	restoreAll(t, n, tg, rels([]string{ann}))
+	n.close()
+	restoreAll(t, n, tg, rels([]string{ann}))
+}

@@ -112,12 +112,13 @@ func (w *walSet) take() []string {
 }
 
 // bigWAL is the size past which a watched file's WAL is checkpointed as
-// soon as replication lets go of it. A checkpoint makes Litestream take a
-// whole new snapshot when it next watches the file (a 16 KB LTX for a
-// 200-moment file instead of 3 KB), so a small WAL is left for the next
-// open; a large one would make that open slow (31-51 ms for a few MB,
+// soon as replication lets go of it, with the mark that lets the next ship
+// carry on (Checkpointer). Litestream checkpoints a watched file without
+// truncating its WAL, which stays as large as a second of writes made it:
+// past backup's shipWALBound (256 KiB) it is emptied here. A small one is
+// left for the next open (an open reading a WAL of a few MB took 31-51 ms,
 // ../shared/notes/litestream-nah.md). At shutdown every WAL is emptied.
-const bigWAL = 4 << 20
+const bigWAL = 256 << 10
 
 // leftWAL deals with the WAL of watched file p once replication let go of
 // it: a large one, or any at shutdown (final), is emptied now, a small one

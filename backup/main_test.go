@@ -66,7 +66,8 @@ type node struct {
 
 type nodeOpts struct {
 	maxOpen, maxWatched int
-	run                 bool // start Backups.Run
+	run                 bool          // start Backups.Run
+	walIdle             time.Duration // store.Config.WALIdle
 }
 
 func openNode(t testing.TB, dir string, tg *backup.Target, o nodeOpts) *node {
@@ -82,7 +83,7 @@ func openNode(t testing.TB, dir string, tg *backup.Target, o nodeOpts) *node {
 		t.Fatal(err)
 	}
 	cfg := store.Config{Dir: dir, MaxOpenFiles: o.maxOpen, Logger: log}
-	cfg.Replicator, cfg.MaxWatched = r, o.maxWatched
+	cfg.Replicator, cfg.MaxWatched, cfg.WALIdle = r, o.maxWatched, o.walIdle
 	s, err := store.Open(ctx, cfg)
 	if err != nil {
 		r.Close(ctx)

@@ -318,6 +318,12 @@ func (r *Replicator) Watch(ctx context.Context, path string) error {
 	// No monitors: the syncers sync it when it is written (syncLoop).
 	db.MonitorInterval = 0
 	db.BusyTimeout = 10 * time.Second
+	if strings.HasPrefix(rel, "people/") {
+		// Its WAL bounded as a shipped file's (shipWALBound), not at 1,000
+		// pages; the directory, one file written by every post, keeps
+		// Litestream's default.
+		db.MinCheckpointPageN = shipWALBound / (4096 + litestream.WALFrameHeaderSize)
+	}
 	rep := litestream.NewReplicaWithClient(db, client)
 	rep.MonitorEnabled = false
 	db.Replica = rep

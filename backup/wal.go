@@ -1,13 +1,18 @@
 package backup
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc64"
 	"io"
+	"log/slog"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/benbjohnson/litestream"
@@ -28,6 +33,11 @@ const walEmptyTimeout = 5 * time.Second
 // resumeCheck makes sure Litestream can carry db's history on from its WAL
 // as the WAL is now, emptying the WAL when it cannot (above).
 func resumeCheck(ctx context.Context, db *litestream.DB) error {
+	// Litestream writes the history from here on: a mark of an earlier
+	// checkpoint is no proof of what it writes.
+	if err := os.Remove(markPath(db.MetaPath())); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
 	salts, ok, err := walSalts(db.WALPath())
 	if err != nil || !ok {
 		return err // no WAL, or one without frames: nothing to mistake
@@ -105,4 +115,332 @@ func emptyWAL(ctx context.Context, p string) error {
 		return fmt.Errorf("%s: the WAL is still in use after %v", p, walEmptyTimeout)
 	}
 	return nil
+}
+
+// A clean stop, the close of an evicted file, a WAL past shipWALBound or
+// idle (personfile's WALIdle) each empty a WAL whose every frame is in the
+// history; the next WAL starts with new salts, which prove nothing about
+// the database file under it.
+// So the checkpoint that empties it records a mark beside the local state:
+// the newest LTX file's header and a CRC64 of every page of the file just
+// after (ltx.ChecksumPage, as LTX's own checksums). The next ship carries
+// on from the new WAL's header only when that LTX file is still the newest
+// and every page the new WAL does not hold still has its sum (carryOn):
+// the file is then exactly the state the history ends at. Litestream
+// carries on across its own checkpoints from memory (db.go, verify,
+// syncedToWALEnd); the mark does so across runs and closes, proven by the
+// file itself.
+
+// walMarkName is the mark's file in a database's local state folder,
+// beside ltx/: clearState, Forget and a take-up (resumeCheck) remove it.
+const walMarkName = "wal-emptied"
+
+// walMark is what the mark holds: the header of the LTX file the database
+// file was equal to when the WAL was emptied, and the sum of each page.
+type walMark struct {
+	last ltx.Header
+	sums []ltx.Checksum // page 1 first; the lock page's is 0
+}
+
+var walMarkMagic = [8]byte{'n', 'a', 'h', 'w', 'm', 'k', '0', '1'}
+
+// markPath is the mark of the database whose local state is in meta.
+func markPath(meta string) string { return filepath.Join(meta, walMarkName) }
+
+// readMark reads the mark in meta; nil when there is none, or it does not
+// decode whole (a crash tore it: the next ship snapshots).
+func readMark(meta string) *walMark {
+	b, err := os.ReadFile(markPath(meta))
+	if err != nil || len(b) < 8+ltx.HeaderSize+4+8 || !bytes.Equal(b[:8], walMarkMagic[:]) {
+		return nil
+	}
+	body, sum := b[:len(b)-8], binary.BigEndian.Uint64(b[len(b)-8:])
+	if crc64.Checksum(body, crcISO) != sum {
+		return nil
+	}
+	var m walMark
+	if err := m.last.UnmarshalBinary(body[8 : 8+ltx.HeaderSize]); err != nil {
+		return nil
+	}
+	rest := body[8+ltx.HeaderSize:]
+	n := binary.BigEndian.Uint32(rest)
+	rest = rest[4:]
+	if n != m.last.Commit || len(rest) != 8*int(n) {
+		return nil
+	}
+	m.sums = make([]ltx.Checksum, n)
+	for i := range m.sums {
+		m.sums[i] = ltx.Checksum(binary.BigEndian.Uint64(rest[8*i:]))
+	}
+	return &m
+}
+
+// write writes the mark to meta, in one rename and unsynced: a crash may
+// lose or tear it, and readMark then finds none.
+func (m *walMark) write(meta string) error {
+	b := make([]byte, 0, 8+ltx.HeaderSize+4+8*len(m.sums)+8)
+	b = append(b, walMarkMagic[:]...)
+	h, err := m.last.MarshalBinary()
+	if err != nil {
+		return err
+	}
+	b = append(b, h...)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(m.sums)))
+	for _, s := range m.sums {
+		b = binary.BigEndian.AppendUint64(b, uint64(s))
+	}
+	b = binary.BigEndian.AppendUint64(b, crc64.Checksum(b, crcISO))
+	tmp := markPath(meta) + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, markPath(meta))
+}
+
+var crcISO = crc64.MakeTable(crc64.ISO)
+
+// walBusyWait bounds how long a checkpoint through the app's connection
+// waits for readers: a feed reads for a few milliseconds.
+const walBusyWait = 200 * time.Millisecond
+
+// Checkpoint empties the WAL of the database at path, which Litestream
+// does not watch, through db (the app's only connection to it, held for
+// the whole of it so that nothing commits meanwhile) or, with db nil, a
+// connection of its own to a file nobody in this process has open. When
+// the newest LTX file provably covers the WAL whole (its salts, its end
+// the WAL's, the frame it ends with in it), it records the mark (above),
+// so that the next ship carries on from the WAL started afresh.
+func (r *Replicator) Checkpoint(ctx context.Context, path string, db *sql.DB) error {
+	rel, err := r.rel(path)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	st := r.files[rel]
+	r.mu.Unlock()
+	if st == nil {
+		// Not replicated in this run (the Backups page lists those): no
+		// state kept, and nothing in step. The caller holds the file, so
+		// no ship of it runs meanwhile.
+		st = &fileState{}
+	}
+	st.op.Lock()
+	defer st.op.Unlock()
+	_, err = r.checkpoint(ctx, st, rel, path, db, true)
+	return err
+}
+
+// CheckpointShipped is Checkpoint of a WAL the history has whole, and
+// only of one: it says whether it emptied the WAL. For a file that went
+// idle after its last ship; a WAL holding a write not yet shipped is left
+// for its ship, which would otherwise snapshot the file.
+func (r *Replicator) CheckpointShipped(ctx context.Context, path string, db *sql.DB) (bool, error) {
+	rel, err := r.rel(path)
+	if err != nil {
+		return false, err
+	}
+	r.mu.Lock()
+	st := r.files[rel]
+	r.mu.Unlock()
+	if st == nil {
+		return false, nil // nothing shipped in this run
+	}
+	st.op.Lock()
+	defer st.op.Unlock()
+	return r.checkpoint(ctx, st, rel, path, db, false)
+}
+
+// checkpoint is Checkpoint with st.op held; with always false it empties
+// only a WAL the history has whole.
+func (r *Replicator) checkpoint(ctx context.Context, st *fileState, rel, path string, db *sql.DB, always bool) (bool, error) {
+	if r.ls.FindDB(path) != nil {
+		return false, fmt.Errorf("replication: checkpoint %s: watched (Litestream checkpoints it)", rel)
+	}
+	meta := r.metaPath(rel)
+	app := db != nil
+	if !app {
+		own, err := sql.Open("sqlite", fmt.Sprintf("file:%s?mode=rw&_pragma=busy_timeout(%d)&_pragma=synchronous(FULL)&_pragma=wal_autocheckpoint(0)", path, walEmptyTimeout.Milliseconds()))
+		if err != nil {
+			return false, err
+		}
+		defer own.Close()
+		own.SetMaxOpenConns(1)
+		db = own
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close()
+	if app {
+		// A reader of the file (the drill's, a sweep's copy) would hold
+		// the app's connection, and the posts behind it, for its whole busy
+		// timeout: the checkpoint gives up after walBusyWait instead.
+		var was int
+		if err := conn.QueryRowContext(ctx, "PRAGMA busy_timeout").Scan(&was); err != nil {
+			return false, err
+		}
+		if _, err := conn.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout = %d", walBusyWait.Milliseconds())); err != nil {
+			return false, err
+		}
+		defer func() {
+			if _, err := conn.ExecContext(context.WithoutCancel(ctx), fmt.Sprintf("PRAGMA busy_timeout = %d", was)); err != nil {
+				conn.Raw(func(any) error { return driver.ErrBadConn }) // reopened with its settings
+			}
+		}()
+	}
+
+	// Under the connection: the WAL as the newest LTX file left it?
+	r.mu.Lock()
+	var last *ltx.Header
+	if p := st.shipBase; p != nil && !st.Watched && st.Err == "" && st.Replicated == uint64(p.MaxTXID) && st.TXID == uint64(p.MaxTXID) {
+		h := *p
+		last = &h
+	}
+	r.mu.Unlock()
+	covered, err := walCovered(path, filepath.Join(meta, "ltx", "0"), last)
+	if err != nil || (covered == nil && !always) {
+		return false, err
+	}
+	// Gone before the file changes: a crash after this leaves no mark.
+	if err := os.Remove(markPath(meta)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return false, err
+	}
+	var busy, frames, done int
+	if err := conn.QueryRowContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)").Scan(&busy, &frames, &done); err != nil {
+		return false, err
+	}
+	if busy != 0 {
+		return false, fmt.Errorf("replication: checkpoint %s: the WAL is still in use", rel)
+	}
+	if covered == nil {
+		return true, nil
+	}
+	m, err := markFile(ctx, conn, path, *covered)
+	if err != nil || m == nil {
+		return true, err
+	}
+	return true, m.write(meta)
+}
+
+// walCovered returns the header of the newest LTX file (last when known
+// in this run, else level0's newest file) when it covers the WAL of the
+// database at path whole: same salts, its end the WAL's size, and, read
+// from the file, the frame it ends with in it (Litestream's verify). Nil
+// otherwise.
+func walCovered(path, level0 string, last *ltx.Header) (*ltx.Header, error) {
+	wal, err := os.Open(path + "-wal")
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	defer wal.Close()
+	fi, err := wal.Stat()
+	if err != nil {
+		return nil, err
+	}
+	var dec *ltx.Decoder
+	if last == nil {
+		_, maxTXID, err := maxLTX(level0)
+		if err != nil || maxTXID == 0 {
+			return nil, err
+		}
+		f, err := os.Open(filepath.Join(level0, ltx.FormatFilename(maxTXID, maxTXID)))
+		if err != nil {
+			return nil, nil
+		}
+		defer f.Close()
+		dec = ltx.NewDecoder(f)
+		if err := dec.DecodeHeader(); err != nil {
+			return nil, nil
+		}
+		h := dec.Header()
+		last = &h
+	}
+	end := last.WALOffset + last.WALSize
+	var whdr [litestream.WALHeaderSize]byte
+	if end <= litestream.WALHeaderSize || end > fi.Size() {
+		return nil, nil
+	}
+	if _, err := wal.ReadAt(whdr[:], 0); err != nil {
+		return nil, nil
+	}
+	if binary.BigEndian.Uint32(whdr[16:]) != last.WALSalt1 || binary.BigEndian.Uint32(whdr[20:]) != last.WALSalt2 {
+		return nil, nil
+	}
+	if dec != nil {
+		if ok, err := lastFrameIn(wal, dec, end); err != nil || !ok {
+			return nil, nil
+		}
+	}
+	if end < fi.Size() {
+		// Frames past it (a WAL started again in place keeps the old
+		// ones): none may be a commit of this generation.
+		rd, err := litestream.NewWALReaderWithOffset(context.Background(), wal, end, last.WALSalt1, last.WALSalt2, slog.New(slog.DiscardHandler))
+		if err != nil {
+			return nil, nil
+		}
+		if pages, _, _, err := rd.PageMap(context.Background()); err != nil || len(pages) > 0 {
+			return nil, nil
+		}
+	}
+	return last, nil
+}
+
+// markFile sums every page of the database at path, through conn just
+// after its WAL was emptied, in a write transaction so that nothing
+// commits meanwhile. Nil when the file is not last's size or the WAL is
+// not empty.
+func markFile(ctx context.Context, conn *sql.Conn, path string, last ltx.Header) (m *walMark, err error) {
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if _, rerr := conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); rerr != nil {
+			conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+	}()
+	if fi, err := os.Stat(path + "-wal"); err == nil && fi.Size() > 0 {
+		return nil, nil
+	}
+	var pageSize, pageCount uint32
+	if err := conn.QueryRowContext(ctx, "SELECT page_size, page_count FROM pragma_page_size, pragma_page_count").Scan(&pageSize, &pageCount); err != nil {
+		return nil, err
+	}
+	if pageSize != last.PageSize || pageCount != last.Commit {
+		return nil, nil
+	}
+	sums := make([]ltx.Checksum, pageCount)
+	rows, err := conn.QueryContext(ctx, "SELECT pgno, data FROM sqlite_dbpage('main')")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	lock := ltx.LockPgno(pageSize)
+	h := crc64.New(crcISO)
+	var want uint32 = 1
+	var data sql.RawBytes
+	for rows.Next() {
+		var pgno uint32
+		if err := rows.Scan(&pgno, &data); err != nil {
+			return nil, err
+		}
+		if pgno == lock && want == lock {
+			want++
+			continue
+		}
+		if pgno != want || len(data) != int(pageSize) {
+			return nil, nil
+		}
+		sums[pgno-1] = ltx.ChecksumPageWithHasher(h, pgno, data)
+		want++
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if want != pageCount+1 {
+		return nil, nil
+	}
+	return &walMark{last: last, sums: sums}, nil
 }

@@ -41,6 +41,7 @@ func (s *Store) newFileCache(cfg Config) *personfile.Cache {
 		Replicator:      cfg.Replicator,
 		MaxWatched:      cfg.MaxWatched,
 		QueueDir:        cfg.QueueDir,
+		WALIdle:         cfg.WALIdle,
 		BeforeOpen:      cfg.beforeOpen,
 		AfterClose: func(p string) {
 			s.inserts.forget(p)

@@ -64,6 +64,10 @@ type Config struct {
 	Replicator Replicator
 	MaxWatched int
 	QueueDir   string
+	// WALIdle is how long after its last write the WAL of an open file
+	// that replication does not watch is emptied by it, once shipped;
+	// a minute when zero (personfile.DefaultWALIdle).
+	WALIdle time.Duration
 
 	Logger *slog.Logger // default: discard
 

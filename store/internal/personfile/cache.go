@@ -1,6 +1,7 @@
 package personfile
 
 import (
+	"cmp"
 	"container/list"
 	"context"
 	"database/sql"
@@ -33,10 +34,13 @@ type Config struct {
 
 	// Replicator, if set, follows written files. At most MaxWatched are
 	// watched at once (0: no bound); QueueDir, if set, keeps the queue of
-	// files waiting for it on disk (queue.go).
+	// files waiting for it on disk (queue.go). A Checkpointer empties the
+	// WAL of an open file it does not watch WALIdle after its last write
+	// (DefaultWALIdle when zero; emptyIdleWALs).
 	Replicator Replicator
 	MaxWatched int
 	QueueDir   string
+	WALIdle    time.Duration
 
 	// BeforeOpen runs before a file is opened and may refuse it;
 	// AfterClose after its handle is closed. For tests.
@@ -96,6 +100,10 @@ func New(cfg Config) *Cache {
 		}
 		for range extraReplicators {
 			c.watchers.Go(func() { c.replicate(behindLag) })
+		}
+		if cp, ok := c.repl.(Checkpointer); ok {
+			idle := cmp.Or(cfg.WALIdle, DefaultWALIdle)
+			c.watchers.Go(func() { c.emptyIdleWALs(cp, idle) })
 		}
 	}
 	return c
@@ -377,8 +385,10 @@ func (c *Cache) Closed() bool {
 // Larger ones, and every one at shutdown, are checkpointed.
 const keptWAL = 128 << 10
 
-// shipClosing ships f, evicted and about to close, if it waits for a
-// replicator: now, while it is open. A replicator would open it again, and
+// shipClosing ships f, evicted (or closed by the shutdown) and about to
+// close, if it waits for a replicator: now, while it is open, so that the
+// close's checkpoint finds its WAL shipped (checkpointOpen); the
+// shutdown's drain would take it up. A replicator would open it again, and
 // once more files waited than the cache holds every ship did and the queue
 // grew without end (13 s, 5,587 files behind on people-10k's burst,
 // bench/THRESHOLDS.md).
@@ -405,10 +415,15 @@ func (c *Cache) closeFile(f *File) {
 	c.closes.Add(1)
 	final := c.Closed()
 	watched := f.watching()
-	if f.evicted && !final && watched == nil {
+	if (f.evicted || final) && watched == nil {
 		c.shipClosing(f)
 	}
 	keep := f.evicted && !final && watched == nil && c.cfg.CloseKeepingWAL != nil && walSize(f.Path) <= keptWAL
+	if (f.evicted || final) && watched == nil && !keep {
+		// Emptied by replication rather than by the close, so that the
+		// next ship carries on from the next WAL (Checkpointer).
+		c.checkpointOpen(f)
+	}
 	var err error
 	if keep {
 		err = c.cfg.CloseKeepingWAL(f.DB)

@@ -2,6 +2,7 @@ package personfile
 
 import (
 	"context"
+	"database/sql"
 	"os"
 	"sync"
 )
@@ -111,12 +112,13 @@ func (w *walSet) take() []string {
 }
 
 // bigWAL is the size past which a watched file's WAL is checkpointed as
-// soon as replication lets go of it. A checkpoint makes Litestream take a
-// whole new snapshot when it next watches the file (a 16 KB LTX for a
-// 200-moment file instead of 3 KB), so a small WAL is left for the next
-// open; a large one would make that open slow (31-51 ms for a few MB,
+// soon as replication lets go of it, with the mark that lets the next ship
+// carry on (Checkpointer). Litestream checkpoints a watched file without
+// truncating its WAL, which stays as large as a second of writes made it:
+// past backup's shipWALBound (256 KiB) it is emptied here. A small one is
+// left for the next open (an open reading a WAL of a few MB took 31-51 ms,
 // ../shared/notes/litestream-nah.md). At shutdown every WAL is emptied.
-const bigWAL = 4 << 20
+const bigWAL = 256 << 10
 
 // leftWAL deals with the WAL of watched file p once replication let go of
 // it: a large one, or any at shutdown (final), is emptied now, a small one
@@ -124,11 +126,47 @@ const bigWAL = 4 << 20
 func (c *Cache) leftWAL(p string, final bool) {
 	left := !final && walSize(p) <= bigWAL
 	if !left {
-		if err := c.cfg.Checkpoint(p); err != nil {
+		if err := c.checkpointClosed(p); err != nil {
 			c.log.Warn("checkpoint after replication", "path", p, "err", err)
 		}
 	}
 	c.wal.set(p, left)
+}
+
+// Checkpointer is a Replicator that empties a WAL itself (backup's
+// Replicator.Checkpoint) and, when its history has every frame of it,
+// records what the next ship needs to carry on from the next WAL rather
+// than ship the whole file. db is the app's connection to the file, held
+// by the caller; nil for a file nobody in this process has open.
+// CheckpointShipped empties it only when the history has it whole.
+type Checkpointer interface {
+	Checkpoint(ctx context.Context, path string, db *sql.DB) error
+	CheckpointShipped(ctx context.Context, path string, db *sql.DB) (bool, error)
+}
+
+// checkpointOpen empties the WAL of f, open and not watched, through
+// replication before its close; the close checkpoints whatever is left.
+func (c *Cache) checkpointOpen(f *File) {
+	cp, ok := c.repl.(Checkpointer)
+	if !ok || walSize(f.Path) == 0 {
+		return
+	}
+	if err := cp.Checkpoint(context.Background(), f.Path, f.DB); err != nil {
+		c.log.Warn("replication: checkpoint before the close", "path", f.Path, "err", err)
+	}
+}
+
+// checkpointClosed empties the WAL of file p, which nobody in this
+// process has open, through replication if it can, else as the store does.
+func (c *Cache) checkpointClosed(p string) error {
+	if cp, ok := c.repl.(Checkpointer); ok && walSize(p) > 0 {
+		err := cp.Checkpoint(context.Background(), p, nil)
+		if err == nil {
+			return nil
+		}
+		c.log.Warn("replication: checkpoint", "path", p, "err", err)
+	}
+	return c.cfg.Checkpoint(p)
 }
 
 func walSize(p string) int64 {

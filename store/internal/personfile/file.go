@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"github.com/nah-app/nah"
 )
@@ -25,6 +26,8 @@ type File struct {
 
 	mu      sync.Mutex
 	watched chan struct{} // guarded by mu: non-nil once replication was asked to watch, closed when it answered
+
+	wrote atomic.Int64 // when last written (UnixNano), 0 once its WAL was looked at since (emptyIdleWALs)
 
 	// The cache's bookkeeping, guarded by Cache.mu.
 	refs    int

@@ -66,7 +66,7 @@ func (c *Cache) Close() {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			if err := c.cfg.Checkpoint(p); err != nil {
+			if err := c.checkpointClosed(p); err != nil {
 				c.log.Warn("checkpoint at shutdown", "path", p, "err", err)
 			}
 		})

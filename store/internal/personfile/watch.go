@@ -89,6 +89,7 @@ func (c *Cache) Wrote(f *File) {
 	if c.repl == nil {
 		return
 	}
+	f.wrote.Store(time.Now().UnixNano())
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.watched != nil {

@@ -614,22 +614,6 @@ func (r *Replicator) RetentionStats() RetentionStats {
 	return st
 }
 
-// RetainNow applies the policy to every file the target holds, now, and
-// returns the first error: the tests' and the bench's way to see a round.
-func (r *Replicator) RetainNow(ctx context.Context) error {
-	rels, err := r.historyFiles(ctx)
-	if err != nil {
-		return err
-	}
-	var first error
-	for _, rel := range rels {
-		if _, err := r.retainFile(ctx, rel, time.Now()); err != nil && first == nil {
-			first = fmt.Errorf("%s: %w", rel, err)
-		}
-	}
-	return first
-}
-
 func minTime(a, b time.Time) time.Time {
 	switch {
 	case a.IsZero():

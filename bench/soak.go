@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -97,9 +98,22 @@ func soakCmd(ctx context.Context, args []string) error {
 	every := fset.Duration("every", 30*time.Second, "time between samples")
 	posts := fset.Float64("posts", 60, "posts a second, by people drawn with the fixture's posting rates")
 	feeds := fset.Float64("feeds", 50, "feeds read a second, by people drawn uniformly")
+	show := fset.String("show", "", "print the tables of this soak's result file, and run nothing")
 	var env envList
 	fset.Var(&env, "env", "KEY=VALUE for the server's environment, repeatable (e.g. NAH_RETENTION=5m)")
 	fset.Parse(args)
+	if *show != "" {
+		raw, err := os.ReadFile(*show)
+		if err != nil {
+			return err
+		}
+		var res SoakResult
+		if err := json.Unmarshal(raw, &res); err != nil {
+			return fmt.Errorf("%s: %w", *show, err)
+		}
+		fmt.Print(soakMarkdown(res))
+		return nil
+	}
 	f, ok := fixture.Fixtures[*name]
 	if !ok {
 		usage()
@@ -401,11 +415,19 @@ func soakMarkdown(r SoakResult) string {
 	g, f3, l3 := r.PerHour, r.FirstThird, r.LastThird
 	row("live databases", first.Live, last.Live, g.Live, f3.Live, l3.Live)
 	row("WALs", first.WAL, last.WAL, g.WAL, f3.WAL, l3.WAL)
+	db := func(s SoakSample) DirUse {
+		return DirUse{Bytes: s.Live.Bytes + s.WAL.Bytes, Files: s.Live.Files + s.WAL.Files}
+	}
+	row("databases with their WALs", db(first), db(last), g.Live+g.WAL, f3.Live+f3.WAL, l3.Live+l3.WAL)
 	row("replication state", first.State, last.State, g.State, f3.State, l3.State)
 	row("replica", first.Replica, last.Replica, g.Replica, f3.Replica, l3.Replica)
 	row("shipped (LTX files seen)", first.Shipped, last.Shipped, g.Shipped, f3.Shipped, l3.Shipped)
 	row("written (moments x 400 B)", DirUse{Bytes: first.Written}, DirUse{Bytes: last.Written}, g.Written, f3.Written, l3.Written)
-	fmt.Fprintf(&b, "\nshipped per byte written: %.1f (the soak began after everyone had posted once and the replica held it).\n\n", r.ShippedPerWritten)
+	fmt.Fprintf(&b, "\nshipped per byte written: %.1f (the soak began after everyone had posted once and the replica held it).", r.ShippedPerWritten)
+	if d := g.Live + g.WAL; d > 0 {
+		fmt.Fprintf(&b, " The replica grew %.1fx as fast as the databases with their WALs.", g.Replica/d)
+	}
+	b.WriteString("\n\n")
 	b.WriteString("| s | posts | live MB | WAL MB | state MB | replica MB | replica files | shipped MB | lag s |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, s := range r.Samples {
 		fmt.Fprintf(&b, "| %.0f | %d | %.1f | %.1f | %.1f | %.1f | %d | %.1f | %.1f |\n", s.S, s.Posts, mb(s.Live.Bytes), mb(s.WAL.Bytes), mb(s.State.Bytes), mb(s.Replica.Bytes), s.Replica.Files, mb(s.Shipped.Bytes), s.LagS)

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	"time"
 
 	"github.com/nah-app/nah/bench/fixture"
+	"github.com/superfly/ltx"
 )
 
 // SoakResult is one soak (issue 37): minutes of a steady mixed load, the
@@ -78,7 +80,11 @@ type SoakSample struct {
 	// Shipped is every LTX file that appeared on the replica since the
 	// load began, summed at the size first seen (names are remembered:
 	// retention deletes files, so the replica's size is not it).
-	Shipped  DirUse  `json:"shipped"`
+	Shipped DirUse `json:"shipped"`
+	// MissedL0 counts gaps in a database's level-0 TXIDs between the
+	// files seen: files that came and went between two listings, whose
+	// bytes Shipped lacks.
+	MissedL0 int     `json:"missed_level0"`
 	LagS     float64 `json:"lag_s"`
 	Queue    int     `json:"queue"`
 	RSSMB    float64 `json:"rss_mb"`
@@ -200,15 +206,11 @@ func soak(ctx context.Context, s *server, data, repl string, people []fixture.Pe
 		})
 	})
 
-	seen := map[string]bool{}
-	for rel := range scanLTX(repl) {
-		seen[rel] = true
-	}
-	var shipped DirUse
+	ships := newShipLog(scanLTX(repl))
 	var samples []SoakSample
 	sample := func() {
 		n := ok.Load()
-		sm := SoakSample{S: time.Since(start).Seconds(), Posts: n, Written: n * 400, Shipped: shipped}
+		sm := SoakSample{S: time.Since(start).Seconds(), Posts: n, Written: n * 400, Shipped: ships.shipped, MissedL0: ships.missed}
 		sm.Live, sm.WAL, sm.State = dataUse(data)
 		for _, f := range scanLTX(repl) {
 			sm.Replica.Bytes += f.Bytes
@@ -220,7 +222,7 @@ func soak(ctx context.Context, s *server, data, repl string, people []fixture.Pe
 		sm.Deleted, sm.Snapshot = m["nah_retention_deleted_files"], m["nah_retention_snapshots"]
 		samples = append(samples, sm)
 		fmt.Fprintf(os.Stderr, "%4.0f s: %d posts, live %.0f MB, wal %.0f MB (%d), state %.0f MB, replica %.0f MB (%d files), shipped %.0f MB, lag %.1f s\n",
-			sm.S, n, mb(sm.Live.Bytes), mb(sm.WAL.Bytes), sm.WAL.Files, mb(sm.State.Bytes), mb(sm.Replica.Bytes), sm.Replica.Files, mb(shipped.Bytes), sm.LagS)
+			sm.S, n, mb(sm.Live.Bytes), mb(sm.WAL.Bytes), sm.WAL.Files, mb(sm.State.Bytes), mb(sm.Replica.Bytes), sm.Replica.Files, mb(ships.shipped.Bytes), sm.LagS)
 	}
 	sample()
 	scan := time.NewTicker(soakScan)
@@ -231,13 +233,7 @@ func soak(ctx context.Context, s *server, data, repl string, people []fixture.Pe
 		case <-ctx.Done():
 		case <-scan.C:
 		}
-		for rel, f := range scanLTX(repl) {
-			if !seen[rel] {
-				seen[rel] = true
-				shipped.Bytes += f.Bytes
-				shipped.Files++
-			}
-		}
+		ships.add(scanLTX(repl))
 		if now := time.Now(); !now.Before(next) || ctx.Err() != nil {
 			sample()
 			next = next.Add(every)
@@ -245,6 +241,49 @@ func soak(ctx context.Context, s *server, data, repl string, people []fixture.Pe
 	}
 	wg.Wait()
 	return postLat, feedLat, samples
+}
+
+// shipLog remembers the replica's LTX files by name and sums the new
+// ones. A database's level-0 files follow each other's TXIDs, so a jump
+// past the highest seen is a file missed.
+type shipLog struct {
+	seen    map[string]bool
+	last    map[string]ltx.TXID // a database's highest level-0 TXID seen
+	shipped DirUse
+	missed  int
+}
+
+// newShipLog starts from the files already there, which count as old.
+func newShipLog(files map[string]ltxFile) *shipLog {
+	l := &shipLog{seen: map[string]bool{}, last: map[string]ltx.TXID{}}
+	l.add(files)
+	l.shipped, l.missed = DirUse{}, 0
+	return l
+}
+
+// add counts the files not seen before, in order of name (of TXIDs).
+func (l *shipLog) add(files map[string]ltxFile) {
+	var fresh []string
+	for rel := range files {
+		if !l.seen[rel] {
+			fresh = append(fresh, rel)
+		}
+	}
+	sort.Strings(fresh)
+	for _, rel := range fresh {
+		f := files[rel]
+		l.seen[rel] = true
+		l.shipped.Bytes += f.Bytes
+		l.shipped.Files++
+		lo, hi, err := ltx.ParseFilename(filepath.Base(rel))
+		if f.Level != "0" || err != nil {
+			continue
+		}
+		if last, ok := l.last[f.DB]; ok && lo > last+1 {
+			l.missed++
+		}
+		l.last[f.DB] = max(l.last[f.DB], hi)
+	}
 }
 
 // paced calls do about perS times a second from workers goroutines until
@@ -423,7 +462,7 @@ func soakMarkdown(r SoakResult) string {
 	row("replica", first.Replica, last.Replica, g.Replica, f3.Replica, l3.Replica)
 	row("shipped (LTX files seen)", first.Shipped, last.Shipped, g.Shipped, f3.Shipped, l3.Shipped)
 	row("written (moments x 400 B)", DirUse{Bytes: first.Written}, DirUse{Bytes: last.Written}, g.Written, f3.Written, l3.Written)
-	fmt.Fprintf(&b, "\nshipped per byte written: %.1f (the soak began after everyone had posted once and the replica held it).", r.ShippedPerWritten)
+	fmt.Fprintf(&b, "\nshipped per byte written: %.1f (the soak began after everyone had posted once and the replica held it); level-0 files missed between listings: %d.", r.ShippedPerWritten, last.MissedL0)
 	if d := g.Live + g.WAL; d > 0 {
 		fmt.Fprintf(&b, " The replica grew %.1fx as fast as the databases with their WALs.", g.Replica/d)
 	}

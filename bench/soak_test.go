@@ -88,3 +88,27 @@ func TestDataUse(t *testing.T) {
 		t.Fatalf("live %+v, wal %+v, state %+v", live, wal, state)
 	}
 }
+
+// TestShipLog: files there at the start are not shipped, a file counts
+// once however often it is listed, and a jump in a database's level-0
+// TXIDs is a file missed between listings.
+func TestShipLog(t *testing.T) {
+	l0 := func(db, name string, n int64) (string, ltxFile) {
+		return db + "/ltx/0/" + name, ltxFile{DB: db, Level: "0", Bytes: n}
+	}
+	files := map[string]ltxFile{}
+	put := func(rel string, f ltxFile) { files[rel] = f }
+	put(l0("a", "0000000000000001-0000000000000005.ltx", 1000))
+	l := newShipLog(files)
+	put(l0("a", "0000000000000006-0000000000000006.ltx", 10))
+	put(l0("b", "0000000000000001-0000000000000001.ltx", 20))
+	l.add(files)
+	l.add(files)
+	delete(files, "a/ltx/0/0000000000000006-0000000000000006.ltx")
+	put(l0("a", "0000000000000008-0000000000000008.ltx", 30)) // 7 came and went
+	put("a/ltx/1/0000000000000001-0000000000000008.ltx", ltxFile{DB: "a", Level: "1", Bytes: 40})
+	l.add(files)
+	if l.shipped != (DirUse{100, 4}) || l.missed != 1 {
+		t.Fatalf("shipped %+v, missed %d; want 100 bytes in 4 files, 1 missed", l.shipped, l.missed)
+	}
+}

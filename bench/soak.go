@@ -90,6 +90,10 @@ type SoakSample struct {
 	RSSMB    float64 `json:"rss_mb"`
 	Deleted  float64 `json:"retention_deleted_files"`
 	Snapshot float64 `json:"retention_snapshots"`
+	// Watched is the files Litestream watches; TakeUps how many were
+	// handed to it so far (both from the metrics).
+	Watched float64 `json:"files_watched"`
+	TakeUps float64 `json:"takeups"`
 }
 
 // soakScan is how often the replica's names are listed between samples:
@@ -220,6 +224,7 @@ func soak(ctx context.Context, s *server, data, repl string, people []fixture.Pe
 		sm.RSSMB = procStatusMB(s.cmd.Process.Pid, "VmRSS")
 		m := readMetrics(s.metrics)
 		sm.Deleted, sm.Snapshot = m["nah_retention_deleted_files"], m["nah_retention_snapshots"]
+		sm.Watched, sm.TakeUps = m["nah_replica_files_watched"], m["nah_replica_takeups_total"]
 		samples = append(samples, sm)
 		fmt.Fprintf(os.Stderr, "%4.0f s: %d posts, live %.0f MB, wal %.0f MB (%d), state %.0f MB, replica %.0f MB (%d files), shipped %.0f MB, lag %.1f s\n",
 			sm.S, n, mb(sm.Live.Bytes), mb(sm.WAL.Bytes), sm.WAL.Files, mb(sm.State.Bytes), mb(sm.Replica.Bytes), sm.Replica.Files, mb(ships.shipped.Bytes), sm.LagS)
@@ -467,9 +472,9 @@ func soakMarkdown(r SoakResult) string {
 		fmt.Fprintf(&b, " The replica grew %.1fx as fast as the databases with their WALs.", g.Replica/d)
 	}
 	b.WriteString("\n\n")
-	b.WriteString("| s | posts | live MB | WAL MB | state MB | replica MB | replica files | shipped MB | lag s |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	b.WriteString("| s | posts | live MB | WAL MB | state MB | replica MB | replica files | shipped MB | lag s | watched | deleted by retention |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, s := range r.Samples {
-		fmt.Fprintf(&b, "| %.0f | %d | %.1f | %.1f | %.1f | %.1f | %d | %.1f | %.1f |\n", s.S, s.Posts, mb(s.Live.Bytes), mb(s.WAL.Bytes), mb(s.State.Bytes), mb(s.Replica.Bytes), s.Replica.Files, mb(s.Shipped.Bytes), s.LagS)
+		fmt.Fprintf(&b, "| %.0f | %d | %.1f | %.1f | %.1f | %.1f | %d | %.1f | %.1f | %.0f | %.0f |\n", s.S, s.Posts, mb(s.Live.Bytes), mb(s.WAL.Bytes), mb(s.State.Bytes), mb(s.Replica.Bytes), s.Replica.Files, mb(s.Shipped.Bytes), s.LagS, s.Watched, s.Deleted)
 	}
 	return b.String()
 }

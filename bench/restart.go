@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"flag"
 	"fmt"
 	"io"
@@ -184,9 +185,10 @@ func firstPosts(data, repl string, before map[string]ltxFile, people []fixture.P
 	return out
 }
 
-// postOnce posts one short moment as p.
+// postOnce posts one moment of 400 bytes as p, the fixture's size.
 func postOnce(ctx context.Context, base string, p fixture.Person) error {
-	req, _ := http.NewRequestWithContext(ctx, "POST", base+"/api/v1/moments", strings.NewReader(`{"body":"cmVzdGFydA=="}`))
+	body := `{"body":"` + base64.StdEncoding.EncodeToString(make([]byte, 400)) + `"}`
+	req, _ := http.NewRequestWithContext(ctx, "POST", base+"/api/v1/moments", strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+p.Token)
 	req.Header.Set("Content-Type", "application/json")
 	r, err := http.DefaultClient.Do(req)
@@ -204,7 +206,7 @@ func postOnce(ctx context.Context, base string, p fixture.Person) error {
 func restartMarkdown(r RestartResult) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "### restart, %s, %s (%d cores, %s)\n\n", r.Fixture, r.Time.Format("2006-01-02 15:04 UTC"), r.Cores, r.GoVersion)
-	fmt.Fprintf(&b, "%d people post, clean stop, start again, the same people post once more: what each of those first posts added to the replica.\n\n", r.People)
+	fmt.Fprintf(&b, "%d people post, clean stop, start again, the same people post once more (400-byte moments): what each of those first posts added to the replica.\n\n", r.People)
 	b.WriteString("| binary | shipped at start, before a post | first posts: LTX bytes | pages | their person.db, summed | bytes a person, median | max |\n| --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, run := range r.Runs {
 		var each []int64

@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 GOFLAGS_BUILD := -trimpath -ldflags "$(LDFLAGS)"
 
-.PHONY: run test build build-all generate lint contract goclient axe fuzz bench bench-media bench-digest bench-compare bench-baseline clean
+.PHONY: run test build build-all generate lint contract goclient axe fuzz bench bench-soak bench-media bench-digest bench-compare bench-baseline clean
 
 ## run: the server with its embedded defaults (data in ./data, 127.0.0.1:8090)
 run:
@@ -78,6 +78,12 @@ FIXTURE ?= people-1k
 ## bench: build the release binary and measure it on FIXTURE (people-1k, people-1k-30, people-10k)
 bench: build
 	go run ./bench run -fixture $(FIXTURE) -bin bin/nah
+
+## bench-soak: SOAK (30m) of steady posts and feeds on FIXTURE with a 5-minute
+## retention, the disk sampled every 30 s (issue 37; not part of bench)
+SOAK ?= 30m
+bench-soak: build
+	go run ./bench soak -fixture $(FIXTURE) -bin bin/nah -for $(SOAK) -env NAH_RETENTION=5m
 
 ## bench-media: 10 then 50 concurrent 10 MiB uploads and downloads on FIXTURE,
 ## peak memory of each, and cp's speed on the same disk as the ceiling

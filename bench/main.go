@@ -39,6 +39,10 @@ func main() {
 		err = mediaCmd(ctx, os.Args[2:])
 	case "restore":
 		err = restoreCmd(ctx, os.Args[2:])
+	case "soak":
+		err = soakCmd(ctx, os.Args[2:])
+	case "restart":
+		err = restartCmd(ctx, os.Args[2:])
 	case "ceiling":
 		err = ceilingCmd(os.Args[2:])
 	case "digest":
@@ -66,6 +70,8 @@ func usage() {
   go run ./bench media -fixture NAME -bin BINARY   media uploads and downloads (issue 11); writes bench/results/media-NAME-TIME.json
   go run ./bench digest                            5,000 digests due in one minute (issue 12); writes bench/results/digest-TIME.json
   go run ./bench restore -fixture NAME -bin BINARY threshold 7: replicate the fixture, time nah restore; writes bench/results/restore-NAME-TIME.json
+  go run ./bench soak -fixture NAME -bin BINARY [-for 30m] [-env NAH_RETENTION=5m]  minutes of steady posts and feeds, the disk sampled every 30 s; writes bench/results/soak-NAME-TIME.json
+  go run ./bench restart -fixture NAME -bin A[,B] [-n 20]  what each person's first post after a clean restart ships; writes bench/results/restart-NAME-TIME.json
   go run ./bench cold -fixture NAME -bin A[,B] [-n 7] cold starts only, binaries alternated: median and range of each
   go run ./bench compare [-baseline FILE] [RESULT] print a result as ratios to the baseline
   go run ./bench baseline                          make bench/baseline.json from the newest result of each fixture

@@ -271,6 +271,21 @@ func retentionAtScale(t *testing.T, people int, tg retainTarget) {
 			if low > 1 && low != 1<<62 {
 				pruned++
 			}
+			// The local state holds no level-0 file the target let go of,
+			// but its newest (a ship carries on from it).
+			remote0 := map[string]bool{}
+			for _, f := range files {
+				if f.level == 0 {
+					remote0[ltx.FormatFilename(f.min, f.max)] = true
+				}
+			}
+			local, _ := filepath.Glob(filepath.Join(data, "replication", "people", pp.id, "person.db", "ltx", "0", "*.ltx"))
+			slices.Sort(local)
+			for i, l := range local {
+				if i < len(local)-1 && !remote0[filepath.Base(l)] {
+					t.Errorf("round %d: %s's local state keeps level-0 file %s, gone from the target", round, pp.id, filepath.Base(l))
+				}
+			}
 		}
 
 		// The newest position: equal to the live data.

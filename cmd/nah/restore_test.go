@@ -38,8 +38,14 @@ func replicaEnv(dir string, more ...string) []string {
 // nahRun runs the binary with args and returns its output and exit code.
 func nahRun(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	return nahRunEnv(t, nil, args...)
+}
+
+// nahRunEnv is nahRun with the variables env (an S3 target's keys, say).
+func nahRunEnv(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
 	cmd := exec.Command(binary, args...)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err := cmd.Run()

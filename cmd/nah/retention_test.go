@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -290,7 +288,7 @@ func retentionAtScale(t *testing.T, people int, tg retainTarget) {
 
 		// The newest position: equal to the live data.
 		out := filepath.Join(t.TempDir(), "newest")
-		if o, e, code := restoreEnv(t, tg.env, "restore", "-from", tg.url, "-to", out); code != 0 {
+		if o, e, code := nahRunEnv(t, tg.env, "restore", "-from", tg.url, "-to", out); code != 0 {
 			t.Fatalf("round %d: nah restore: exit %d\n%s%s\nthe server said:\n%.3000s", round, code, o, e, p.log())
 		}
 		sameData(t, data, out)
@@ -298,7 +296,7 @@ func retentionAtScale(t *testing.T, people int, tg retainTarget) {
 		// A time inside the window, for the whole server.
 		at := stopped.Add(-window + time.Second + time.Duration(rng.Int64N(int64(window-2*time.Second))))
 		out = filepath.Join(t.TempDir(), "at")
-		if o, e, code := restoreEnv(t, tg.env, "restore", "-from", tg.url, "-to", out, "-time", at.UTC().Format(time.RFC3339Nano)); code != 0 {
+		if o, e, code := nahRunEnv(t, tg.env, "restore", "-from", tg.url, "-to", out, "-time", at.UTC().Format(time.RFC3339Nano)); code != 0 {
 			t.Fatalf("round %d: nah restore -time %s: exit %d\n%s%s", round, at.Format(time.StampMilli), code, o, e)
 		}
 		var lags []time.Duration
@@ -456,21 +454,4 @@ func asOf(t *testing.T, what, got string, ops []retainOp, at time.Time) time.Dur
 		return at.Sub(ops[k].end)
 	}
 	return 0
-}
-
-// restoreEnv runs the binary with args and the environment env.
-func restoreEnv(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
-	t.Helper()
-	cmd := exec.Command(binary, args...)
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
-	var o, e bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &o, &e
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return o.String(), e.String(), ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return o.String(), e.String(), 0
 }

@@ -450,6 +450,9 @@ func (r *Replicator) Unwatch(path string) error {
 	if err != nil {
 		return fmt.Errorf("replicate %s: final sync: %w", rel, err)
 	}
+	if err := r.pruneLevel0(rel, st, 0); err != nil {
+		r.log.Warn("replication: prune the local state", "path", rel, "err", err)
+	}
 	return nil
 }
 

@@ -43,6 +43,10 @@ func main() {
 		err = soakCmd(ctx, os.Args[2:])
 	case "restart":
 		err = restartCmd(ctx, os.Args[2:])
+	case "restore-history":
+		err = restoreHistoryCmd(ctx, os.Args[2:])
+	case "footprint":
+		err = footprintCmd(ctx, os.Args[2:])
 	case "ceiling":
 		err = ceilingCmd(os.Args[2:])
 	case "digest":
@@ -72,6 +76,8 @@ func usage() {
   go run ./bench restore -fixture NAME -bin BINARY threshold 7: replicate the fixture, time nah restore; writes bench/results/restore-NAME-TIME.json
   go run ./bench soak -fixture NAME -bin BINARY [-for 30m] [-env NAH_RETENTION=5m]  minutes of steady posts and feeds, the disk sampled every 30 s; writes bench/results/soak-NAME-TIME.json
   go run ./bench restart -fixture NAME -bin A[,B] [-n 20]  what each person's first post after a clean restart ships; writes bench/results/restart-NAME-TIME.json
+  go run ./bench footprint -fixture NAME -bin BINARY [-pocketbase PB]  seed through nah's API (once, cached as NAME-api), the data directory after a clean stop; writes bench/results/footprint-NAME-TIME.json
+  go run ./bench restore-history -bin BINARY [-window 10s] [-windows 52]  restore time of one person by the length of their history (a week against a year, scaled by NAH_RETENTION); writes bench/results/restore-history-TIME.json
   go run ./bench cold -fixture NAME -bin A[,B] [-n 7] cold starts only, binaries alternated: median and range of each
   go run ./bench compare [-baseline FILE] [RESULT] print a result as ratios to the baseline
   go run ./bench baseline                          make bench/baseline.json from the newest result of each fixture

@@ -59,6 +59,9 @@ func markdown(r Result) string {
 	if len(r.Env) > 0 {
 		fmt.Fprintf(&b, "Settings: `%s`\n\n", strings.Join(r.Env, " "))
 	}
+	if r.Seed == "api" {
+		b.WriteString("Started on the fixture seeded through the API and cleanly stopped with its replica (`bench footprint`), as a restarted server finds them; no wait for the replica after the warm-up.\n\n")
+	}
 	b.WriteString("| check | limit | measured | |\n| --- | --- | --- | --- |\n")
 	for _, c := range checks(r.Fixture) {
 		verdict := "pass"

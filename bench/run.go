@@ -32,6 +32,10 @@ type Result struct {
 	Cores     int       `json:"cores"`
 	GoVersion string    `json:"go_version"`
 	Env       []string  `json:"env,omitempty"` // settings other than the defaults
+	// Seed is what the server started on: empty or "fixture", the generated
+	// fixture with no replica yet; "api", the API seed with its replica
+	// (bench footprint), with no wait for the replica after the warm-up.
+	Seed string `json:"seed,omitempty"`
 
 	ColdStartMs float64 `json:"cold_start_ms"`
 	IdleRSSMB   float64 `json:"idle_rss_mb"`
@@ -106,6 +110,7 @@ func runCmd(ctx context.Context, args []string) error {
 	drill := fset.Bool("drill", false, "keep a restore drill running through the measured phases (asked for from the console as each ends): their cost, against a run without")
 	pbStats := fset.Bool("pocketbase-stats", false, "keep SQLite's statistics in PocketBase's copy (as after its midnight PRAGMA optimize); by default they are deleted before its start (see bench/README.md)")
 	pocketbase := fset.String("pocketbase", "", "also measure this PocketBase (go -C bench/pocketbase build) after nah, on the same fixture seeded through its API, and print the two side by side")
+	seed := fset.String("seed", "fixture", "fixture: the generated fixture with no replica yet (the warm-up pays every file's first snapshot, and the phases wait for them); api: the fixture seeded through nah's API and cleanly stopped with its replica (bench footprint), as a restarted server finds its data")
 	var env envList
 	fset.Var(&env, "env", "KEY=VALUE for the server's environment, repeatable (experiments: a result so made is not a baseline)")
 	fset.Parse(args)
@@ -113,7 +118,20 @@ func runCmd(ctx context.Context, args []string) error {
 	if !ok {
 		usage()
 	}
-	data, people, cleanup, err := copyFixture(ctx, *cache, f)
+	var (
+		data    string
+		people  []fixture.Person
+		cleanup func()
+		err     error
+	)
+	switch *seed {
+	case "fixture":
+		data, people, cleanup, err = copyFixture(ctx, *cache, f)
+	case "api":
+		data, people, cleanup, err = copyAPISeed(ctx, *bin, *cache, f)
+	default:
+		usage()
+	}
 	if err != nil {
 		return err
 	}
@@ -124,7 +142,7 @@ func runCmd(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	res, err := measure(ctx, *bin, data, f, people, *d, cookie, env...)
+	res, err := measure(ctx, *bin, data, f, people, *d, cookie, *seed, env...)
 	if err != nil {
 		return err
 	}
@@ -189,8 +207,8 @@ func startProcess(cmd *exec.Cmd) (string, error) {
 	}
 }
 
-func measure(ctx context.Context, bin, data string, f fixture.Fixture, people []fixture.Person, d time.Duration, drillCookie string, env ...string) (Result, error) {
-	res := Result{Fixture: f.Name, Time: time.Now().UTC(), Cores: runtime.NumCPU(), GoVersion: runtime.Version(), Env: env}
+func measure(ctx context.Context, bin, data string, f fixture.Fixture, people []fixture.Person, d time.Duration, drillCookie, seed string, env ...string) (Result, error) {
+	res := Result{Fixture: f.Name, Time: time.Now().UTC(), Cores: runtime.NumCPU(), GoVersion: runtime.Version(), Env: env, Seed: seed}
 	st, err := os.Stat(bin)
 	if err != nil {
 		return res, fmt.Errorf("binary: %w (make build first)", err)
@@ -240,12 +258,16 @@ func measure(ctx context.Context, bin, data string, f fixture.Fixture, people []
 	fmt.Fprintf(os.Stderr, "post warm-up: everyone posts once, 16 writers\n")
 	res.PostWarmup = warmLoad(ctx, base, people, 16)
 	metrics := "http://" + metricsPort + "/metrics"
-	// The warm-up queued every file's first snapshot; a server that has
-	// been running has paid them, so the measured phase starts once the
-	// replica holds them (else its lag and CPU a post are the warm-up's).
+	// On the generated fixture the warm-up queued every file's first
+	// snapshot; a server that has been running has paid them, so the
+	// measured phase starts once the replica holds them (else its lag and
+	// CPU a post are the warm-up's). A server restarted on its own replica
+	// (seed api) owes none, and is measured without the wait.
 	warmed := make(chan struct{})
 	close(warmed)
-	if w := <-watchLag(metrics, warmed); w.CaughtUpS != 0 {
+	if seed == "api" {
+		fmt.Fprintf(os.Stderr, "no wait for the replica (seed api)\n")
+	} else if w := <-watchLag(metrics, warmed); w.CaughtUpS != 0 {
 		res.WarmupCaughtUpS = w.CaughtUpS
 		fmt.Fprintf(os.Stderr, "the replica held the warm-up's posts after %.1f s\n", w.CaughtUpS)
 	}
@@ -364,15 +386,16 @@ func costedPosts(ctx context.Context, pid int, metricsURL string, phase func() L
 }
 
 // mixOf is the pick of the mixed post phase: people by the fixture's
-// posting rates. people must be the fixture's, in its order; a fixture
-// seeded by another generator is refused rather than weighted wrongly.
+// posting rates. people must be the fixture's, in its order (generated, so
+// the same ids, or seeded through the API as p%05d); a fixture seeded by
+// another generator is refused rather than weighted wrongly.
 func mixOf(f fixture.Fixture, people []fixture.Person) (func(*rand.Rand) int, error) {
 	ids, perDay := fixture.PostingRates(f)
 	if len(ids) != len(people) {
 		return nil, fmt.Errorf("fixture %s: %d people, its generator makes %d: seed it again", f.Name, len(people), len(ids))
 	}
 	for i, p := range people {
-		if p.ID != ids[i] {
+		if p.ID != ids[i] && p.Handle != fmt.Sprintf("p%05d", i) {
 			return nil, fmt.Errorf("fixture %s: person %d is %s, its generator makes %s: seed it again", f.Name, i, p.ID, ids[i])
 		}
 	}

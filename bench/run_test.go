@@ -52,7 +52,7 @@ func TestMeasureSmall(t *testing.T) {
 	if err := copyDir(filepath.Join(src, fixture.DataDir), data); err != nil {
 		t.Fatal(err)
 	}
-	res, err := measure(context.Background(), bin, data, f, people, 300*time.Millisecond, "")
+	res, err := measure(context.Background(), bin, data, f, people, 300*time.Millisecond, "", "fixture")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,15 +5,16 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 GOFLAGS_BUILD := -trimpath -ldflags "$(LDFLAGS)"
 
-.PHONY: run test build build-all generate lint contract goclient axe fuzz bench bench-soak bench-media bench-digest bench-compare bench-baseline clean
+.PHONY: run test build build-all generate lint contract goclient axe tusjs fuzz bench bench-soak bench-media bench-digest bench-compare bench-baseline clean
 
 ## run: the server with its embedded defaults (data in ./data, 127.0.0.1:8090)
 run:
 	go run $(GOFLAGS_BUILD) ./cmd/nah serve
 
 ## test: lint, the API contract, axe-core for the console's browser test,
-## then every test (the full suite takes a few minutes on 2 cores)
-test: lint contract axe
+## tus-js-client for the resumable uploads' test, then every test (the full
+## suite takes a few minutes on 2 cores)
+test: lint contract axe tusjs
 	go test -count=1 -timeout 20m ./...
 
 ## build: a static, stripped, version-stamped binary for this machine
@@ -68,6 +69,11 @@ goclient:
 axe:
 	cd app/testdata/axe && npm ci --no-audit --no-fund --loglevel=error
 
+## tusjs: tus-js-client, pinned in app/testdata/tus, which the resumable
+## uploads' test runs with node against the real server (needs the npm registry)
+tusjs:
+	cd app/testdata/tus && npm ci --no-audit --no-fund --loglevel=error
+
 ## fuzz: a short run of each fuzz target (the seed corpus runs in make test)
 fuzz:
 	go test -run '^$$' -fuzz FuzzDecodeCursor -fuzztime 30s .
@@ -104,4 +110,4 @@ bench-baseline:
 	go run ./bench baseline
 
 clean:
-	rm -rf bin contract/node_modules contract/generated.ts app/testdata/axe/node_modules
+	rm -rf bin contract/node_modules contract/generated.ts app/testdata/axe/node_modules app/testdata/tus/node_modules

@@ -183,7 +183,11 @@ func (c *apiContract) checkUnrouted(t *testing.T, name string, x exchange) {
 	case s != 404 && s != 405 && s != 431 && s != 503:
 		t.Errorf("%s: %d to a request on no documented operation; openapi.json promises 404 or 405", name, s)
 	}
-	c.checkErrorBody(t, name, x.res, x.resBody, "Allow", "Retry-After")
+	extra := []string{"Allow", "Retry-After"}
+	if u := x.res.Request.URL.Path; u == "/api/v1/uploads" || strings.HasPrefix(u, "/api/v1/uploads/") {
+		extra = append(extra, "Tus-Resumable") // the info description's promise
+	}
+	c.checkErrorBody(t, name, x.res, x.resBody, extra...)
 	contractUnrouted.Add(1)
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"reflect"
@@ -80,7 +81,49 @@ func (a *App) respondError(w http.ResponseWriter, r *http.Request, err error, vi
 		} `json:"error"`
 	}
 	body.Error.Code, body.Error.Message = cmp.Or(e.Reason, string(e.Code)), e.Message
+	if reason := reasonOf[status]; reason != "" {
+		out, _ := json.Marshal(body)
+		if writeReasoned(w, status, reason, append(out, '\n')) {
+			return
+		}
+	}
 	writeJSON(w, status, body)
+}
+
+// reasonOf names the statuses that net/http has no text for, and so would
+// send as "460 status code 460".
+var reasonOf = map[int]string{460: "Checksum Mismatch"} // tus 1.0.0's
+
+// writeReasoned writes an answer with its reason phrase on the connection
+// itself, which then closes; false, having written nothing, where the
+// connection cannot be taken over (HTTP/2, which has no reason phrases).
+func writeReasoned(w http.ResponseWriter, status int, reason string, body []byte) bool {
+	conn, bw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	for u := w; u != nil; { // for the metrics, which count by status
+		if sw, ok := u.(*statusWriter); ok {
+			sw.status = status
+		}
+		uw, ok := u.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			break
+		}
+		u = uw.Unwrap()
+	}
+	h := w.Header().Clone()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("Date", time.Now().UTC().Format(http.TimeFormat))
+	h.Set("Connection", "close")
+	fmt.Fprintf(bw, "HTTP/1.1 %d %s\r\n", status, reason)
+	h.Write(bw)
+	bw.WriteString("\r\n")
+	bw.Write(body)
+	bw.Flush()
+	return true
 }
 
 // retryAfterSeconds is the one Retry-After rule: whole seconds, rounded up

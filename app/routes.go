@@ -23,7 +23,7 @@ func (a *App) routes() http.Handler {
 	// routes HEAD to the GET route of the path (no route is HEAD's own):
 	// the handler runs once, and net/http sends its status and headers,
 	// Content-Length included, and drops the body.
-	r.Use(a.recoverer, a.metrics.measure, a.limitHeaders, middleware.GetHead, a.admit)
+	r.Use(a.recoverer, a.metrics.measure, a.limitHeaders, a.tusRequests, middleware.GetHead, a.admit)
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) {
 		if consolePath(req.URL.Path) {
 			a.consoleNoRoute(w, req, nah.Errorf(nah.NotFound, "", "There is no page at this address."))
@@ -57,6 +57,7 @@ func (a *App) routes() http.Handler {
 		r.Post("/accounts", a.handleAccountCreate)
 		r.Post("/sessions", a.handleSessionCreate)
 		r.Options("/uploads", a.handleUploadOptions)
+		r.Options("/uploads/{upload_id}", a.handleUploadOptions)
 
 		r.Group(func(r chi.Router) {
 			r.Use(a.requirePerson)
@@ -76,6 +77,7 @@ func (a *App) routes() http.Handler {
 			r.Post("/media", a.handleMediaCreate)
 			r.Get("/people/{id}/media/{media_id}", a.handleMediaGet)
 			r.Delete("/media/{media_id}", a.handleMediaDelete)
+			r.Get("/uploads", a.handleUploadList)
 			r.Post("/uploads", a.handleUploadCreate)
 			r.Head("/uploads/{upload_id}", a.handleUploadHead)
 			r.Patch("/uploads/{upload_id}", a.handleUploadPatch)

@@ -34,14 +34,35 @@ type uploadJSON struct {
 	ID        string `json:"id"`
 	Length    int64  `json:"length"`
 	Offset    int64  `json:"offset"`
+	CreatedAt string `json:"created_at,omitempty"`
 	ExpiresAt string `json:"expires_at"`
 	MediaID   string `json:"media_id,omitempty"`
+	Metadata  string `json:"metadata,omitempty"`
 }
 
-// tusCheck sets Tus-Resumable on the answer and refuses a request that
-// does not speak tus 1.0.0 (412, with Tus-Version).
+// tusRequests serves tus 1.0.0 on the uploads paths, before routing: every
+// answer there says Tus-Resumable (a 401 or a 405 too), and a POST with
+// X-HTTP-Method-Override is taken as the method it names, which tus says
+// a server MUST do for clients whose runtime cannot send PATCH or DELETE.
+func (a *App) tusRequests(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := r.URL.Path
+		if p != "/api/v1/uploads" && !strings.HasPrefix(p, "/api/v1/uploads/") {
+			next.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Tus-Resumable", tusVersion)
+		if m := r.Header.Get("X-HTTP-Method-Override"); r.Method == http.MethodPost && m != "" {
+			r = r.WithContext(r.Context()) // a copy: a handler does not change its Request
+			r.Method = strings.ToUpper(m)
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// tusCheck refuses a request that does not speak tus 1.0.0 (412, with
+// Tus-Version).
 func (a *App) tusCheck(w http.ResponseWriter, r *http.Request) bool {
-	w.Header().Set("Tus-Resumable", tusVersion)
 	if r.Header.Get("Tus-Resumable") != tusVersion {
 		w.Header().Set("Tus-Version", tusVersion)
 		a.writeError(w, r, nah.Errorf(nah.PreconditionFailed, "tus_version", "send Tus-Resumable: %s: uploads speak tus %s", tusVersion, tusVersion))
@@ -62,10 +83,10 @@ func uploadHeaders(w http.ResponseWriter, res store.Resumable) {
 	}
 }
 
-// handleUploadOptions is tus's discovery: what this server supports.
+// handleUploadOptions is tus's discovery: what this server supports, on
+// /uploads and on an upload's own URL alike, without a token.
 func (a *App) handleUploadOptions(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
-	h.Set("Tus-Resumable", tusVersion)
 	h.Set("Tus-Version", tusVersion)
 	h.Set("Tus-Extension", tusExtensions)
 	h.Set("Tus-Max-Size", strconv.FormatInt(a.cfg.MaxMediaBytes, 10))
@@ -80,13 +101,19 @@ func (a *App) handleUploadCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	me := sessionOf(r).person.ID
+	if r.Header.Get("Upload-Concat") != "" {
+		// Partial uploads would each become a media, and the final one
+		// would name them: refused before anything is kept.
+		a.writeError(w, r, nah.Errorf(nah.Invalid, "concatenation_unsupported", "this server does not join uploads (tus's Upload-Concat): send the file as one upload (tus-js-client: parallelUploads 1)"))
+		return
+	}
 	if r.ContentLength != 0 || r.Header.Get("Upload-Defer-Length") != "" {
 		w.Header().Set("Connection", "close") // the body is not read
 		a.writeError(w, r, nah.Errorf(nah.Invalid, "invalid_upload_length", "declare the whole length in Upload-Length and send the bytes with PATCH (creation-with-upload and deferred lengths are not supported)"))
 		return
 	}
-	length, err := strconv.ParseInt(r.Header.Get("Upload-Length"), 10, 64)
-	if err != nil || length < 0 {
+	length, ok := tusInt(r.Header.Get("Upload-Length"))
+	if !ok {
 		a.writeError(w, r, nah.Errorf(nah.Invalid, "invalid_upload_length", "Upload-Length is the file's size in bytes, at least 1"))
 		return
 	}
@@ -127,7 +154,42 @@ func (a *App) handleUploadCreate(w http.ResponseWriter, r *http.Request) {
 }
 
 func uploadJSONOf(res store.Resumable) uploadJSON {
-	return uploadJSON{res.ID, res.Length, res.Offset, nah.FormatTime(res.Expires.UnixMilli()), res.MediaID}
+	out := uploadJSON{ID: res.ID, Length: res.Length, Offset: res.Offset, ExpiresAt: nah.FormatTime(res.Expires.UnixMilli()), MediaID: res.MediaID}
+	if !res.Created.IsZero() {
+		out.CreatedAt = nah.FormatTime(res.Created.UnixMilli())
+	}
+	return out
+}
+
+// tusInt reads Upload-Length and Upload-Offset: tus's non-negative
+// integers are digits only, so "+5" or " 5" is refused, as tusd does.
+func tusInt(v string) (int64, bool) {
+	if v == "" || strings.Trim(v, "0123456789") != "" {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	return n, err == nil
+}
+
+// handleUploadList lists the signed-in person's unfinished uploads with
+// their metadata: a phone whose creation's answer was lost finds the
+// upload here, and resumes or deletes it.
+func (a *App) handleUploadList(w http.ResponseWriter, r *http.Request) {
+	list, err := a.store.Resumables(r.Context(), sessionOf(r).person.ID)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	out := struct {
+		Uploads []uploadJSON `json:"uploads"`
+	}{Uploads: []uploadJSON{}}
+	for _, res := range list {
+		j := uploadJSONOf(res)
+		j.Metadata = res.Metadata
+		out.Uploads = append(out.Uploads, j)
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, out)
 }
 
 // uploadMetadata reads tus's Upload-Metadata: comma-separated "key
@@ -207,13 +269,14 @@ func (a *App) handleUploadPatch(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, nah.Errorf(nah.UnsupportedMediaType, "", "a piece is sent as Content-Type: application/offset+octet-stream"))
 		return
 	}
-	offset, err := strconv.ParseInt(r.Header.Get("Upload-Offset"), 10, 64)
-	if err != nil || offset < 0 {
+	offset, ok := tusInt(r.Header.Get("Upload-Offset"))
+	if !ok {
 		w.Header().Set("Connection", "close")
 		a.writeError(w, r, nah.Errorf(nah.Invalid, "invalid_upload_offset", "Upload-Offset is where the piece starts, in bytes (HEAD gives it)"))
 		return
 	}
 	piece := store.Piece{Offset: offset}
+	var err error
 	if c := r.Header.Get("Upload-Checksum"); c != "" {
 		if piece.Checksum, piece.Want, err = uploadChecksum(c); err != nil {
 			w.Header().Set("Connection", "close")

@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -14,6 +15,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,7 +33,8 @@ import (
 // answer was lost learns the media's id.
 
 const (
-	// MaxResumables bounds a person's unfinished uploads; one more is 409.
+	// MaxResumables bounds a person's unfinished uploads; one more is 413
+	// too_many_uploads, which tus clients do not retry as they do a 409.
 	MaxResumables = 4
 	// maxFinished bounds the finished uploads' states a person keeps (a
 	// few hundred bytes each); past it the oldest goes before its expiry.
@@ -39,6 +42,10 @@ const (
 	// DefaultUploadExpiry is how long an upload lives after its creation
 	// or its last piece (NAH_UPLOAD_EXPIRY).
 	DefaultUploadExpiry = 24 * time.Hour
+	// EmptyUploadExpiry is how long an upload that has no byte yet lives:
+	// a creation whose 201 was lost (tus clients send no Idempotency-Key)
+	// holds its quota and one of MaxResumables for minutes, not a day.
+	EmptyUploadExpiry = 10 * time.Minute
 	// takeOverWait bounds how long a piece waits for the one it takes over
 	// (a connection the client dropped) to stop.
 	takeOverWait = 10 * time.Second
@@ -60,6 +67,7 @@ type Resumable struct {
 	Offset      int64
 	ContentType string
 	Metadata    string
+	Created     time.Time // zero for an upload created before it was kept
 	Expires     time.Time
 	MediaID     string // set once finished
 }
@@ -72,7 +80,8 @@ type resumableState struct {
 	Metadata    string `json:"metadata,omitempty"`
 	IdemKey     string `json:"idem_key,omitempty"`
 	IdemHash    []byte `json:"idem_hash,omitempty"`
-	Expires     int64  `json:"expires"` // unix ms
+	Created     int64  `json:"created,omitempty"` // unix ms
+	Expires     int64  `json:"expires"`           // unix ms
 	// Hashed is how many bytes Hash, sha256's marshalled state, has read;
 	// the file may hold more (a crash after a write), read again on resume.
 	Hashed  int64  `json:"hashed"`
@@ -94,8 +103,22 @@ type resumable struct {
 }
 
 func (r *resumable) snapshot() Resumable {
-	return Resumable{ID: r.id, Length: r.st.Length, Offset: r.offset.Load(), ContentType: r.st.ContentType,
+	out := Resumable{ID: r.id, Length: r.st.Length, Offset: r.offset.Load(), ContentType: r.st.ContentType,
 		Metadata: r.st.Metadata, Expires: time.UnixMilli(r.st.Expires).UTC(), MediaID: r.st.MediaID}
+	if r.st.Created != 0 {
+		out.Created = time.UnixMilli(r.st.Created).UTC()
+	}
+	return out
+}
+
+// expiryAt is when an upload at offset expires if nothing more arrives:
+// EmptyUploadExpiry while it has no byte, NAH_UPLOAD_EXPIRY after.
+func (s *Store) expiryAt(offset int64) int64 {
+	d := s.uploadExpiry
+	if offset == 0 {
+		d = min(d, EmptyUploadExpiry)
+	}
+	return s.now().Add(d).UnixMilli()
 }
 
 // ValidUploadID reports whether id has an upload id's shape: 32 lowercase hex.
@@ -230,7 +253,7 @@ func (s *Store) CreateResumable(ctx context.Context, owner string, spec Resumabl
 			}
 		}
 		if unfinished >= MaxResumables {
-			return nah.Errorf(nah.Conflict, "too_many_uploads", "you have %d unfinished uploads: finish or delete one first", unfinished)
+			return nah.Errorf(nah.QuotaExceeded, "too_many_uploads", "you have %d unfinished uploads: finish or delete one first (GET /api/v1/uploads lists them)", unfinished)
 		}
 		if u.count+u.uploading+unfinished >= nah.MaxMediaCount {
 			return errTooManyMedia()
@@ -245,7 +268,7 @@ func (s *Store) CreateResumable(ctx context.Context, owner string, spec Resumabl
 		rand.Read(b[:])
 		r := &resumable{id: hex.EncodeToString(b[:]), busy: make(chan struct{}, 1), h: sha256.New()}
 		r.st = resumableState{Length: spec.Length, ContentType: spec.ContentType, SHA256: spec.SHA256, Metadata: spec.Metadata,
-			Expires: s.now().Add(s.uploadExpiry).UnixMilli()}
+			Created: s.now().UnixMilli(), Expires: s.expiryAt(0)}
 		if spec.Idem != nil {
 			r.st.IdemKey, r.st.IdemHash = spec.Idem.Key, spec.Idem.Hash
 		}
@@ -277,6 +300,25 @@ func (s *Store) ResumableOf(ctx context.Context, owner, uid string) (Resumable, 
 			out = r.snapshot()
 		}
 		return err
+	})
+	return out, err
+}
+
+// Resumables lists owner's unfinished uploads, oldest first, so that a
+// phone that lost a creation's answer can find the upload and delete it.
+func (s *Store) Resumables(ctx context.Context, owner string) ([]Resumable, error) {
+	var out []Resumable
+	err := s.withUsage(ctx, owner, func(u *mediaUsage) error {
+		s.expireResumables(owner, u)
+		for _, r := range u.resumables {
+			if r.st.MediaID == "" {
+				out = append(out, r.snapshot())
+			}
+		}
+		return nil
+	})
+	slices.SortFunc(out, func(a, b Resumable) int {
+		return cmp.Or(a.Created.Compare(b.Created), strings.Compare(a.ID, b.ID))
 	})
 	return out, err
 }
@@ -437,7 +479,16 @@ func (s *Store) WriteResumable(ctx context.Context, owner, uid string, p Piece) 
 	defer s.releaseResumable(u, r)
 	dir, _ := s.uploadsDir(owner)
 	at := r.offset.Load()
-	if r.st.MediaID != "" || p.Offset != at {
+	if r.st.MediaID != "" {
+		// As tusd: an empty piece at the end of a finished upload is a
+		// success (a client whose last answer was lost may send one).
+		var one [1]byte
+		if _, err := io.ReadFull(p.Body, one[:]); err == io.EOF && p.Offset == at {
+			return r.snapshot(), nil
+		}
+		return r.snapshot(), nah.Errorf(nah.Conflict, "offset_mismatch", "the upload is finished, %d bytes long, as media %s: it takes no more bytes", at, r.st.MediaID)
+	}
+	if p.Offset != at {
 		return r.snapshot(), ErrOffsetMismatch(at)
 	}
 	f, err := os.OpenFile(filepath.Join(dir, uid), os.O_WRONLY, 0)
@@ -483,7 +534,7 @@ func (s *Store) WriteResumable(ctx context.Context, owner, uid string, p Piece) 
 		r.st.Hashed, r.st.Hash = r.offset.Load(), mustMarshal(r.h)
 	}
 	u.mu.Lock()
-	r.st.Expires = s.now().Add(s.uploadExpiry).UnixMilli()
+	r.st.Expires = s.expiryAt(r.offset.Load())
 	u.mu.Unlock()
 	if err := saveState(dir, r); err != nil && werr == nil {
 		werr = err

@@ -55,71 +55,72 @@ func (e DeviceRegistrationPlatform) Valid() bool {
 
 // Defines values for ErrorCode0.
 const (
-	ErrorCode0AlreadyConnected       ErrorCode0 = "already_connected"
-	ErrorCode0BodyTooLarge           ErrorCode0 = "body_too_large"
-	ErrorCode0Canceled               ErrorCode0 = "canceled"
-	ErrorCode0ChecksumAlgorithm      ErrorCode0 = "checksum_algorithm"
-	ErrorCode0ChecksumMismatch       ErrorCode0 = "checksum_mismatch"
-	ErrorCode0Conflict               ErrorCode0 = "conflict"
-	ErrorCode0ConnectionLimit        ErrorCode0 = "connection_limit"
-	ErrorCode0EmptyMedia             ErrorCode0 = "empty_media"
-	ErrorCode0ExportInFlight         ErrorCode0 = "export_in_flight"
-	ErrorCode0Forbidden              ErrorCode0 = "forbidden"
-	ErrorCode0HandleTaken            ErrorCode0 = "handle_taken"
-	ErrorCode0HeadersTooLarge        ErrorCode0 = "headers_too_large"
-	ErrorCode0IdempotencyKeyInUse    ErrorCode0 = "idempotency_key_in_use"
-	ErrorCode0IdempotencyKeyReused   ErrorCode0 = "idempotency_key_reused"
-	ErrorCode0InsufficientStorage    ErrorCode0 = "insufficient_storage"
-	ErrorCode0Internal               ErrorCode0 = "internal"
-	ErrorCode0Invalid                ErrorCode0 = "invalid"
-	ErrorCode0InvalidBody            ErrorCode0 = "invalid_body"
-	ErrorCode0InvalidContentType     ErrorCode0 = "invalid_content_type"
-	ErrorCode0InvalidCredentials     ErrorCode0 = "invalid_credentials"
-	ErrorCode0InvalidCursor          ErrorCode0 = "invalid_cursor"
-	ErrorCode0InvalidEnabled         ErrorCode0 = "invalid_enabled"
-	ErrorCode0InvalidHandle          ErrorCode0 = "invalid_handle"
-	ErrorCode0InvalidIdempotencyKey  ErrorCode0 = "invalid_idempotency_key"
-	ErrorCode0InvalidJoinCode        ErrorCode0 = "invalid_join_code"
-	ErrorCode0InvalidJson            ErrorCode0 = "invalid_json"
-	ErrorCode0InvalidLimit           ErrorCode0 = "invalid_limit"
-	ErrorCode0InvalidPassword        ErrorCode0 = "invalid_password"
-	ErrorCode0InvalidPlatform        ErrorCode0 = "invalid_platform"
-	ErrorCode0InvalidTime            ErrorCode0 = "invalid_time"
-	ErrorCode0InvalidTimezone        ErrorCode0 = "invalid_timezone"
-	ErrorCode0InvalidToken           ErrorCode0 = "invalid_token"
-	ErrorCode0InvalidUploadChecksum  ErrorCode0 = "invalid_upload_checksum"
-	ErrorCode0InvalidUploadLength    ErrorCode0 = "invalid_upload_length"
-	ErrorCode0InvalidUploadMetadata  ErrorCode0 = "invalid_upload_metadata"
-	ErrorCode0InvalidUploadOffset    ErrorCode0 = "invalid_upload_offset"
-	ErrorCode0InviteLimit            ErrorCode0 = "invite_limit"
-	ErrorCode0InviteNotFound         ErrorCode0 = "invite_not_found"
-	ErrorCode0JoinCodeRequired       ErrorCode0 = "join_code_required"
-	ErrorCode0MethodNotAllowed       ErrorCode0 = "method_not_allowed"
-	ErrorCode0MissingBody            ErrorCode0 = "missing_body"
-	ErrorCode0MissingCode            ErrorCode0 = "missing_code"
-	ErrorCode0MissingToken           ErrorCode0 = "missing_token"
-	ErrorCode0NotFound               ErrorCode0 = "not_found"
-	ErrorCode0OffsetMismatch         ErrorCode0 = "offset_mismatch"
-	ErrorCode0Overloaded             ErrorCode0 = "overloaded"
-	ErrorCode0OwnInvite              ErrorCode0 = "own_invite"
-	ErrorCode0PasswordRequired       ErrorCode0 = "password_required"
-	ErrorCode0PieceTooLarge          ErrorCode0 = "piece_too_large"
-	ErrorCode0PreconditionFailed     ErrorCode0 = "precondition_failed"
-	ErrorCode0QuotaExceeded          ErrorCode0 = "quota_exceeded"
-	ErrorCode0RangeNotSatisfiable    ErrorCode0 = "range_not_satisfiable"
-	ErrorCode0RateLimited            ErrorCode0 = "rate_limited"
-	ErrorCode0ShuttingDown           ErrorCode0 = "shutting_down"
-	ErrorCode0StorageUnavailable     ErrorCode0 = "storage_unavailable"
-	ErrorCode0TooLarge               ErrorCode0 = "too_large"
-	ErrorCode0TooManyUploads         ErrorCode0 = "too_many_uploads"
-	ErrorCode0TusVersion             ErrorCode0 = "tus_version"
-	ErrorCode0Unauthorized           ErrorCode0 = "unauthorized"
-	ErrorCode0Unavailable            ErrorCode0 = "unavailable"
-	ErrorCode0Unprocessable          ErrorCode0 = "unprocessable"
-	ErrorCode0UnsupportedMediaType   ErrorCode0 = "unsupported_media_type"
-	ErrorCode0UploadBusy             ErrorCode0 = "upload_busy"
-	ErrorCode0UploadChecksumMismatch ErrorCode0 = "upload_checksum_mismatch"
-	ErrorCode0WrongPassword          ErrorCode0 = "wrong_password"
+	ErrorCode0AlreadyConnected         ErrorCode0 = "already_connected"
+	ErrorCode0BodyTooLarge             ErrorCode0 = "body_too_large"
+	ErrorCode0Canceled                 ErrorCode0 = "canceled"
+	ErrorCode0ChecksumAlgorithm        ErrorCode0 = "checksum_algorithm"
+	ErrorCode0ChecksumMismatch         ErrorCode0 = "checksum_mismatch"
+	ErrorCode0ConcatenationUnsupported ErrorCode0 = "concatenation_unsupported"
+	ErrorCode0Conflict                 ErrorCode0 = "conflict"
+	ErrorCode0ConnectionLimit          ErrorCode0 = "connection_limit"
+	ErrorCode0EmptyMedia               ErrorCode0 = "empty_media"
+	ErrorCode0ExportInFlight           ErrorCode0 = "export_in_flight"
+	ErrorCode0Forbidden                ErrorCode0 = "forbidden"
+	ErrorCode0HandleTaken              ErrorCode0 = "handle_taken"
+	ErrorCode0HeadersTooLarge          ErrorCode0 = "headers_too_large"
+	ErrorCode0IdempotencyKeyInUse      ErrorCode0 = "idempotency_key_in_use"
+	ErrorCode0IdempotencyKeyReused     ErrorCode0 = "idempotency_key_reused"
+	ErrorCode0InsufficientStorage      ErrorCode0 = "insufficient_storage"
+	ErrorCode0Internal                 ErrorCode0 = "internal"
+	ErrorCode0Invalid                  ErrorCode0 = "invalid"
+	ErrorCode0InvalidBody              ErrorCode0 = "invalid_body"
+	ErrorCode0InvalidContentType       ErrorCode0 = "invalid_content_type"
+	ErrorCode0InvalidCredentials       ErrorCode0 = "invalid_credentials"
+	ErrorCode0InvalidCursor            ErrorCode0 = "invalid_cursor"
+	ErrorCode0InvalidEnabled           ErrorCode0 = "invalid_enabled"
+	ErrorCode0InvalidHandle            ErrorCode0 = "invalid_handle"
+	ErrorCode0InvalidIdempotencyKey    ErrorCode0 = "invalid_idempotency_key"
+	ErrorCode0InvalidJoinCode          ErrorCode0 = "invalid_join_code"
+	ErrorCode0InvalidJson              ErrorCode0 = "invalid_json"
+	ErrorCode0InvalidLimit             ErrorCode0 = "invalid_limit"
+	ErrorCode0InvalidPassword          ErrorCode0 = "invalid_password"
+	ErrorCode0InvalidPlatform          ErrorCode0 = "invalid_platform"
+	ErrorCode0InvalidTime              ErrorCode0 = "invalid_time"
+	ErrorCode0InvalidTimezone          ErrorCode0 = "invalid_timezone"
+	ErrorCode0InvalidToken             ErrorCode0 = "invalid_token"
+	ErrorCode0InvalidUploadChecksum    ErrorCode0 = "invalid_upload_checksum"
+	ErrorCode0InvalidUploadLength      ErrorCode0 = "invalid_upload_length"
+	ErrorCode0InvalidUploadMetadata    ErrorCode0 = "invalid_upload_metadata"
+	ErrorCode0InvalidUploadOffset      ErrorCode0 = "invalid_upload_offset"
+	ErrorCode0InviteLimit              ErrorCode0 = "invite_limit"
+	ErrorCode0InviteNotFound           ErrorCode0 = "invite_not_found"
+	ErrorCode0JoinCodeRequired         ErrorCode0 = "join_code_required"
+	ErrorCode0MethodNotAllowed         ErrorCode0 = "method_not_allowed"
+	ErrorCode0MissingBody              ErrorCode0 = "missing_body"
+	ErrorCode0MissingCode              ErrorCode0 = "missing_code"
+	ErrorCode0MissingToken             ErrorCode0 = "missing_token"
+	ErrorCode0NotFound                 ErrorCode0 = "not_found"
+	ErrorCode0OffsetMismatch           ErrorCode0 = "offset_mismatch"
+	ErrorCode0Overloaded               ErrorCode0 = "overloaded"
+	ErrorCode0OwnInvite                ErrorCode0 = "own_invite"
+	ErrorCode0PasswordRequired         ErrorCode0 = "password_required"
+	ErrorCode0PieceTooLarge            ErrorCode0 = "piece_too_large"
+	ErrorCode0PreconditionFailed       ErrorCode0 = "precondition_failed"
+	ErrorCode0QuotaExceeded            ErrorCode0 = "quota_exceeded"
+	ErrorCode0RangeNotSatisfiable      ErrorCode0 = "range_not_satisfiable"
+	ErrorCode0RateLimited              ErrorCode0 = "rate_limited"
+	ErrorCode0ShuttingDown             ErrorCode0 = "shutting_down"
+	ErrorCode0StorageUnavailable       ErrorCode0 = "storage_unavailable"
+	ErrorCode0TooLarge                 ErrorCode0 = "too_large"
+	ErrorCode0TooManyUploads           ErrorCode0 = "too_many_uploads"
+	ErrorCode0TusVersion               ErrorCode0 = "tus_version"
+	ErrorCode0Unauthorized             ErrorCode0 = "unauthorized"
+	ErrorCode0Unavailable              ErrorCode0 = "unavailable"
+	ErrorCode0Unprocessable            ErrorCode0 = "unprocessable"
+	ErrorCode0UnsupportedMediaType     ErrorCode0 = "unsupported_media_type"
+	ErrorCode0UploadBusy               ErrorCode0 = "upload_busy"
+	ErrorCode0UploadChecksumMismatch   ErrorCode0 = "upload_checksum_mismatch"
+	ErrorCode0WrongPassword            ErrorCode0 = "wrong_password"
 )
 
 // Valid indicates whether the value is a known member of the ErrorCode0 enum.
@@ -134,6 +135,8 @@ func (e ErrorCode0) Valid() bool {
 	case ErrorCode0ChecksumAlgorithm:
 		return true
 	case ErrorCode0ChecksumMismatch:
+		return true
+	case ErrorCode0ConcatenationUnsupported:
 		return true
 	case ErrorCode0Conflict:
 		return true
@@ -757,7 +760,10 @@ type TypedCode = string
 
 // Upload defines model for Upload.
 type Upload struct {
-	// ExpiresAt When it is removed unless a piece arrives (then it moves on).
+	// CreatedAt When it was created (absent for an upload created by an older version).
+	CreatedAt *time.Time `json:"created_at,omitempty"`
+
+	// ExpiresAt When it is removed unless a piece arrives (then it moves on): 10 minutes after the creation while it has no byte, `NAH_UPLOAD_EXPIRY` after its last piece.
 	ExpiresAt time.Time `json:"expires_at"`
 
 	// Id An upload's id, made by the server: 32 lowercase hex digits. Anything else in its place is 404.
@@ -769,12 +775,21 @@ type Upload struct {
 	// MediaId Set once finished (on a replayed creation of a finished upload).
 	MediaId *MediaID `json:"media_id,omitempty"`
 
+	// Metadata Upload-Metadata as sent at the creation (in the list only).
+	Metadata *string `json:"metadata,omitempty"`
+
 	// Offset Bytes the server has.
 	Offset int `json:"offset"`
 }
 
 // UploadID An upload's id, made by the server: 32 lowercase hex digits. Anything else in its place is 404.
 type UploadID = string
+
+// UploadList defines model for UploadList.
+type UploadList struct {
+	// Uploads Unfinished uploads, oldest first.
+	Uploads []Upload `json:"uploads"`
+}
 
 // IdempotencyKey defines model for IdempotencyKey.
 type IdempotencyKey = string
@@ -928,7 +943,7 @@ type CreateUploadParams struct {
 	// TusResumable The tus version the client speaks: `1.0.0`; anything else (or none) is 412 with Tus-Version.
 	TusResumable CreateUploadParamsTusResumable `json:"Tus-Resumable"`
 
-	// UploadLength The file's whole length in bytes, 1 to `NAH_MAX_MEDIA_BYTES`.
+	// UploadLength The file's whole length in bytes, 1 to `NAH_MAX_MEDIA_BYTES`, in digits only (`+5` is refused).
 	UploadLength int `json:"Upload-Length"`
 
 	// UploadMetadata tus metadata: comma-separated `key base64(value)` pairs. `filetype` (or `content_type`): the media type kept (as POST /media's Content-Type; default application/octet-stream); `sha256`: the whole file's sha256 in 64 hex digits, checked when the last byte is in (a mismatch deletes the upload: 460). Other keys are kept and given back on HEAD. At most 4 KiB.
@@ -936,6 +951,9 @@ type CreateUploadParams struct {
 
 	// IdempotencyKey Makes this write safe to retry: send a fresh key (a UUID) with each new request, and the same key with its retries. A retry with the same key and the same request answers what the first answered (201 with `Idempotent-Replayed: true`) and writes nothing, for at least 24 hours and the person's newest 1,000 keys, after any crash or restart; the same key with a different request is 422 idempotency_key_reused. Keys are each person's own. Absent: every request is a new write.
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+
+	// UploadConcat tus concatenation, which this server does not speak: any value is 400 concatenation_unsupported, and nothing is kept. Send the file as one upload (tus-js-client: `parallelUploads: 1`, its default).
+	UploadConcat *string `json:"Upload-Concat,omitempty"`
 }
 
 // CreateUploadParamsTusResumable defines parameters for CreateUpload.
@@ -964,7 +982,7 @@ type PatchUploadParams struct {
 	// TusResumable The tus version the client speaks: `1.0.0`; anything else (or none) is 412 with Tus-Version.
 	TusResumable PatchUploadParamsTusResumable `json:"Tus-Resumable"`
 
-	// UploadOffset Where the piece starts: the server's Upload-Offset.
+	// UploadOffset Where the piece starts: the server's Upload-Offset, in digits only.
 	UploadOffset int `json:"Upload-Offset"`
 
 	// UploadChecksum tus checksum extension: `sha1 <base64>` or `sha256 <base64>` of this piece; a mismatch drops the piece (460).
@@ -1440,6 +1458,20 @@ type ClientInterface interface {
 	// Corresponds with DELETE /api/v1/sessions/current (the `SignOut` operationId).
 	SignOut(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListUploads The signed-in person's unfinished uploads
+	//
+	// Each unfinished upload with its offset, expiry and the Upload-Metadata it was created with, oldest first: a phone whose creation's answer was lost (tus clients send no Idempotency-Key) finds the upload here to resume it (its URL is `/api/v1/uploads/{id}`) or to delete it. Tus-Resumable is not needed.
+	//
+	// Corresponds with GET /api/v1/uploads (the `ListUploads` operationId).
+	ListUploads(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// HeadUploads The signed-in person's unfinished uploads (headers only)
+	//
+	// As GET, with the same status and headers, and no body.
+	//
+	// Corresponds with HEAD /api/v1/uploads (the `HeadUploads` operationId).
+	HeadUploads(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// UploadOptions What the upload protocol supports (tus discovery)
 	//
 	// No token needed. Tus-Max-Size is `NAH_MAX_MEDIA_BYTES`.
@@ -1449,7 +1481,7 @@ type ClientInterface interface {
 
 	// CreateUpload Create a resumable upload
 	//
-	// Resumable uploads speak [tus 1.0.0](https://tus.io/protocols/resumable-upload) with its creation, termination, expiration and checksum extensions, so phone libraries (TUSKit, tus-android-client, tus-js-client) work as they are: point them at `/api/v1/uploads` with the bearer token. The whole length is declared here and checked at once against `NAH_MAX_MEDIA_BYTES` and the quota, in which an unfinished upload counts at its full length until it ends, is abandoned or expires; at most 4 unfinished uploads a person. No body: the bytes go with PATCH. With an Idempotency-Key, a retry answers the same upload (its Location) with `Idempotent-Replayed: true`.
+	// Resumable uploads speak [tus 1.0.0](https://tus.io/protocols/resumable-upload) with its creation, termination, expiration and checksum extensions, so phone libraries (TUSKit, tus-android-client, tus-js-client) work as they are: point them at `/api/v1/uploads` with the bearer token. The whole length is declared here and checked at once against `NAH_MAX_MEDIA_BYTES` and the quota, in which an unfinished upload counts at its full length until it ends, is abandoned or expires; at most 4 unfinished uploads a person (`GET /api/v1/uploads` lists them; one that has received no byte expires after 10 minutes). No body: the bytes go with PATCH. With an Idempotency-Key, a retry answers the same upload (its Location) with `Idempotent-Replayed: true`.
 	//
 	// Corresponds with POST /api/v1/uploads (the `CreateUpload` operationId).
 	CreateUpload(ctx context.Context, params *CreateUploadParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1468,9 +1500,16 @@ type ClientInterface interface {
 	// Corresponds with HEAD /api/v1/uploads/{upload_id} (the `HeadUpload` operationId).
 	HeadUpload(ctx context.Context, uploadId UploadID, params *HeadUploadParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// UploadOptionsAt What the upload protocol supports, on an upload's URL (tus discovery)
+	//
+	// As OPTIONS /api/v1/uploads, which tus clients may ask of an upload's own URL. No token needed.
+	//
+	// Corresponds with OPTIONS /api/v1/uploads/{upload_id} (the `UploadOptionsAt` operationId).
+	UploadOptionsAt(ctx context.Context, uploadId UploadID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// PatchUploadWithBody Send a piece of an upload
 	//
-	// The body is appended at Upload-Offset, which must be the server's (else 409 with the server's Upload-Offset: ask HEAD and resume from there). It is streamed to disk and fsynced before the answer; a piece cut off keeps what arrived (unless it carried Upload-Checksum: then it is dropped whole). A newer piece to the same upload stops one still running (a connection the phone has left) and goes on from where it stopped. The piece that brings the last byte makes the upload a media, checked against the declared sha256, and answers its Media-Id. The paced rate of POST /media applies (16 KiB/s on average after 30 s).
+	// The body is appended at Upload-Offset, which must be the server's (else 409 with the server's Upload-Offset: ask HEAD and resume from there). It is streamed to disk and fsynced before the answer; a piece cut off keeps what arrived (unless it carried Upload-Checksum: then it is dropped whole). A newer piece to the same upload stops one still running (a connection the phone has left) and goes on from where it stopped. The piece that brings the last byte makes the upload a media, checked against the declared sha256, and answers its Media-Id. The paced rate of POST /media applies (16 KiB/s on average after 30 s). An empty piece at the end of a finished upload is 204 with its Media-Id, as tusd answers; one with bytes is 409. A client that cannot send PATCH sends POST with `X-HTTP-Method-Override: PATCH` (tus-js-client's `overridePatchMethod`).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2160,6 +2199,40 @@ func (c *Client) SignOut(ctx context.Context, reqEditors ...RequestEditorFn) (*h
 	return c.Client.Do(req)
 }
 
+// ListUploads The signed-in person's unfinished uploads
+//
+// Each unfinished upload with its offset, expiry and the Upload-Metadata it was created with, oldest first: a phone whose creation's answer was lost (tus clients send no Idempotency-Key) finds the upload here to resume it (its URL is `/api/v1/uploads/{id}`) or to delete it. Tus-Resumable is not needed.
+//
+// Corresponds with GET /api/v1/uploads (the `ListUploads` operationId).
+func (c *Client) ListUploads(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListUploadsRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// HeadUploads The signed-in person's unfinished uploads (headers only)
+//
+// As GET, with the same status and headers, and no body.
+//
+// Corresponds with HEAD /api/v1/uploads (the `HeadUploads` operationId).
+func (c *Client) HeadUploads(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewHeadUploadsRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // UploadOptions What the upload protocol supports (tus discovery)
 //
 // No token needed. Tus-Max-Size is `NAH_MAX_MEDIA_BYTES`.
@@ -2179,7 +2252,7 @@ func (c *Client) UploadOptions(ctx context.Context, reqEditors ...RequestEditorF
 
 // CreateUpload Create a resumable upload
 //
-// Resumable uploads speak [tus 1.0.0](https://tus.io/protocols/resumable-upload) with its creation, termination, expiration and checksum extensions, so phone libraries (TUSKit, tus-android-client, tus-js-client) work as they are: point them at `/api/v1/uploads` with the bearer token. The whole length is declared here and checked at once against `NAH_MAX_MEDIA_BYTES` and the quota, in which an unfinished upload counts at its full length until it ends, is abandoned or expires; at most 4 unfinished uploads a person. No body: the bytes go with PATCH. With an Idempotency-Key, a retry answers the same upload (its Location) with `Idempotent-Replayed: true`.
+// Resumable uploads speak [tus 1.0.0](https://tus.io/protocols/resumable-upload) with its creation, termination, expiration and checksum extensions, so phone libraries (TUSKit, tus-android-client, tus-js-client) work as they are: point them at `/api/v1/uploads` with the bearer token. The whole length is declared here and checked at once against `NAH_MAX_MEDIA_BYTES` and the quota, in which an unfinished upload counts at its full length until it ends, is abandoned or expires; at most 4 unfinished uploads a person (`GET /api/v1/uploads` lists them; one that has received no byte expires after 10 minutes). No body: the bytes go with PATCH. With an Idempotency-Key, a retry answers the same upload (its Location) with `Idempotent-Replayed: true`.
 //
 // Corresponds with POST /api/v1/uploads (the `CreateUpload` operationId).
 func (c *Client) CreateUpload(ctx context.Context, params *CreateUploadParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -2228,9 +2301,26 @@ func (c *Client) HeadUpload(ctx context.Context, uploadId UploadID, params *Head
 	return c.Client.Do(req)
 }
 
+// UploadOptionsAt What the upload protocol supports, on an upload's URL (tus discovery)
+//
+// As OPTIONS /api/v1/uploads, which tus clients may ask of an upload's own URL. No token needed.
+//
+// Corresponds with OPTIONS /api/v1/uploads/{upload_id} (the `UploadOptionsAt` operationId).
+func (c *Client) UploadOptionsAt(ctx context.Context, uploadId UploadID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUploadOptionsAtRequest(c.Server, uploadId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // PatchUploadWithBody Send a piece of an upload
 //
-// The body is appended at Upload-Offset, which must be the server's (else 409 with the server's Upload-Offset: ask HEAD and resume from there). It is streamed to disk and fsynced before the answer; a piece cut off keeps what arrived (unless it carried Upload-Checksum: then it is dropped whole). A newer piece to the same upload stops one still running (a connection the phone has left) and goes on from where it stopped. The piece that brings the last byte makes the upload a media, checked against the declared sha256, and answers its Media-Id. The paced rate of POST /media applies (16 KiB/s on average after 30 s).
+// The body is appended at Upload-Offset, which must be the server's (else 409 with the server's Upload-Offset: ask HEAD and resume from there). It is streamed to disk and fsynced before the answer; a piece cut off keeps what arrived (unless it carried Upload-Checksum: then it is dropped whole). A newer piece to the same upload stops one still running (a connection the phone has left) and goes on from where it stopped. The piece that brings the last byte makes the upload a media, checked against the declared sha256, and answers its Media-Id. The paced rate of POST /media applies (16 KiB/s on average after 30 s). An empty piece at the end of a finished upload is 204 with its Media-Id, as tusd answers; one with bytes is 409. A client that cannot send PATCH sends POST with `X-HTTP-Method-Override: PATCH` (tus-js-client's `overridePatchMethod`).
 //
 // Takes any type of body and a specified content type.
 //
@@ -3623,6 +3713,60 @@ func NewSignOutRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewListUploadsRequest constructs an http.Request for the ListUploads method
+func NewListUploadsRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/uploads")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewHeadUploadsRequest constructs an http.Request for the HeadUploads method
+func NewHeadUploadsRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/uploads")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodHead, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewUploadOptionsRequest constructs an http.Request for the UploadOptions method
 func NewUploadOptionsRequest(server string) (*http.Request, error) {
 	var err error
@@ -3714,6 +3858,17 @@ func NewCreateUploadRequest(server string, params *CreateUploadParams) (*http.Re
 			}
 
 			req.Header.Set("Idempotency-Key", headerParam3)
+		}
+
+		if params.UploadConcat != nil {
+			var headerParam4 string
+
+			headerParam4, err = runtime.StyleParamWithOptions("simple", false, "Upload-Concat", *params.UploadConcat, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Upload-Concat", headerParam4)
 		}
 
 	}
@@ -3810,6 +3965,40 @@ func NewHeadUploadRequest(server string, uploadId UploadID, params *HeadUploadPa
 
 		req.Header.Set("Tus-Resumable", headerParam0)
 
+	}
+
+	return req, nil
+}
+
+// NewUploadOptionsAtRequest constructs an http.Request for the UploadOptionsAt method
+func NewUploadOptionsAtRequest(server string, uploadId UploadID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "upload_id", uploadId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/uploads/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodOptions, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
 	}
 
 	return req, nil
@@ -4319,6 +4508,24 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with DELETE /api/v1/sessions/current (the `SignOut` operationId).
 	SignOutWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*SignOutResponse, error)
 
+	// ListUploadsWithResponse The signed-in person's unfinished uploads
+	//
+	// Each unfinished upload with its offset, expiry and the Upload-Metadata it was created with, oldest first: a phone whose creation's answer was lost (tus clients send no Idempotency-Key) finds the upload here to resume it (its URL is `/api/v1/uploads/{id}`) or to delete it. Tus-Resumable is not needed.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/uploads (the `ListUploads` operationId).
+	ListUploadsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListUploadsResponse, error)
+
+	// HeadUploadsWithResponse The signed-in person's unfinished uploads (headers only)
+	//
+	// As GET, with the same status and headers, and no body.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with HEAD /api/v1/uploads (the `HeadUploads` operationId).
+	HeadUploadsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*HeadUploadsResponse, error)
+
 	// UploadOptionsWithResponse What the upload protocol supports (tus discovery)
 	//
 	// No token needed. Tus-Max-Size is `NAH_MAX_MEDIA_BYTES`.
@@ -4330,7 +4537,7 @@ type ClientWithResponsesInterface interface {
 
 	// CreateUploadWithResponse Create a resumable upload
 	//
-	// Resumable uploads speak [tus 1.0.0](https://tus.io/protocols/resumable-upload) with its creation, termination, expiration and checksum extensions, so phone libraries (TUSKit, tus-android-client, tus-js-client) work as they are: point them at `/api/v1/uploads` with the bearer token. The whole length is declared here and checked at once against `NAH_MAX_MEDIA_BYTES` and the quota, in which an unfinished upload counts at its full length until it ends, is abandoned or expires; at most 4 unfinished uploads a person. No body: the bytes go with PATCH. With an Idempotency-Key, a retry answers the same upload (its Location) with `Idempotent-Replayed: true`.
+	// Resumable uploads speak [tus 1.0.0](https://tus.io/protocols/resumable-upload) with its creation, termination, expiration and checksum extensions, so phone libraries (TUSKit, tus-android-client, tus-js-client) work as they are: point them at `/api/v1/uploads` with the bearer token. The whole length is declared here and checked at once against `NAH_MAX_MEDIA_BYTES` and the quota, in which an unfinished upload counts at its full length until it ends, is abandoned or expires; at most 4 unfinished uploads a person (`GET /api/v1/uploads` lists them; one that has received no byte expires after 10 minutes). No body: the bytes go with PATCH. With an Idempotency-Key, a retry answers the same upload (its Location) with `Idempotent-Replayed: true`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -4355,9 +4562,18 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with HEAD /api/v1/uploads/{upload_id} (the `HeadUpload` operationId).
 	HeadUploadWithResponse(ctx context.Context, uploadId UploadID, params *HeadUploadParams, reqEditors ...RequestEditorFn) (*HeadUploadResponse, error)
 
+	// UploadOptionsAtWithResponse What the upload protocol supports, on an upload's URL (tus discovery)
+	//
+	// As OPTIONS /api/v1/uploads, which tus clients may ask of an upload's own URL. No token needed.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with OPTIONS /api/v1/uploads/{upload_id} (the `UploadOptionsAt` operationId).
+	UploadOptionsAtWithResponse(ctx context.Context, uploadId UploadID, reqEditors ...RequestEditorFn) (*UploadOptionsAtResponse, error)
+
 	// PatchUploadWithBodyWithResponse Send a piece of an upload
 	//
-	// The body is appended at Upload-Offset, which must be the server's (else 409 with the server's Upload-Offset: ask HEAD and resume from there). It is streamed to disk and fsynced before the answer; a piece cut off keeps what arrived (unless it carried Upload-Checksum: then it is dropped whole). A newer piece to the same upload stops one still running (a connection the phone has left) and goes on from where it stopped. The piece that brings the last byte makes the upload a media, checked against the declared sha256, and answers its Media-Id. The paced rate of POST /media applies (16 KiB/s on average after 30 s).
+	// The body is appended at Upload-Offset, which must be the server's (else 409 with the server's Upload-Offset: ask HEAD and resume from there). It is streamed to disk and fsynced before the answer; a piece cut off keeps what arrived (unless it carried Upload-Checksum: then it is dropped whole). A newer piece to the same upload stops one still running (a connection the phone has left) and goes on from where it stopped. The piece that brings the last byte makes the upload a media, checked against the declared sha256, and answers its Media-Id. The paced rate of POST /media applies (16 KiB/s on average after 30 s). An empty piece at the end of a finished upload is 204 with its Media-Id, as tusd answers; one with bytes is 409. A client that cannot send PATCH sends POST with `X-HTTP-Method-Override: PATCH` (tus-js-client's `overridePatchMethod`).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6854,6 +7070,162 @@ func (r SignOutResponse) ContentType() string {
 	return ""
 }
 
+// ListUploadsResponse200Headers the declared response headers of an HTTP 200 response for ListUploads
+type ListUploadsResponse200Headers struct {
+	CacheControl *string
+	TusResumable *string
+}
+
+// ListUploadsResponse401Headers the declared response headers of an HTTP 401 response for ListUploads
+type ListUploadsResponse401Headers struct {
+	TusResumable *string
+}
+
+// ListUploadsResponse503Headers the declared response headers of an HTTP 503 response for ListUploads
+type ListUploadsResponse503Headers struct {
+	RetryAfter   *int
+	TusResumable *string
+}
+
+// ListUploadsResponseDefaultHeaders the declared response headers of an HTTP default response for ListUploads
+type ListUploadsResponseDefaultHeaders struct {
+	TusResumable *string
+}
+
+type ListUploadsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *UploadList
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Error
+	// JSON431 the response for an HTTP 431 `application/json` response
+	JSON431 *HeadersTooLarge
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Error
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ListUploadsResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListUploadsResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListUploadsResponse503Headers
+	// HeadersDefault the parsed response headers for an HTTP default response
+	HeadersDefault *ListUploadsResponseDefaultHeaders
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListUploadsResponse) GetJSON200() *UploadList {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ListUploadsResponse) GetJSON401() *Error {
+	return r.JSON401
+}
+
+// GetJSON431 returns the response for an HTTP 431 `application/json` response
+func (r ListUploadsResponse) GetJSON431() *HeadersTooLarge {
+	return r.JSON431
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ListUploadsResponse) GetJSON503() *Error {
+	return r.JSON503
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ListUploadsResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListUploadsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListUploadsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListUploadsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListUploadsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// HeadUploadsResponse200Headers the declared response headers of an HTTP 200 response for HeadUploads
+type HeadUploadsResponse200Headers struct {
+	CacheControl *string
+	TusResumable *string
+}
+
+// HeadUploadsResponse401Headers the declared response headers of an HTTP 401 response for HeadUploads
+type HeadUploadsResponse401Headers struct {
+	TusResumable *string
+}
+
+// HeadUploadsResponse503Headers the declared response headers of an HTTP 503 response for HeadUploads
+type HeadUploadsResponse503Headers struct {
+	RetryAfter   *int
+	TusResumable *string
+}
+
+type HeadUploadsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *HeadUploadsResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *HeadUploadsResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *HeadUploadsResponse503Headers
+}
+
+// GetBody returns the raw response body bytes
+func (r HeadUploadsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r HeadUploadsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r HeadUploadsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r HeadUploadsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // UploadOptionsResponse204Headers the declared response headers of an HTTP 204 response for UploadOptions
 type UploadOptionsResponse204Headers struct {
 	TusChecksumAlgorithm *string
@@ -6926,8 +7298,8 @@ type CreateUploadResponse400Headers struct {
 	TusResumable *string
 }
 
-// CreateUploadResponse409Headers the declared response headers of an HTTP 409 response for CreateUpload
-type CreateUploadResponse409Headers struct {
+// CreateUploadResponse401Headers the declared response headers of an HTTP 401 response for CreateUpload
+type CreateUploadResponse401Headers struct {
 	TusResumable *string
 }
 
@@ -6976,9 +7348,7 @@ type CreateUploadResponse struct {
 	// JSON400 the response for an HTTP 400 `application/json` response
 	JSON400 *Error
 	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
-	// JSON409 the response for an HTTP 409 `application/json` response
-	JSON409 *Error
+	JSON401 *Error
 	// JSON412 the response for an HTTP 412 `application/json` response
 	JSON412 *Error
 	// JSON413 the response for an HTTP 413 `application/json` response
@@ -6997,8 +7367,8 @@ type CreateUploadResponse struct {
 	Headers201 *CreateUploadResponse201Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
 	Headers400 *CreateUploadResponse400Headers
-	// Headers409 the parsed response headers for an HTTP 409 response
-	Headers409 *CreateUploadResponse409Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *CreateUploadResponse401Headers
 	// Headers412 the parsed response headers for an HTTP 412 response
 	Headers412 *CreateUploadResponse412Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
@@ -7024,13 +7394,8 @@ func (r CreateUploadResponse) GetJSON400() *Error {
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r CreateUploadResponse) GetJSON401() *Unauthorized {
+func (r CreateUploadResponse) GetJSON401() *Error {
 	return r.JSON401
-}
-
-// GetJSON409 returns the response for an HTTP 409 `application/json` response
-func (r CreateUploadResponse) GetJSON409() *Error {
-	return r.JSON409
 }
 
 // GetJSON412 returns the response for an HTTP 412 `application/json` response
@@ -7102,6 +7467,11 @@ type DeleteUploadResponse204Headers struct {
 	TusResumable *string
 }
 
+// DeleteUploadResponse401Headers the declared response headers of an HTTP 401 response for DeleteUpload
+type DeleteUploadResponse401Headers struct {
+	TusResumable *string
+}
+
 // DeleteUploadResponse404Headers the declared response headers of an HTTP 404 response for DeleteUpload
 type DeleteUploadResponse404Headers struct {
 	TusResumable *string
@@ -7134,7 +7504,7 @@ type DeleteUploadResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
+	JSON401 *Error
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *Error
 	// JSON409 the response for an HTTP 409 `application/json` response
@@ -7149,6 +7519,8 @@ type DeleteUploadResponse struct {
 	JSONDefault *Error
 	// Headers204 the parsed response headers for an HTTP 204 response
 	Headers204 *DeleteUploadResponse204Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *DeleteUploadResponse401Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *DeleteUploadResponse404Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
@@ -7162,7 +7534,7 @@ type DeleteUploadResponse struct {
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r DeleteUploadResponse) GetJSON401() *Unauthorized {
+func (r DeleteUploadResponse) GetJSON401() *Error {
 	return r.JSON401
 }
 
@@ -7236,6 +7608,11 @@ type HeadUploadResponse200Headers struct {
 	UploadOffset   *int
 }
 
+// HeadUploadResponse401Headers the declared response headers of an HTTP 401 response for HeadUpload
+type HeadUploadResponse401Headers struct {
+	TusResumable *string
+}
+
 // HeadUploadResponse404Headers the declared response headers of an HTTP 404 response for HeadUpload
 type HeadUploadResponse404Headers struct {
 	TusResumable *string
@@ -7258,6 +7635,8 @@ type HeadUploadResponse struct {
 	HTTPResponse *http.Response
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *HeadUploadResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *HeadUploadResponse401Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *HeadUploadResponse404Headers
 	// Headers412 the parsed response headers for an HTTP 412 response
@@ -7295,6 +7674,65 @@ func (r HeadUploadResponse) ContentType() string {
 	return ""
 }
 
+// UploadOptionsAtResponse204Headers the declared response headers of an HTTP 204 response for UploadOptionsAt
+type UploadOptionsAtResponse204Headers struct {
+	TusChecksumAlgorithm *string
+	TusExtension         *string
+	TusMaxSize           *int
+	TusResumable         *string
+	TusVersion           *string
+}
+
+type UploadOptionsAtResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON431 the response for an HTTP 431 `application/json` response
+	JSON431 *HeadersTooLarge
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Default
+	// Headers204 the parsed response headers for an HTTP 204 response
+	Headers204 *UploadOptionsAtResponse204Headers
+}
+
+// GetJSON431 returns the response for an HTTP 431 `application/json` response
+func (r UploadOptionsAtResponse) GetJSON431() *HeadersTooLarge {
+	return r.JSON431
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r UploadOptionsAtResponse) GetJSONDefault() *Default {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r UploadOptionsAtResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r UploadOptionsAtResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r UploadOptionsAtResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r UploadOptionsAtResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // PatchUploadResponse204Headers the declared response headers of an HTTP 204 response for PatchUpload
 type PatchUploadResponse204Headers struct {
 	CacheControl  *string
@@ -7307,6 +7745,11 @@ type PatchUploadResponse204Headers struct {
 
 // PatchUploadResponse400Headers the declared response headers of an HTTP 400 response for PatchUpload
 type PatchUploadResponse400Headers struct {
+	TusResumable *string
+}
+
+// PatchUploadResponse401Headers the declared response headers of an HTTP 401 response for PatchUpload
+type PatchUploadResponse401Headers struct {
 	TusResumable *string
 }
 
@@ -7384,7 +7827,7 @@ type PatchUploadResponse struct {
 	// JSON400 the response for an HTTP 400 `application/json` response
 	JSON400 *Error
 	// JSON401 the response for an HTTP 401 `application/json` response
-	JSON401 *Unauthorized
+	JSON401 *Error
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *Error
 	// JSON409 the response for an HTTP 409 `application/json` response
@@ -7409,6 +7852,8 @@ type PatchUploadResponse struct {
 	Headers204 *PatchUploadResponse204Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
 	Headers400 *PatchUploadResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *PatchUploadResponse401Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *PatchUploadResponse404Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
@@ -7435,7 +7880,7 @@ func (r PatchUploadResponse) GetJSON400() *Error {
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
-func (r PatchUploadResponse) GetJSON401() *Unauthorized {
+func (r PatchUploadResponse) GetJSON401() *Error {
 	return r.JSON401
 }
 
@@ -8186,6 +8631,36 @@ func (c *ClientWithResponses) SignOutWithResponse(ctx context.Context, reqEditor
 	return ParseSignOutResponse(rsp)
 }
 
+// ListUploadsWithResponse The signed-in person's unfinished uploads
+//
+// Each unfinished upload with its offset, expiry and the Upload-Metadata it was created with, oldest first: a phone whose creation's answer was lost (tus clients send no Idempotency-Key) finds the upload here to resume it (its URL is `/api/v1/uploads/{id}`) or to delete it. Tus-Resumable is not needed.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/uploads (the `ListUploads` operationId).
+func (c *ClientWithResponses) ListUploadsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListUploadsResponse, error) {
+	rsp, err := c.ListUploads(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListUploadsResponse(rsp)
+}
+
+// HeadUploadsWithResponse The signed-in person's unfinished uploads (headers only)
+//
+// As GET, with the same status and headers, and no body.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with HEAD /api/v1/uploads (the `HeadUploads` operationId).
+func (c *ClientWithResponses) HeadUploadsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*HeadUploadsResponse, error) {
+	rsp, err := c.HeadUploads(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseHeadUploadsResponse(rsp)
+}
+
 // UploadOptionsWithResponse What the upload protocol supports (tus discovery)
 //
 // No token needed. Tus-Max-Size is `NAH_MAX_MEDIA_BYTES`.
@@ -8203,7 +8678,7 @@ func (c *ClientWithResponses) UploadOptionsWithResponse(ctx context.Context, req
 
 // CreateUploadWithResponse Create a resumable upload
 //
-// Resumable uploads speak [tus 1.0.0](https://tus.io/protocols/resumable-upload) with its creation, termination, expiration and checksum extensions, so phone libraries (TUSKit, tus-android-client, tus-js-client) work as they are: point them at `/api/v1/uploads` with the bearer token. The whole length is declared here and checked at once against `NAH_MAX_MEDIA_BYTES` and the quota, in which an unfinished upload counts at its full length until it ends, is abandoned or expires; at most 4 unfinished uploads a person. No body: the bytes go with PATCH. With an Idempotency-Key, a retry answers the same upload (its Location) with `Idempotent-Replayed: true`.
+// Resumable uploads speak [tus 1.0.0](https://tus.io/protocols/resumable-upload) with its creation, termination, expiration and checksum extensions, so phone libraries (TUSKit, tus-android-client, tus-js-client) work as they are: point them at `/api/v1/uploads` with the bearer token. The whole length is declared here and checked at once against `NAH_MAX_MEDIA_BYTES` and the quota, in which an unfinished upload counts at its full length until it ends, is abandoned or expires; at most 4 unfinished uploads a person (`GET /api/v1/uploads` lists them; one that has received no byte expires after 10 minutes). No body: the bytes go with PATCH. With an Idempotency-Key, a retry answers the same upload (its Location) with `Idempotent-Replayed: true`.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -8246,9 +8721,24 @@ func (c *ClientWithResponses) HeadUploadWithResponse(ctx context.Context, upload
 	return ParseHeadUploadResponse(rsp)
 }
 
+// UploadOptionsAtWithResponse What the upload protocol supports, on an upload's URL (tus discovery)
+//
+// As OPTIONS /api/v1/uploads, which tus clients may ask of an upload's own URL. No token needed.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with OPTIONS /api/v1/uploads/{upload_id} (the `UploadOptionsAt` operationId).
+func (c *ClientWithResponses) UploadOptionsAtWithResponse(ctx context.Context, uploadId UploadID, reqEditors ...RequestEditorFn) (*UploadOptionsAtResponse, error) {
+	rsp, err := c.UploadOptionsAt(ctx, uploadId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUploadOptionsAtResponse(rsp)
+}
+
 // PatchUploadWithBodyWithResponse Send a piece of an upload
 //
-// The body is appended at Upload-Offset, which must be the server's (else 409 with the server's Upload-Offset: ask HEAD and resume from there). It is streamed to disk and fsynced before the answer; a piece cut off keeps what arrived (unless it carried Upload-Checksum: then it is dropped whole). A newer piece to the same upload stops one still running (a connection the phone has left) and goes on from where it stopped. The piece that brings the last byte makes the upload a media, checked against the declared sha256, and answers its Media-Id. The paced rate of POST /media applies (16 KiB/s on average after 30 s).
+// The body is appended at Upload-Offset, which must be the server's (else 409 with the server's Upload-Offset: ask HEAD and resume from there). It is streamed to disk and fsynced before the answer; a piece cut off keeps what arrived (unless it carried Upload-Checksum: then it is dropped whole). A newer piece to the same upload stops one still running (a connection the phone has left) and goes on from where it stopped. The piece that brings the last byte makes the upload a media, checked against the declared sha256, and answers its Media-Id. The paced rate of POST /media applies (16 KiB/s on average after 30 s). An empty piece at the end of a finished upload is 204 with its Media-Id, as tusd answers; one with bytes is 409. A client that cannot send PATCH sends POST with `X-HTTP-Method-Override: PATCH` (tus-js-client's `overridePatchMethod`).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -10771,6 +11261,180 @@ func ParseSignOutResponse(rsp *http.Response) (*SignOutResponse, error) {
 	return response, nil
 }
 
+// ParseListUploadsResponse parses an HTTP response from a ListUploadsWithResponse call
+func ParseListUploadsResponse(rsp *http.Response) (*ListUploadsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListUploadsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest UploadList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeadersTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ListUploadsResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusResumable = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers ListUploadsResponse401Headers
+		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusResumable = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers ListUploadsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusResumable = &value
+		}
+		response.Headers503 = &headers
+	case true:
+		var headers ListUploadsResponseDefaultHeaders
+		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusResumable = &value
+		}
+		response.HeadersDefault = &headers
+	}
+
+	return response, nil
+}
+
+// ParseHeadUploadsResponse parses an HTTP response from a HeadUploadsWithResponse call
+func ParseHeadUploadsResponse(rsp *http.Response) (*HeadUploadsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &HeadUploadsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers HeadUploadsResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusResumable = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers HeadUploadsResponse401Headers
+		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusResumable = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers HeadUploadsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusResumable = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
 // ParseUploadOptionsResponse parses an HTTP response from a UploadOptionsWithResponse call
 func ParseUploadOptionsResponse(rsp *http.Response) (*UploadOptionsResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -10877,18 +11541,11 @@ func ParseCreateUploadResponse(rsp *http.Response) (*CreateUploadResponse, error
 		response.JSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON401 = &dest
-
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON409 = &dest
+		response.JSON401 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
 		var dest Error
@@ -10983,8 +11640,8 @@ func ParseCreateUploadResponse(rsp *http.Response) (*CreateUploadResponse, error
 			headers.TusResumable = &value
 		}
 		response.Headers400 = &headers
-	case rsp.StatusCode == 409:
-		var headers CreateUploadResponse409Headers
+	case rsp.StatusCode == 401:
+		var headers CreateUploadResponse401Headers
 		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -10992,7 +11649,7 @@ func ParseCreateUploadResponse(rsp *http.Response) (*CreateUploadResponse, error
 			}
 			headers.TusResumable = &value
 		}
-		response.Headers409 = &headers
+		response.Headers401 = &headers
 	case rsp.StatusCode == 412:
 		var headers CreateUploadResponse412Headers
 		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
@@ -11125,7 +11782,7 @@ func ParseDeleteUploadResponse(rsp *http.Response) (*DeleteUploadResponse, error
 		break // No content-type
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -11186,6 +11843,16 @@ func ParseDeleteUploadResponse(rsp *http.Response) (*DeleteUploadResponse, error
 			headers.TusResumable = &value
 		}
 		response.Headers204 = &headers
+	case rsp.StatusCode == 401:
+		var headers DeleteUploadResponse401Headers
+		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusResumable = &value
+		}
+		response.Headers401 = &headers
 	case rsp.StatusCode == 404:
 		var headers DeleteUploadResponse404Headers
 		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
@@ -11328,6 +11995,16 @@ func ParseHeadUploadResponse(rsp *http.Response) (*HeadUploadResponse, error) {
 			headers.UploadOffset = &value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers HeadUploadResponse401Headers
+		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusResumable = &value
+		}
+		response.Headers401 = &headers
 	case rsp.StatusCode == 404:
 		var headers HeadUploadResponse404Headers
 		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
@@ -11377,6 +12054,83 @@ func ParseHeadUploadResponse(rsp *http.Response) (*HeadUploadResponse, error) {
 	return response, nil
 }
 
+// ParseUploadOptionsAtResponse parses an HTTP response from a UploadOptionsAtWithResponse call
+func ParseUploadOptionsAtResponse(rsp *http.Response) (*UploadOptionsAtResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &UploadOptionsAtResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeadersTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		var headers UploadOptionsAtResponse204Headers
+		if values := rsp.Header.Values("Tus-Checksum-Algorithm"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Checksum-Algorithm", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusChecksumAlgorithm = &value
+		}
+		if values := rsp.Header.Values("Tus-Extension"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Extension", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusExtension = &value
+		}
+		if values := rsp.Header.Values("Tus-Max-Size"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Max-Size", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusMaxSize = &value
+		}
+		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusResumable = &value
+		}
+		if values := rsp.Header.Values("Tus-Version"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Version", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusVersion = &value
+		}
+		response.Headers204 = &headers
+	}
+
+	return response, nil
+}
+
 // ParsePatchUploadResponse parses an HTTP response from a PatchUploadWithResponse call
 func ParsePatchUploadResponse(rsp *http.Response) (*PatchUploadResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -11402,7 +12156,7 @@ func ParsePatchUploadResponse(rsp *http.Response) (*PatchUploadResponse, error) 
 		response.JSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
-		var dest Unauthorized
+		var dest Error
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -11536,6 +12290,16 @@ func ParsePatchUploadResponse(rsp *http.Response) (*PatchUploadResponse, error) 
 			headers.TusResumable = &value
 		}
 		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers PatchUploadResponse401Headers
+		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Tus-Resumable", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.TusResumable = &value
+		}
+		response.Headers401 = &headers
 	case rsp.StatusCode == 404:
 		var headers PatchUploadResponse404Headers
 		if values := rsp.Header.Values("Tus-Resumable"); len(values) > 0 {

@@ -144,7 +144,8 @@ func Open(ctx context.Context, cfg Config) (*Replicator, error) {
 	ls := litestream.NewStore(nil, policy.levels())
 	ls.L0RetentionCheckInterval = l0CheckInterval
 	// Litestream deletes only level-0 files compacted into level 1, as the
-	// policy does; its snapshots are kept (retention.go decides).
+	// policy does, but for a history's first (keepFirst, which Watch
+	// gives it); its snapshots are kept (retention.go decides).
 	ls.L0Retention = policy.l0Keep
 	ls.SnapshotRetention = 100 * 365 * 24 * time.Hour
 	// Litestream says something at INFO for every file it opens and every
@@ -324,7 +325,7 @@ func (r *Replicator) Watch(ctx context.Context, path string) error {
 		// Litestream's default.
 		db.MinCheckpointPageN = shipWALBound / (4096 + litestream.WALFrameHeaderSize)
 	}
-	rep := litestream.NewReplicaWithClient(db, client)
+	rep := litestream.NewReplicaWithClient(db, keepFirst{client})
 	rep.MonitorEnabled = false
 	db.Replica = rep
 	r.mu.Lock()

@@ -28,7 +28,8 @@ import (
 // them), and its own rule (snapshots older than its retention go, the
 // newest kept) leaves no snapshot before the window's start when a file
 // was not watched at its snapshot times: so it deletes nothing here but
-// level-0 files compacted into level 1, and this file's pass does the rest.
+// level-0 files compacted into level 1 (not a history's first: keepFirst),
+// and this file's pass does the rest.
 
 // DefaultRetention is how far back a restore to a time can go.
 const DefaultRetention = 7 * 24 * time.Hour
@@ -648,4 +649,19 @@ func minTime(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// keepFirst is the client Litestream replicates a watched file through.
+// Its level-0 retention deletes every level-0 file that level 1 covers,
+// the history's first too, which the policy keeps until there is a base
+// (expired) and deletes itself through the plain client: without it, a
+// restore to a time before the first level-1 file's finds no history.
+type keepFirst struct{ litestream.ReplicaClient }
+
+func (c keepFirst) DeleteLTXFiles(ctx context.Context, a []*ltx.FileInfo) error {
+	a = slices.DeleteFunc(slices.Clone(a), func(f *ltx.FileInfo) bool { return f.Level == 0 && f.MinTXID == 1 })
+	if len(a) == 0 {
+		return nil
+	}
+	return c.ReplicaClient.DeleteLTXFiles(ctx, a)
 }

@@ -34,8 +34,9 @@ import (
 // shipped), a few writing most moments, deletes among the posts, a kill -9
 // and a clean restart. After each clean stop: nothing older than the
 // window is kept beyond the policy (one snapshot a file from before it,
-// nothing below that snapshot); `nah restore` of the newest position
-// equals the live data; `nah restore -time` and Litestream's own command
+// nothing below that snapshot), and a history without that snapshot keeps
+// its first file; `nah restore` of the newest position equals the live
+// data; `nah restore -time` and Litestream's own command
 // at random times inside the window give, for every person, a sound file
 // holding exactly what they had at some moment before that time (a prefix
 // of their acknowledged writes, none started after it).
@@ -268,6 +269,17 @@ func retentionAtScale(t *testing.T, people int, tg retainTarget) {
 			}
 			if low > 1 && low != 1<<62 {
 				pruned++
+			}
+			// The history's first level-0 file stays until there is a
+			// base: a compacted file is timed as its newest input, so
+			// without it a time before that finds nothing of the file.
+			first, based := false, false
+			for _, f := range files {
+				first = first || f.level == 0 && f.min == 1
+				based = based || f.level == 9 && f.created.Before(stopped.Add(-window))
+			}
+			if len(files) > 0 && !first && !based {
+				t.Errorf("round %d: %s lost its history's first level-0 file, with no snapshot older than the window", round, pp.id)
 			}
 			// After a clean stop the local state holds one level-0 file,
 			// the target's newest (a ship carries on from it): every file

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/benbjohnson/litestream"
+	"github.com/benbjohnson/litestream/file"
 	"github.com/superfly/ltx"
 
 	"github.com/nah-app/nah"
@@ -123,11 +125,29 @@ func (r Restored) Behind() time.Duration {
 	return r.HistoryAt.Sub(r.SweepAt)
 }
 
-// RestoreFile rebuilds rel at out (which must not exist) as it was at at
-// (zero: newest), integrity-checked. A Litestream history that fails is
-// reported in Restored.HistoryErr and the newest sound sweep copy at or before
-// at is used; with none it returns an error (ErrNothing) and leaves no out.
+// RestoreMaxBytes is the most RestoreFile writes of one database: a
+// history or sweep copy that claims more is refused before it is written
+// (an LTX snapshot of 4.5 MB whose header claimed 256 TiB had `nah
+// restore` write 1.07 GB before it failed). A person's file is bounded by
+// their quota (2 GiB by default) and people-1k's directory is 21 MB; `nah
+// restore -max-file-bytes` states another bound.
+const RestoreMaxBytes = 4 << 30
+
+// ErrTooLarge is a restore refused because the copy would be larger than
+// the bound it was given.
+var ErrTooLarge = errors.New("larger than this restore allows")
+
+// RestoreFile is RestoreFileWithin with RestoreMaxBytes.
 func RestoreFile(ctx context.Context, t *Target, rel, out string, at time.Time) (Restored, error) {
+	return RestoreFileWithin(ctx, t, rel, out, at, RestoreMaxBytes)
+}
+
+// RestoreFileWithin rebuilds rel at out (which must not exist) as it was
+// at at (zero: newest), integrity-checked, writing at most limit bytes. A
+// Litestream history that fails is reported in Restored.HistoryErr and the
+// newest sound sweep copy at or before at is used; with none it returns an
+// error (ErrNothing) and leaves no out.
+func RestoreFileWithin(ctx context.Context, t *Target, rel, out string, at time.Time, limit int64) (Restored, error) {
 	var res Restored
 	if !validRel(rel) {
 		return res, fmt.Errorf("not a database of nah: %q", rel)
@@ -135,7 +155,7 @@ func RestoreFile(ctx context.Context, t *Target, rel, out string, at time.Time) 
 	if strings.ContainsAny(out, "?#") {
 		return res, fmt.Errorf("restore to %q: the path may not hold ? or #", out)
 	}
-	herr := restoreHistory(ctx, t, rel, out, at)
+	herr := restoreHistory(ctx, t, rel, out, at, limit)
 	if herr == nil {
 		res.From = FromHistory
 		return res, nil
@@ -154,7 +174,7 @@ func RestoreFile(ctx context.Context, t *Target, rel, out string, at time.Time) 
 	}
 	var bad []string
 	for _, sw := range sweeps {
-		err := copyTo(ctx, t.store(), path.Join(sweepPrefix, sw.stamp, rel), out)
+		err := copyTo(ctx, t.store(), path.Join(sweepPrefix, sw.stamp, rel), out, limit)
 		if err == nil {
 			err = checkSound(ctx, out)
 		}
@@ -180,11 +200,14 @@ func RestoreFile(ctx context.Context, t *Target, rel, out string, at time.Time) 
 	return res, fmt.Errorf("%s: the history does not restore to a sound database (%v), and no sweep's copy is sound either (%s)", rel, res.HistoryErr, strings.Join(bad, "; "))
 }
 
-// restoreHistory restores rel at out from its Litestream history and
-// checks the result whole.
-func restoreHistory(ctx context.Context, t *Target, rel, out string, at time.Time) error {
-	client, err := t.client(rel)
+// restoreHistory restores rel at out from its Litestream history, writing
+// at most limit bytes, and checks the result whole.
+func restoreHistory(ctx context.Context, t *Target, rel, out string, at time.Time, limit int64) error {
+	client, err := t.restoreClient(rel)
 	if err != nil {
+		return err
+	}
+	if err := checkClaim(ctx, client, at, limit); err != nil {
 		return err
 	}
 	r := litestream.NewReplicaWithClient(nil, client)
@@ -194,10 +217,78 @@ func restoreHistory(ctx context.Context, t *Target, rel, out string, at time.Tim
 	// Checked here rather than by Litestream, which removes a file that
 	// fails: the same check for the history and the sweeps, in one place.
 	opt.IntegrityCheck = litestream.IntegrityCheckNone
-	if err := r.Restore(ctx, opt); err != nil {
+	if err := restoreWithin(ctx, r, opt, limit); err != nil {
 		return err
 	}
 	return checkSound(ctx, out)
+}
+
+// checkClaim refuses a history whose restore would write more than limit
+// bytes. What Litestream writes is the newest file of the plan's Commit
+// pages of PageSize (ltx's compactor takes the last header's Commit, and
+// its decoder writes exactly that many pages), so one header says it. A
+// plan that cannot be made is left to the restore to report.
+func checkClaim(ctx context.Context, c litestream.ReplicaClient, at time.Time, limit int64) error {
+	plan, err := litestream.CalcRestorePlan(ctx, c, 0, at, slog.New(slog.DiscardHandler))
+	if err != nil || len(plan) == 0 {
+		return nil
+	}
+	last := plan[len(plan)-1]
+	rc, err := c.OpenLTXFile(ctx, last.Level, last.MinTXID, last.MaxTXID, 0, ltx.HeaderSize)
+	if err != nil {
+		return err
+	}
+	hdr, _, err := ltx.PeekHeader(rc)
+	rc.Close()
+	if err != nil {
+		return fmt.Errorf("the header of LTX file %s-%s: %w", last.MinTXID, last.MaxTXID, err)
+	}
+	if claim := int64(hdr.Commit) * int64(hdr.PageSize); claim > limit {
+		return fmt.Errorf("its newest LTX file (%s-%s) claims a database of %d bytes (%d pages of %d), %w (%d bytes)",
+			last.MinTXID, last.MaxTXID, claim, hdr.Commit, hdr.PageSize, ErrTooLarge, limit)
+	}
+	return nil
+}
+
+// restoreWatchEvery is how often restoreWithin looks at what the restore
+// wrote: at the 1-2 GB/s a page cache takes, 10 ms lets it pass its bound
+// by 20 MB at most.
+const restoreWatchEvery = 10 * time.Millisecond
+
+// restoreWithin is r.Restore stopped once its temporary file (Litestream
+// writes out+".tmp", then renames it) passes limit bytes: checkClaim read
+// the header the restore goes by, but a target can change it between the
+// two reads.
+func restoreWithin(ctx context.Context, r *litestream.Replica, opt litestream.RestoreOptions, limit int64) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	over := fmt.Errorf("it wrote past %d bytes: %w", limit, ErrTooLarge)
+	done := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		tick := time.NewTicker(restoreWatchEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			if st, err := os.Stat(opt.OutputPath + ".tmp"); err == nil && st.Size() > limit {
+				cancel(over)
+				return
+			}
+		}
+	}()
+	err := r.Restore(ctx, opt)
+	close(done)
+	<-watched
+	if errors.Is(context.Cause(ctx), over) {
+		removeDB(opt.OutputPath)
+		return over
+	}
+	return err
 }
 
 // noHistory says whether err from restoreHistory means the target holds
@@ -212,7 +303,7 @@ func noHistory(err error) bool {
 // (a file's modification time on the target is its upload's, or a copy's).
 // Zero when the history cannot be listed.
 func newestPosition(ctx context.Context, t *Target, rel string, at time.Time) (uint64, time.Time) {
-	client, err := t.client(rel)
+	client, err := t.restoreClient(rel)
 	if err != nil {
 		return 0, time.Time{}
 	}
@@ -254,6 +345,50 @@ func checkSound(ctx context.Context, p string) error {
 		return fmt.Errorf("integrity check: %s", res)
 	}
 	return nil
+}
+
+// restoreClient is rel's replica client for restores. On a directory
+// target an LTX file is opened only if it is a regular file: a FIFO
+// planted there would block the open for ever, a device would be read
+// without end. Litestream's restore of its v0.3 layout, which nah never
+// wrote and which decompresses a snapshot without any bound, is not
+// offered (the client is not a litestream.ReplicaClientV3).
+func (t *Target) restoreClient(rel string) (litestream.ReplicaClient, error) {
+	c, err := t.client(rel)
+	if err != nil {
+		return nil, err
+	}
+	fc, _ := c.(*file.ReplicaClient)
+	return restoreClient{c, fc}, nil
+}
+
+type restoreClient struct {
+	litestream.ReplicaClient
+	dir *file.ReplicaClient // a directory target's client; nil on S3
+}
+
+func (c restoreClient) OpenLTXFile(ctx context.Context, level int, minTXID, maxTXID ltx.TXID, offset, size int64) (io.ReadCloser, error) {
+	if c.dir == nil {
+		return c.ReplicaClient.OpenLTXFile(ctx, level, minTXID, maxTXID, offset, size)
+	}
+	p := c.dir.LTXFilePath(level, minTXID, maxTXID)
+	f, err := openRegular(p)
+	if err != nil {
+		return nil, litestream.NewLTXError("open", p, level, uint64(minTXID), uint64(maxTXID), err)
+	}
+	if offset > 0 {
+		if _, err := f.Seek(offset, io.SeekStart); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	if size > 0 {
+		return struct {
+			io.Reader
+			io.Closer
+		}{io.LimitReader(f, size), f}, nil
+	}
+	return f, nil
 }
 
 // removeDB removes a database file that failed, with its -wal and -shm.

@@ -258,7 +258,7 @@ const restoreWatchEvery = 10 * time.Millisecond
 // restoreWithin is r.Restore stopped once its temporary file (Litestream
 // writes out+".tmp", then renames it) passes limit bytes: checkClaim read
 // the header the restore goes by, but a target can change it between the
-// two reads.
+// two reads. r's client must be a restoreClient, whose reads end with ctx.
 func restoreWithin(ctx context.Context, r *litestream.Replica, opt litestream.RestoreOptions, limit int64) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -367,7 +367,30 @@ type restoreClient struct {
 	dir *file.ReplicaClient // a directory target's client; nil on S3
 }
 
+// OpenLTXFile opens an LTX file whose reads fail once ctx ends: Litestream's
+// compactor does not look at its context between pages, so a restore that
+// restoreWithin stops ends at its next read.
 func (c restoreClient) OpenLTXFile(ctx context.Context, level int, minTXID, maxTXID ltx.TXID, offset, size int64) (io.ReadCloser, error) {
+	rc, err := c.openLTXFile(ctx, level, minTXID, maxTXID, offset, size)
+	if err != nil {
+		return nil, err
+	}
+	return ctxReader{ctx, rc}, nil
+}
+
+type ctxReader struct {
+	ctx context.Context
+	io.ReadCloser
+}
+
+func (r ctxReader) Read(p []byte) (int, error) {
+	if err := context.Cause(r.ctx); err != nil {
+		return 0, err
+	}
+	return r.ReadCloser.Read(p)
+}
+
+func (c restoreClient) openLTXFile(ctx context.Context, level int, minTXID, maxTXID ltx.TXID, offset, size int64) (io.ReadCloser, error) {
 	if c.dir == nil {
 		return c.ReplicaClient.OpenLTXFile(ctx, level, minTXID, maxTXID, offset, size)
 	}

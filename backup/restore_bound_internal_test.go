@@ -34,7 +34,7 @@ func wchar(t *testing.T) int64 {
 // TestRestoreStopsPastItsBound: a snapshot whose header says what it
 // holds (40,000 zero pages, 164 MB once written, in 1 MB without its
 // trailer), restored with a bound of 8 MiB and no look at its header
-// first, as when the target changed it after checkClaim read it: the
+// first, as if the target changed it after checkLTXFile read it: the
 // restore stops a little past the bound with ErrTooLarge and leaves no
 // file.
 func TestRestoreStopsPastItsBound(t *testing.T) {

@@ -18,11 +18,10 @@ import (
 
 // TestRestoreLTXBomb: a small LTX snapshot planted on the target, newer
 // than bob's real history, whose header claims 2^31 pages of 4 KiB (8 TiB)
-// and which holds 40,000 zero pages (164 MB once written) in 1 MB.
+// and which holds 40,000 zero pages (164 MB once written) in 1.9 MB.
 // `nah restore` and the drill (`nah restore -check`) refuse it by its
-// header with a clear error and write little more than its own copy of
-// the snapshot (before: they wrote
-// until the bomb ran out, 1.07 GB for one of 4.5 MB).
+// header with a clear error and write little more than their copy of the
+// snapshot (before: they wrote until the bomb ran out, 164 MB here).
 func TestRestoreLTXBomb(t *testing.T) {
 	data := t.TempDir()
 	repl := filepath.Join(t.TempDir(), "replica")

@@ -632,11 +632,12 @@ func (d *Drill) restore(ctx context.Context, rel, out string, limit int64) (Rest
 }
 
 // drillBudget is the most the drill writes of a copy of a live file of
-// live bytes, and so the most its scratch folder holds (one copy at a
-// time): a replica a little behind may be larger than a file that shrank
-// since, never twice as large and 64 MiB besides. An LTX snapshot whose
-// header claims more is refused unread (one of 4.5 MB that claimed 256 TiB
-// grew the scratch folder to 736 MB before the restore failed).
+// live bytes, and of the LTX files it restores from: its scratch folder
+// holds at most twice it (one file at a time). A replica a little behind
+// may be larger than a file that shrank since, never twice as large and
+// 64 MiB besides. An LTX file whose header claims more is refused before
+// anything of the copy is written (one of 4.5 MB that claimed 256 TiB grew
+// the scratch folder to 736 MB before the restore failed).
 func drillBudget(live int64) int64 { return 2*live + 64<<20 }
 
 // liveBytes is the size of the live database rel as its read

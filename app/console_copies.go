@@ -72,7 +72,7 @@ func (a *App) handleCopyDownload(w http.ResponseWriter, r *http.Request) {
 	stamp := chi.URLParam(r, "stamp")
 	noCopy := nah.Errorf(nah.NotFound, "", "There is no complete nightly copy %q on the target: the list on Backups shows those there are.", stamp)
 	if r.Method == http.MethodHead {
-		if !backup.HasCopy(r.Context(), b.Repl.Target(), stamp) {
+		if !backup.HasCopy(r.Context(), b.Repl.Target(), stamp, a.databaseCount(r.Context())) {
 			a.consoleError(w, r, pg, noCopy)
 			return
 		}
@@ -93,7 +93,7 @@ func (a *App) handleCopyDownload(w http.ResponseWriter, r *http.Request) {
 	}
 	defer a.mem.give(backup.ArchiveBytes)
 	out := &firstByte{w: w, paced: newPacedWriter(w, a.cfg.Transfer), name: backup.CopyName(stamp)}
-	err := backup.WriteCopy(r.Context(), b.Repl.Target(), stamp, out)
+	err := backup.WriteCopy(r.Context(), b.Repl.Target(), stamp, a.databaseCount(r.Context()), out)
 	switch {
 	case err == nil:
 	case !out.started && errors.Is(err, backup.ErrNoCopy):
@@ -125,4 +125,15 @@ func (f *firstByte) Write(b []byte) (int, error) {
 		f.w.WriteHeader(http.StatusOK)
 	}
 	return f.paced.Write(b)
+}
+
+// databaseCount is how many databases there are live, which bounds what a
+// nightly copy's manifest may take (0 when they cannot be listed: then
+// only a small manifest is read).
+func (a *App) databaseCount(ctx context.Context) int {
+	dbs, err := a.store.Databases(ctx)
+	if err != nil {
+		a.log.Warn("backups: listing the databases", "err", err)
+	}
+	return len(dbs)
 }

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -63,7 +64,42 @@ func (d dirBlobs) get(ctx context.Context, key string) (io.ReadCloser, error) {
 	if err != nil {
 		return nil, err
 	}
-	return os.Open(p)
+	return openRegular(p)
+}
+
+// fileKind names what a file that is not a regular one is.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m.IsDir():
+		return "a folder"
+	}
+	return "a special file (" + m.Type().String() + ")"
+}
+
+// openRegular opens the file at p for reading if it is a regular file.
+// Anything else planted on a target is refused: a FIFO would block the
+// open for ever (hence O_NONBLOCK, which a regular file's reads ignore),
+// a device be read without end.
+func openRegular(p string) (*os.File, error) {
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err == nil && !st.Mode().IsRegular() {
+		err = fmt.Errorf("%s is %s, not a regular file", filepath.Base(p), fileKind(st.Mode()))
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 func (d dirBlobs) list(ctx context.Context, prefix string) ([]string, error) {
@@ -200,14 +236,14 @@ func (d dirBlobs) open(ctx context.Context, key string) (io.ReadCloser, int64, e
 	if err != nil {
 		return nil, 0, err
 	}
-	f, err := os.Open(p)
+	f, err := openRegular(p)
 	if err != nil {
 		return nil, 0, err
 	}
 	st, err := f.Stat()
-	if err != nil || !st.Mode().IsRegular() {
+	if err != nil {
 		f.Close()
-		return nil, 0, errors.Join(err, fmt.Errorf("%s is not a file", key))
+		return nil, 0, err
 	}
 	return f, st.Size(), nil
 }

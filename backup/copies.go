@@ -52,6 +52,7 @@ func (s *Sweeper) Copies(ctx context.Context) ([]NightlyCopy, error) {
 	s.mu.Unlock()
 	next := map[string]NightlyCopy{}
 	var out []NightlyCopy
+	databases := -1 // counted for the first stamp not seen before
 	for _, stamp := range names {
 		started, err := time.Parse(stampFormat, stamp)
 		if err != nil {
@@ -63,7 +64,14 @@ func (s *Sweeper) Copies(ctx context.Context) ([]NightlyCopy, error) {
 		}
 		c, ok := seen[stamp]
 		if !ok {
-			if c, err = readCopy(ctx, blobs, stamp, started); err != nil {
+			if databases < 0 {
+				dbs, err := s.Source.Databases(ctx)
+				if err != nil {
+					return nil, err
+				}
+				databases = len(dbs)
+			}
+			if c, err = readCopy(ctx, blobs, stamp, started, databases); err != nil {
 				return nil, err
 			}
 		}
@@ -77,10 +85,11 @@ func (s *Sweeper) Copies(ctx context.Context) ([]NightlyCopy, error) {
 	return out, nil
 }
 
-// readCopy reads one sweep's state from the target.
-func readCopy(ctx context.Context, blobs blobStore, stamp string, started time.Time) (NightlyCopy, error) {
+// readCopy reads one sweep's state from the target, its manifest bounded
+// by the number of databases there are.
+func readCopy(ctx context.Context, blobs blobStore, stamp string, started time.Time, databases int) (NightlyCopy, error) {
 	c := NightlyCopy{Stamp: stamp, Started: started}
-	m, err := readManifest(ctx, blobs, stamp)
+	m, err := readManifest(ctx, blobs, stamp, databases)
 	if errors.Is(err, fs.ErrNotExist) {
 		c.Files, c.Bytes, err = blobs.usage(ctx, path.Join(sweepPrefix, stamp), 0)
 		return c, err
@@ -97,12 +106,13 @@ func readCopy(ctx context.Context, blobs blobStore, stamp string, started time.T
 // on the target of the people in it, holding ArchiveBytes as WriteArchive
 // does. Nothing reaches w before the manifest is read; a database whose bytes differ from its manifest's sum
 // ends it with an error, so that a broken copy is never a whole archive.
-func WriteCopy(ctx context.Context, t *Target, stamp string, w io.Writer) error {
+// databases, how many there are live, bounds the manifest.
+func WriteCopy(ctx context.Context, t *Target, stamp string, databases int, w io.Writer) error {
 	blobs := t.store()
 	if _, err := time.Parse(stampFormat, stamp); err != nil {
 		return ErrNoCopy
 	}
-	m, err := readManifest(ctx, blobs, stamp)
+	m, err := readManifest(ctx, blobs, stamp, databases)
 	if errors.Is(err, fs.ErrNotExist) {
 		return ErrNoCopy
 	}
@@ -191,11 +201,12 @@ func WriteCopy(ctx context.Context, t *Target, stamp string, w io.Writer) error 
 // CopyName is the file name a download of sweep stamp is offered under.
 func CopyName(stamp string) string { return "nah-copy-" + stamp + ".tar.gz" }
 
-// HasCopy says whether sweep stamp is a complete copy on the target.
-func HasCopy(ctx context.Context, t *Target, stamp string) bool {
+// HasCopy says whether sweep stamp is a complete copy on the target, its
+// manifest readable within the bound of databases databases.
+func HasCopy(ctx context.Context, t *Target, stamp string, databases int) bool {
 	if _, err := time.Parse(stampFormat, stamp); err != nil {
 		return false
 	}
-	_, err := readManifest(ctx, t.store(), stamp)
+	_, err := readManifest(ctx, t.store(), stamp, databases)
 	return err == nil
 }

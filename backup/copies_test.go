@@ -91,7 +91,7 @@ func TestNightlyCopies(t *testing.T) {
 			}
 
 			var tarball bytes.Buffer
-			if err := backup.WriteCopy(ctx, tg, done.Stamp, &tarball); err != nil {
+			if err := backup.WriteCopy(ctx, tg, done.Stamp, 2, &tarball); err != nil {
 				t.Fatal(err)
 			}
 			var names []string
@@ -125,14 +125,14 @@ func TestNightlyCopies(t *testing.T) {
 				t.Fatalf("the copy's tar holds %q (%d database bytes), want %q (%d)", names, dbBytes, want, done.Bytes)
 			}
 			for _, stamp := range []string{cs[0].Stamp, "20200101T000000Z", "../sweeps"} {
-				if err := backup.WriteCopy(ctx, tg, stamp, io.Discard); !errors.Is(err, backup.ErrNoCopy) {
+				if err := backup.WriteCopy(ctx, tg, stamp, 2, io.Discard); !errors.Is(err, backup.ErrNoCopy) {
 					t.Errorf("WriteCopy(%q): %v, want ErrNoCopy", stamp, err)
 				}
-				if backup.HasCopy(ctx, tg, stamp) {
+				if backup.HasCopy(ctx, tg, stamp, 2) {
 					t.Errorf("HasCopy(%q)", stamp)
 				}
 			}
-			if !backup.HasCopy(ctx, tg, done.Stamp) {
+			if !backup.HasCopy(ctx, tg, done.Stamp, 2) {
 				t.Error("HasCopy of the complete copy is false")
 			}
 		})

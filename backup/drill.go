@@ -426,7 +426,7 @@ func (d *Drill) run(ctx context.Context, checked map[string]time.Time, failing [
 		}
 		d.pace(ctx, time.Since(t0))
 	}
-	d.checkSweep(ctx, &r, sample, scratch)
+	d.checkSweep(ctx, &r, sample, len(all), scratch)
 	d.checkMedia(ctx, &r, sample)
 	return r
 }
@@ -557,7 +557,7 @@ func (d *Drill) checkFile(ctx context.Context, rel, out string) (_ drillOutcome,
 				continue
 			}
 		}
-		res, rerr := d.restore(ctx, rel, out)
+		res, rerr := d.restore(ctx, rel, out, drillBudget(d.liveBytes(ctx, rel)))
 		src := res.String()
 		if ctx.Err() != nil {
 			return drillDeferred, "stopped", ""
@@ -627,8 +627,30 @@ func (d *Drill) checkFile(ctx context.Context, rel, out string) (_ drillOutcome,
 }
 
 // restore is the drill's one call to nah restore's own code.
-func (d *Drill) restore(ctx context.Context, rel, out string) (Restored, error) {
-	return RestoreFile(ctx, d.Target, rel, out, time.Time{})
+func (d *Drill) restore(ctx context.Context, rel, out string, limit int64) (Restored, error) {
+	return RestoreFileWithin(ctx, d.Target, rel, out, time.Time{}, limit)
+}
+
+// drillBudget is the most the drill writes of a copy of a live file of
+// live bytes, and of the LTX files it restores from: its scratch folder
+// holds at most twice it (one file at a time). A replica a little behind
+// may be larger than a file that shrank since, never twice as large and
+// 64 MiB besides. An LTX file whose header claims more is refused before
+// anything of the copy is written (one of 4.5 MB that claimed 256 TiB grew
+// the scratch folder to 736 MB before the restore failed).
+func drillBudget(live int64) int64 { return 2*live + 64<<20 }
+
+// liveBytes is the size of the live database rel as its read
+// transaction sees it; 0 when it cannot be read (the digest says why).
+func (d *Drill) liveBytes(ctx context.Context, rel string) int64 {
+	var pages, size int64
+	d.Live(ctx, rel, func(tx *sql.Tx) error {
+		if err := tx.QueryRowContext(ctx, "PRAGMA page_count").Scan(&pages); err != nil {
+			return err
+		}
+		return tx.QueryRowContext(ctx, "PRAGMA page_size").Scan(&size)
+	})
+	return pages * size
 }
 
 func (d *Drill) liveDigest(ctx context.Context, rel string) (Digest, error) {
@@ -659,7 +681,7 @@ func (d *Drill) pending(rel string) bool {
 
 // position is where rel's history ends on the target, for the evidence.
 func (d *Drill) position(ctx context.Context, rel string) string {
-	c, err := d.Target.client(rel)
+	c, err := d.Target.restoreClient(rel)
 	if err != nil {
 		return ""
 	}
@@ -733,8 +755,9 @@ func shortErr(err error) string {
 
 // checkSweep checks the newest complete sweep's copies of the sample
 // against the sizes and SHA-256 its manifest recorded, and that each opens
-// sound: nah restore falls back to them.
-func (d *Drill) checkSweep(ctx context.Context, r *DrillReport, sample []string, scratch string) {
+// sound: nah restore falls back to them. databases is how many there are
+// live, which bounds the manifest.
+func (d *Drill) checkSweep(ctx context.Context, r *DrillReport, sample []string, databases int, scratch string) {
 	blobs := d.Target.store()
 	sweeps, err := listSweeps(ctx, blobs)
 	if err != nil {
@@ -750,7 +773,7 @@ func (d *Drill) checkSweep(ctx context.Context, r *DrillReport, sample []string,
 	if stamp == "" {
 		return
 	}
-	m, err := readManifest(ctx, blobs, stamp)
+	m, err := readManifest(ctx, blobs, stamp, databases)
 	if err != nil {
 		r.Failures = append(r.Failures, DrillFailure{Rel: path.Join(sweepPrefix, stamp), Who: "sweep " + stamp, What: "its manifest cannot be read: " + err.Error()})
 		return
@@ -768,7 +791,7 @@ func (d *Drill) checkSweep(ctx context.Context, r *DrillReport, sample []string,
 		out := filepath.Join(scratch, "sweep.db")
 		removeScratch(out)
 		what := ""
-		if err := copyTo(ctx, blobs, path.Join(sweepPrefix, stamp, rel), out); err != nil {
+		if err := copyTo(ctx, blobs, path.Join(sweepPrefix, stamp, rel), out, min(want.Size, drillBudget(d.liveBytes(ctx, rel)))); err != nil {
 			what = "cannot be read: " + err.Error()
 		} else if got, err := sumPath(out); err != nil {
 			what = "cannot be read: " + err.Error()
@@ -788,14 +811,43 @@ func (d *Drill) checkSweep(ctx context.Context, r *DrillReport, sample []string,
 	}
 }
 
-func readManifest(ctx context.Context, blobs blobStore, stamp string) (SweepManifest, error) {
+// manifestBase and manifestPerFile bound a sweep's manifest.json before
+// it is read, by the number of databases: a database takes ~200 bytes of
+// it (its path in files, its size and SHA-256 in sums), a failed one its
+// path and error. Decoded, the worst JSON for its size (empty strings, 3
+// bytes for a 16-byte string header, and the slice's growth) holds ~11
+// times its bytes: 11 KiB a database (a 60 MB manifest of empty strings
+// took a drill from 28 to 1,236 MB).
+const (
+	manifestBase    = 64 << 10
+	manifestPerFile = 1 << 10
+)
+
+// readManifest reads sweep stamp's manifest, refused unread when larger
+// than a manifest of databases databases can be.
+func readManifest(ctx context.Context, blobs blobStore, stamp string, databases int) (SweepManifest, error) {
 	var m SweepManifest
-	rc, err := blobs.get(ctx, path.Join(sweepPrefix, stamp, "manifest.json"))
+	key := path.Join(sweepPrefix, stamp, "manifest.json")
+	rc, size, err := blobs.open(ctx, key)
 	if err != nil {
 		return m, err
 	}
 	defer rc.Close()
-	err = json.NewDecoder(io.LimitReader(rc, 64<<20)).Decode(&m)
+	limit := manifestBase + int64(databases)*manifestPerFile
+	tooLarge := func(size int64) error {
+		return fmt.Errorf("%s is %d bytes, more than a manifest of %d databases takes (%d)", key, size, databases, limit)
+	}
+	if size > limit {
+		return m, tooLarge(size)
+	}
+	b, err := io.ReadAll(io.LimitReader(rc, limit+1))
+	if err != nil {
+		return m, err
+	}
+	if int64(len(b)) > limit {
+		return m, tooLarge(int64(len(b)))
+	}
+	err = json.Unmarshal(b, &m)
 	return m, err
 }
 

@@ -365,18 +365,27 @@ func NextSweep(now time.Time, every time.Duration, at time.Duration) time.Time {
 	return t
 }
 
-// copyTo copies a sweep object into a new file at out.
-func copyTo(ctx context.Context, blobs blobStore, key, out string) error {
-	r, err := blobs.get(ctx, key)
+// copyTo copies a sweep object of at most limit bytes into a new file at
+// out; a larger one is refused before it is copied (ErrTooLarge), or once
+// past limit if the target said a smaller size.
+func copyTo(ctx context.Context, blobs blobStore, key, out string, limit int64) error {
+	r, size, err := blobs.open(ctx, key)
 	if err != nil {
 		return err
 	}
 	defer r.Close()
+	if size > limit {
+		return fmt.Errorf("%s is %d bytes, %w (%d bytes)", key, size, ErrTooLarge, limit)
+	}
 	f, err := os.OpenFile(out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(f, r); err != nil {
+	n, err := io.Copy(f, io.LimitReader(r, limit+1))
+	if err == nil && n > limit {
+		err = fmt.Errorf("past %d bytes, %w", limit, ErrTooLarge)
+	}
+	if err != nil {
 		f.Close()
 		return fmt.Errorf("copy %s: %w", key, err)
 	}
@@ -611,7 +620,7 @@ func MediaFiles(ctx context.Context, t *Target) ([]string, error) {
 
 // RestoreMedia copies mirrored media file rel to out (which must not exist).
 func RestoreMedia(ctx context.Context, t *Target, rel, out string) error {
-	return copyTo(ctx, t.store(), path.Join(mediaPrefix, rel), out)
+	return copyTo(ctx, t.store(), path.Join(mediaPrefix, rel), out, RestoreMaxBytes)
 }
 
 // validName: a file name of letters, digits, - and _ only.

@@ -21,7 +21,7 @@ import (
 	"github.com/nah-app/nah/ui"
 )
 
-const restoreUsage = "usage: nah restore -from URL -to DIR [-time RFC3339] [-workers N]"
+const restoreUsage = "usage: nah restore -from URL -to DIR [-time RFC3339] [-workers N] [-max-file-bytes SIZE]"
 
 // restoreResult is what a whole-server restore did, for its summary.
 type restoreResult struct {
@@ -72,11 +72,16 @@ func restoreCmd(ctx context.Context, args []string, getenv func(string) string, 
 	to := fs.String("to", "", "the data directory to make")
 	at := fs.String("time", "", "restore the server as it was at this moment (RFC 3339)")
 	workers := fs.Int("workers", min(8, 2*runtime.GOMAXPROCS(0)), "files restored at once")
+	maxFile := fs.String("max-file-bytes", "4GiB", "the largest database restored: a copy claiming more is refused unwritten")
 	if err := fs.Parse(args); err != nil || fs.NArg() != 0 || *from == "" || *to == "" {
 		return usageError{restoreUsage}
 	}
 	if *workers < 1 || *workers > 64 {
 		return usageError{fmt.Sprintf("-workers %d: want 1 to 64", *workers)}
+	}
+	limit, err := parseBytes(*maxFile)
+	if err != nil || limit <= 0 {
+		return usageError{fmt.Sprintf("-max-file-bytes %q: a size such as 4GiB", *maxFile)}
 	}
 	var when time.Time
 	if *at != "" {
@@ -99,7 +104,7 @@ func restoreCmd(ctx context.Context, args []string, getenv func(string) string, 
 		return err
 	}
 	slog.SetDefault(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
-	res, err := restoreAll(ctx, t, *to, when, *workers, stderr)
+	res, err := restoreAll(ctx, t, *to, when, *workers, limit, stderr)
 	if err != nil {
 		return err
 	}
@@ -206,7 +211,7 @@ func emptyDataDir(dir string) error {
 // of workers. A person's file that cannot be restored is marked and the
 // others go on; the directory database failing stops the whole restore,
 // since without it nobody can sign in and no file is anyone's.
-func restoreAll(ctx context.Context, t *backup.Target, dir string, when time.Time, workers int, stderr io.Writer) (restoreResult, error) {
+func restoreAll(ctx context.Context, t *backup.Target, dir string, when time.Time, workers int, limit int64, stderr io.Writer) (restoreResult, error) {
 	start := time.Now()
 	res := restoreResult{sweeps: map[string]int{}}
 	rels, err := backup.Databases(ctx, t)
@@ -244,7 +249,7 @@ func restoreAll(ctx context.Context, t *backup.Target, dir string, when time.Tim
 	for range min(workers, len(rels)) {
 		wg.Go(func() {
 			for rel := range jobs {
-				o, n, err := restoreOne(ctx, t, dir, rel, when)
+				o, n, err := restoreOne(ctx, t, dir, rel, when, limit)
 				mu.Lock()
 				switch {
 				case errors.Is(err, backup.ErrNothing) && !when.IsZero():
@@ -397,22 +402,22 @@ func restoreMedia(ctx context.Context, t *backup.Target, dir string, workers int
 	return n, bytes, errors.Join(errs...)
 }
 
-// restoreOne restores database rel into dir, private to its owner and
-// checked whole (backup.RestoreFile) and for our schema,
+// restoreOne restores database rel into dir, private to its owner,
+// at most limit bytes, checked whole (backup.RestoreFileWithin) and for our schema,
 // and returns what came of it and its
 // size. A person's file with no sound copy is left as a placeholder with a
 // marker (store.MarkRestoreFailed) and reported in the outcome's err. The
 // error returned is for what stops the restore (the directory failing, a
 // marker that cannot be written), or ErrNothing for a file with no copy as
 // old as when, which leaves nothing behind.
-func restoreOne(ctx context.Context, t *backup.Target, dir, rel string, when time.Time) (fileOutcome, int64, error) {
+func restoreOne(ctx context.Context, t *backup.Target, dir, rel string, when time.Time, limit int64) (fileOutcome, int64, error) {
 	o := fileOutcome{rel: rel}
 	out := filepath.Join(dir, filepath.FromSlash(rel))
 	folder := filepath.Dir(out)
 	if err := os.MkdirAll(folder, 0o700); err != nil {
 		return o, 0, err
 	}
-	o.res, o.err = backup.RestoreFile(ctx, t, rel, out, when)
+	o.res, o.err = backup.RestoreFileWithin(ctx, t, rel, out, when, limit)
 	if o.err == nil {
 		// Sound is not enough: whoever can write the bucket could have left
 		// a trigger or a view, which would run on the server's own writes.

@@ -250,6 +250,11 @@ func repairLocal(ctx context.Context, level0 string, client litestream.ReplicaCl
 // verifyLTX says whether the LTX file at name decodes whole: header,
 // pages and trailer, and its header is its name's.
 func verifyLTX(name string) bool {
+	// checkLTXFile first: ltx's Verify panics on a file cut just after
+	// its pages, in the replication goroutine, which ends the server.
+	if checkLTXFile(name, RestoreMaxBytes) != nil {
+		return false
+	}
 	f, err := os.Open(name)
 	if err != nil {
 		return false
@@ -280,13 +285,20 @@ func fetchLTX(ctx context.Context, client litestream.ReplicaClient, level0 strin
 		return err
 	}
 	defer f.Close()
-	if _, err := io.Copy(f, rd); err != nil {
+	if n, err := io.Copy(f, io.LimitReader(rd, RestoreMaxBytes+1)); err != nil {
 		os.Remove(f.Name())
 		return err
+	} else if n > RestoreMaxBytes {
+		os.Remove(f.Name())
+		return fmt.Errorf("the target's file is over %d bytes", int64(RestoreMaxBytes))
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		os.Remove(f.Name())
 		return err
+	}
+	if err := checkLTXFile(f.Name(), RestoreMaxBytes); err != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("the target's file does not verify: %w", err)
 	}
 	if err := ltx.NewDecoder(bufio.NewReaderSize(f, 32<<10)).Verify(); err != nil {
 		os.Remove(f.Name())

@@ -1,11 +1,15 @@
 package backup_test
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/superfly/ltx"
 
 	"github.com/nah-app/nah"
 )
@@ -96,6 +100,14 @@ func TestShipRepairsACrashedLocalState(t *testing.T) {
 			name: "local newest torn, taken up", takeUp: true,
 			plant: func(t *testing.T, local, remote string) {
 				tear(t, filepath.Join(local, newest(t, local)))
+			},
+		},
+		{
+			// Cut a few bytes after its pages: ltx's Verify panics there,
+			// in the replication goroutine, which ended the server.
+			name: "local newest cut after its pages, shipped",
+			plant: func(t *testing.T, local, remote string) {
+				cutAfterPages(t, filepath.Join(local, newest(t, local)))
 			},
 		},
 	} {
@@ -199,4 +211,65 @@ func tear(t *testing.T, p string) {
 	if err := os.Truncate(p, fi.Size()/2); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// cutAfterPages cuts the LTX file at p where ltx's Verify panics (a few
+// bytes after its pages: its Close slices the trailer out of what it
+// read past them).
+func cutAfterPages(t *testing.T, p string) {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	panics := func(b []byte) (p bool) {
+		defer func() { p = recover() != nil }()
+		ltx.NewDecoder(bytes.NewReader(b)).Verify()
+		return false
+	}
+	for cut := len(b) - 1; cut > 0 && cut > len(b)-400; cut-- {
+		if panics(b[:cut]) {
+			if err := os.WriteFile(p, b[:cut], 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+	t.Fatalf("%s: no cut near its end makes ltx's Verify panic: the plant no longer reproduces", p)
+}
+
+// TestShipSurvivesACutTargetFile: the local newest torn and the target's
+// newest cut just after its pages. The repair fetches the target's file
+// and verifies it, which panicked in ltx's decoder and ended the server;
+// now the repair fails with the file named, posts go on, and the server
+// stops cleanly.
+func TestShipSurvivesACutTargetFile(t *testing.T) {
+	dir := t.TempDir()
+	tg, replica := fileTarget(t)
+	n := shipNode(t, dir, tg)
+	ann, bob := n.person(t, "ann"), n.person(t, "bob")
+	drain(t, n)
+	postAll(t, n, []string{ann, bob}, 4, 0)
+	n.close()
+
+	rel := nah.PersonRel(ann)
+	local := filepath.Join(dir, "replication", filepath.FromSlash(rel), "ltx", "0")
+	remote := filepath.Join(replica, filepath.FromSlash(rel), "ltx", "0")
+	es, err := os.ReadDir(local)
+	if err != nil || len(es) == 0 {
+		t.Fatalf("local level 0: %d files (%v)", len(es), err)
+	}
+	name := es[len(es)-1].Name()
+	tear(t, filepath.Join(local, name))
+	cutAfterPages(t, filepath.Join(remote, name))
+
+	n2 := shipNode(t, dir, tg)
+	n2.post(t, ann, 100)
+	n2.post(t, bob, 100)
+	drain(t, n2)
+	st, ok := n2.r.StatusOf(rel)
+	if !ok || !strings.Contains(st.Err, "does not verify") {
+		t.Errorf("ann's replication after the cut target file: %+v, want its error naming the file", st)
+	}
+	n2.close()
 }

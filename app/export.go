@@ -66,27 +66,36 @@ func (a *App) giveExporting(id string) {
 	a.exportMu.Unlock()
 }
 
-// pacedWriter replaces a flat write deadline for a download of any size
-// (an export, the full backup): each write of n bytes must be taken by the
-// client within Transfer.Grace + n/Transfer.MinRate (30 s + 2 s for 32 KiB
-// by default), so a client that reads nothing is cut off within about
-// Grace, and one that keeps the minimum rate is never cut off, however
-// large the download.
+// pacedWriter paces a download of any size (an export, the full backup, a
+// nightly copy) on its total bytes, as a media download is: the write that
+// brings the total to n must be taken by Transfer.deadline(start, n), 30 s
+// + n/16 KiB/s by default. A client that keeps the minimum rate on average
+// is never cut off, however much the kernel buffers and however long one
+// write waits for its room (a deadline per write expired at 20,000 B/s
+// after 3.3 MB: the kernel let a write on only once a megabyte had drained).
+// The kernel's unsent bytes are bounded (limitUnsent), so that what was
+// written is what the client took, give or take 64 KiB and its receive
+// buffer: a client that stops reading is cut off within about Grace.
 type pacedWriter struct {
-	w  io.Writer
-	rc *http.ResponseController
-	t  Transfer
+	w     io.Writer
+	rc    *http.ResponseController
+	t     Transfer
+	start time.Time
+	n     int64
 }
 
-func newPacedWriter(w http.ResponseWriter, t Transfer) pacedWriter {
-	return pacedWriter{w: w, rc: http.NewResponseController(w), t: t}
+func newPacedWriter(w http.ResponseWriter, r *http.Request, t Transfer) *pacedWriter {
+	limitUnsent(r)
+	return &pacedWriter{w: w, rc: http.NewResponseController(w), t: t, start: time.Now()}
 }
 
-func (p pacedWriter) Write(b []byte) (int, error) {
-	if err := p.rc.SetWriteDeadline(p.t.deadline(time.Now(), int64(len(b)))); err != nil {
+func (p *pacedWriter) Write(b []byte) (int, error) {
+	if err := p.rc.SetWriteDeadline(p.t.deadline(p.start, p.n+int64(len(b)))); err != nil {
 		return 0, err
 	}
-	return p.w.Write(b)
+	n, err := p.w.Write(b)
+	p.n += int64(n)
+	return n, err
 }
 
 // handleExport streams the signed-in person's export.
@@ -154,7 +163,7 @@ func (a *App) serveExport(w http.ResponseWriter, r *http.Request, id string, l *
 	defer e.Close()
 	setExportHeaders(w, e.Filename())
 	w.WriteHeader(http.StatusOK)
-	if _, err := e.WriteTo(newPacedWriter(w, a.cfg.Transfer)); err != nil {
+	if _, err := e.WriteTo(newPacedWriter(w, r, a.cfg.Transfer)); err != nil {
 		if !errors.Is(r.Context().Err(), context.Canceled) {
 			a.log.Error("export: streaming failed", "person", id, "err", err)
 		}

@@ -28,17 +28,40 @@ const (
 	// database is on disk, and SQLite's pages during the backup are under
 	// its own soft heap limit.
 	exportCost = 64 << 10
-	// maxExports bounds the exports in flight across people; past it the
-	// answer is 503 overloaded. Each holds, beside exportCost, about
-	// 380 KB of SQLite memory (a read connection to the file and one to
-	// the copy, which reads its media rows while the tar streams; measured
-	// in TestExportMeasure), which is outside the
-	// request budget and not in store.SQLiteMemoryBound: 4 keep it under
-	// 2 MB, and an export is bound by the disk, which 4 already share.
-	// A person has at most one of them in flight (a.exporting), so one
-	// account cannot hold them all; the full backup has a slot of its own.
-	maxExports = 4
+	// exportSQLite is the SQLite memory an export holds while its tar
+	// streams, outside the Go heap and not in store.SQLiteMemoryBound:
+	// about 380 KB, a read connection to the file and one to the copy,
+	// which reads its media rows (measured in TestExportMeasure).
+	exportSQLite = 384 << 10
 )
+
+// takeExport reserves an export's memory. Exports in flight are bounded
+// by the memory budget, not by a count: each takes exportCost +
+// exportSQLite (448 KiB) of its bulk share, and all of them at most a
+// quarter of the budget: 35 exports of the server's default 62 MiB. A slow
+// reader's export may last hours (2 GiB at 45 KB/s: 13 h) and a person has
+// one at a time (a.exporting), so holding them all takes 35 accounts where
+// 4 took the 4 slots there were, and the other three quarters stay for
+// feeds, posts and the full backup, which has a slot of its own.
+func (a *App) takeExport() error {
+	const n = exportCost + exportSQLite
+	if a.exportsHeld.Add(n) > a.mem.limit/4 {
+		a.exportsHeld.Add(-n)
+		a.mem.shed.Add(1)
+		return errOverloaded()
+	}
+	if !a.mem.takeBulk(n) {
+		a.exportsHeld.Add(-n)
+		return errOverloaded()
+	}
+	return nil
+}
+
+func (a *App) giveExport() {
+	const n = exportCost + exportSQLite
+	a.mem.give(n)
+	a.exportsHeld.Add(-n)
+}
 
 // errExportInFlight answers a second export of one person while the
 // first is still being sent.
@@ -140,20 +163,12 @@ func (a *App) serveExport(w http.ResponseWriter, r *http.Request, id string, l *
 		fail(w, r, err)
 		return
 	}
-	select {
-	case a.exports <- struct{}{}:
-		defer func() { <-a.exports }()
-	default:
-		at.giveBack()
-		fail(w, r, errOverloaded())
-		return
-	}
-	if err := a.takeOrOverloaded(exportCost); err != nil {
+	if err := a.takeExport(); err != nil {
 		at.giveBack()
 		fail(w, r, err)
 		return
 	}
-	defer a.mem.give(exportCost)
+	defer a.giveExport()
 	e, err := a.store.ExportPerson(r.Context(), id, a.cfg.Version)
 	if err != nil {
 		at.giveBack() // nothing was sent: trying again is not another export

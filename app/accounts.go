@@ -248,7 +248,7 @@ func (a *App) handleMe(w http.ResponseWriter, r *http.Request) {
 		StorageUsed int64       `json:"storage_used"`
 		Storage     storage     `json:"storage"`
 		Digest      *digestJSON `json:"digest"`
-	}{toPersonJSON(p), conns, st.Used(), storage{st.Database, st.Media, st.Uploads, a.cfg.QuotaBytes}, digest})
+	}{toPersonJSON(p), conns, st.Used(), storage{st.Database, st.MediaCharged, st.Uploads, a.cfg.QuotaBytes}, digest})
 }
 
 // handleHealth answers 503 only when the directory cannot be read (no token

@@ -86,49 +86,67 @@ func readTar(r io.Reader) error {
 
 // TestSlowReadersFinish: an export and the full backup go on to their end
 // for a client that reads a little faster than the minimum rate, over real
-// TCP with a small receive buffer. The pace is scaled down 49 times (800 kB/s
-// for 16 KiB/s, the client at 1 MB/s as 20,000 B/s is to it), through the same
-// Transfer as the server's; the kernel buffers megabytes of it whatever the
-// pace, so a deadline per write expires while the client still reads.
+// TCP with a small receive buffer, and one that reads at half of it is cut
+// off. The pace is scaled up 24 times (400 kB/s for 16 KiB/s, a grace of
+// 1 s, the clients at 500 kB/s as 20,000 B/s is to it, and 200 kB/s),
+// through the same Transfer as the server's. Without a bound on what the
+// kernel keeps unsent, it takes 2.8 MB at once and then lets a write on
+// only once a megabyte has drained, so a deadline per write (1.08 s)
+// expires while the client still reads (2 s); with it, a deadline per
+// write never cuts off the reader at half the rate, which takes each write
+// in 0.16 s.
 func TestSlowReadersFinish(t *testing.T) {
-	const rate = 1_000_000
+	const rate = 500_000
 	ts := newTestServer(t, func(c *serverConfig) {
-		c.Transfer = Transfer{Grace: 500 * time.Millisecond, MinRate: 800_000}
+		c.Transfer = Transfer{Grace: time.Second, MinRate: 400_000}
 	})
-	ann := ts.signup(t, "ann")
-	// 6 MB of random bodies, which the full backup's gzip cannot shrink.
-	ms := make([]nah.Moment, 96)
-	for i := range ms {
-		at := int64(1_700_000_000_000 + i*1000)
-		ms[i] = nah.Moment{ID: nah.NewMomentID(at), Author: ann.id, CreatedAt: at, Body: make([]byte, 64<<10)}
-		rand.Read(ms[i].Body)
-	}
-	if err := ts.store.ImportMoments(context.Background(), ann.id, ms); err != nil {
-		t.Fatal(err)
+	ann, bob := ts.signup(t, "ann"), ts.signup(t, "bob")
+	// ann's 4 MB of random bodies, which the full backup's gzip cannot
+	// shrink; bob's 2 MB of zeros, which it can.
+	for _, p := range []account{ann, bob} {
+		ms := make([]nah.Moment, 64)
+		if p == bob {
+			ms = ms[:32]
+		}
+		for i := range ms {
+			at := int64(1_700_000_000_000 + i*1000)
+			ms[i] = nah.Moment{ID: nah.NewMomentID(at), Author: p.id, CreatedAt: at, Body: make([]byte, 64<<10)}
+			if p == ann {
+				rand.Read(ms[i].Body)
+			}
+		}
+		if err := ts.store.ImportMoments(context.Background(), p.id, ms); err != nil {
+			t.Fatal(err)
+		}
 	}
 	admin := signedInAdmin(t, ts)
 
 	var wg sync.WaitGroup
 	for _, d := range []struct {
 		name, path, token string
+		rate              float64
 		check             func(io.Reader) error
 	}{
-		{"export", "/api/v1/me/export", ann.token, readTar},
-		{"full backup", "/console/backups/download", "", func(r io.Reader) error {
+		{"ann's export", "/api/v1/me/export", ann.token, rate, readTar},
+		{"the full backup", "/console/backups/download", "", rate, func(r io.Reader) error {
 			z, err := gzip.NewReader(r)
 			if err != nil {
 				return err
 			}
 			return readTar(z)
 		}},
+		{"bob's export, read at half the minimum rate", "/api/v1/me/export", bob.token, 200_000, readTar},
 	} {
 		wg.Go(func() {
 			start := time.Now()
-			n, err := slowDownload(slowClient(admin.Jar), ts.URL+d.path, d.token, rate, d.check)
+			n, err := slowDownload(slowClient(admin.Jar), ts.URL+d.path, d.token, d.rate, d.check)
 			took := time.Since(start)
 			t.Logf("%s: %d bytes at %.0f B/s in %v: %v", d.name, n, float64(n)/took.Seconds(), took.Round(time.Millisecond), err)
-			if err != nil || n < 6<<20 {
-				t.Errorf("%s read at %d B/s: cut off after %d bytes and %v: %v", d.name, rate, n, took.Round(time.Millisecond), err)
+			switch {
+			case d.rate >= rate && (err != nil || n < 4<<20):
+				t.Errorf("%s read at %.0f B/s: cut off after %d bytes and %v: %v", d.name, d.rate, n, took.Round(time.Millisecond), err)
+			case d.rate < rate && (err == nil || took > 6*time.Second):
+				t.Errorf("%s: %d bytes in %v (%v), want cut off within a few seconds", d.name, n, took.Round(time.Millisecond), err)
 			}
 		})
 	}

@@ -192,7 +192,7 @@ func (a *App) takeSignin(addr, name string) (giveBack func(), err error) {
 // startSession answers a sign-up or sign-in with a new token for p, whose
 // password was checked against hash: none if it changed meanwhile.
 func (a *App) startSession(w http.ResponseWriter, r *http.Request, p nah.Person, hash string) {
-	token, err := a.store.SignIn(r.Context(), p.ID, hash)
+	token, err := a.store.SignIn(r.Context(), p.ID, hash, deviceOf(r))
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -248,7 +248,7 @@ func (a *App) handleMe(w http.ResponseWriter, r *http.Request) {
 		StorageUsed int64       `json:"storage_used"`
 		Storage     storage     `json:"storage"`
 		Digest      *digestJSON `json:"digest"`
-	}{toPersonJSON(p), conns, st.Used(), storage{st.Database, st.Media, st.Uploads, a.cfg.QuotaBytes}, digest})
+	}{toPersonJSON(p), conns, st.Used(), storage{st.Database, st.MediaCharged, st.Uploads, a.cfg.QuotaBytes}, digest})
 }
 
 // handleHealth answers 503 only when the directory cannot be read (no token
@@ -344,3 +344,21 @@ func (a *App) handleMeDelete(w http.ResponseWriter, r *http.Request) {
 // errPersonGone answers a request of a person deleted since their token was
 // checked: the token is revoked by now.
 var errPersonGone = nah.Errorf(nah.Unauthorized, "invalid_token", "the token is missing, revoked or invalid")
+
+// maxDevice bounds the User-Agent kept with a session (store.Session.Device).
+const maxDevice = 128
+
+// deviceOf is r's User-Agent as a session keeps it: printable ASCII only,
+// each other byte a '?', at most maxDevice bytes.
+func deviceOf(r *http.Request) string {
+	ua := r.UserAgent()
+	b := make([]byte, 0, min(len(ua), maxDevice))
+	for i := 0; i < len(ua) && len(b) < maxDevice; i++ {
+		c := ua[i]
+		if c < 0x20 || c > 0x7e {
+			c = '?'
+		}
+		b = append(b, c)
+	}
+	return string(b)
+}

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -35,7 +36,7 @@ type App struct {
 	signupFailuresByAddr *limiter
 	secretsByAddr        *limiter
 	exportByPerson       *limiter
-	exports              chan struct{} // a slot per export in flight (export.go)
+	exportsHeld          atomic.Int64 // the budget exports in flight hold (export.go)
 	exportMu             sync.Mutex
 	exporting            map[string]struct{} // people with an export in flight
 	fullBackups          chan struct{}       // the one slot for a full backup (console_backups.go)
@@ -113,7 +114,6 @@ func New(cfg Config, s *store.Store, log *slog.Logger) *App {
 		signupFailuresByAddr: newLimiter(signupFailuresPerAddr, time.Hour, cfg.Now),
 		secretsByAddr:        newLimiter(secretFailuresPerAddr, secretWindow, cfg.Now),
 		exportByPerson:       newLimiter(exportsPerPerson, exportWindow, cfg.Now),
-		exports:              make(chan struct{}, maxExports),
 		exporting:            make(map[string]struct{}),
 		fullBackups:          make(chan struct{}, 1),
 		imports:              make(chan struct{}, 1),

@@ -238,7 +238,7 @@ func (a *App) handleBackupDownload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer a.mem.give(backup.ArchiveBytes)
-	out := &firstWrite{w: newPacedWriter(w, a.cfg.Transfer), start: func() {
+	out := &firstWrite{w: newPacedWriter(w, r, a.cfg.Transfer), start: func() {
 		setDownloadHeaders(w, name)
 		w.WriteHeader(http.StatusOK)
 	}}

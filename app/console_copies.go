@@ -92,7 +92,7 @@ func (a *App) handleCopyDownload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer a.mem.give(backup.ArchiveBytes)
-	out := &firstByte{w: w, paced: newPacedWriter(w, a.cfg.Transfer), name: backup.CopyName(stamp)}
+	out := &firstByte{w: w, paced: newPacedWriter(w, r, a.cfg.Transfer), name: backup.CopyName(stamp)}
 	err := backup.WriteCopy(r.Context(), b.Repl.Target(), stamp, a.databaseCount(r.Context()), out)
 	switch {
 	case err == nil:
@@ -113,7 +113,7 @@ func (a *App) handleCopyDownload(w http.ResponseWriter, r *http.Request) {
 // that what fails before it is still answered with a page.
 type firstByte struct {
 	w       http.ResponseWriter
-	paced   pacedWriter
+	paced   *pacedWriter
 	name    string
 	started bool
 }

@@ -152,9 +152,7 @@ func (a *App) personPage(w http.ResponseWriter, r *http.Request, status int, sec
 		a.consoleError(w, r, pg, err)
 		return
 	}
-	for _, s := range ss {
-		v.Sessions = append(v.Sessions, ui.SessionRow{ID: s.ID, CreatedAt: s.CreatedAt})
-	}
+	v.Sessions = sessionList(p, ss)
 	for _, c := range cs {
 		v.Connections = append(v.Connections, ui.PersonRow{ID: c.ID, Handle: c.Handle, NewestAt: c.NewestAt})
 	}
@@ -201,16 +199,6 @@ func (a *App) handlePersonReset(w http.ResponseWriter, r *http.Request) {
 // resetNote says for whom a reset link is and what to do with it.
 func resetNote(handle string) string {
 	return "For " + handle + ": they open this link on their phone (or scan it) and choose a new password. It works once, for 24 hours; every phone signed in as " + handle + " is then signed out."
-}
-
-func (a *App) handleSessionsRevoke(w http.ResponseWriter, r *http.Request) {
-	id := chi.URLParam(r, "id")
-	r.Body = http.MaxBytesReader(w, r.Body, smallBody)
-	if err := a.store.RevokeSessions(r.Context(), id, r.PostFormValue("session")); err != nil {
-		a.consoleError(w, r, page(r, "Person", "people"), err)
-		return
-	}
-	http.Redirect(w, r, "/console/people/"+id+"?m=revoked", http.StatusSeeOther)
 }
 
 // deletedPerPage bounds the deleted people listed: deletions are rare, and

@@ -28,17 +28,40 @@ const (
 	// database is on disk, and SQLite's pages during the backup are under
 	// its own soft heap limit.
 	exportCost = 64 << 10
-	// maxExports bounds the exports in flight across people; past it the
-	// answer is 503 overloaded. Each holds, beside exportCost, about
-	// 380 KB of SQLite memory (a read connection to the file and one to
-	// the copy, which reads its media rows while the tar streams; measured
-	// in TestExportMeasure), which is outside the
-	// request budget and not in store.SQLiteMemoryBound: 4 keep it under
-	// 2 MB, and an export is bound by the disk, which 4 already share.
-	// A person has at most one of them in flight (a.exporting), so one
-	// account cannot hold them all; the full backup has a slot of its own.
-	maxExports = 4
+	// exportSQLite is the SQLite memory an export holds while its tar
+	// streams, outside the Go heap and not in store.SQLiteMemoryBound:
+	// about 380 KB, a read connection to the file and one to the copy,
+	// which reads its media rows (measured in TestExportMeasure).
+	exportSQLite = 384 << 10
 )
+
+// takeExport reserves an export's memory. Exports in flight are bounded
+// by the memory budget, not by a count: each takes exportCost +
+// exportSQLite (448 KiB) of its bulk share, and all of them at most a
+// quarter of the budget: 35 exports of the server's default 62 MiB. A slow
+// reader's export may last hours (2 GiB at 45 KB/s: 13 h) and a person has
+// one at a time (a.exporting), so holding them all takes 35 accounts where
+// 4 took the 4 slots there were, and the other three quarters stay for
+// feeds, posts and the full backup, which has a slot of its own.
+func (a *App) takeExport() error {
+	const n = exportCost + exportSQLite
+	if a.exportsHeld.Add(n) > a.mem.limit/4 {
+		a.exportsHeld.Add(-n)
+		a.mem.shed.Add(1)
+		return errOverloaded()
+	}
+	if !a.mem.takeBulk(n) {
+		a.exportsHeld.Add(-n)
+		return errOverloaded()
+	}
+	return nil
+}
+
+func (a *App) giveExport() {
+	const n = exportCost + exportSQLite
+	a.mem.give(n)
+	a.exportsHeld.Add(-n)
+}
 
 // errExportInFlight answers a second export of one person while the
 // first is still being sent.
@@ -66,27 +89,36 @@ func (a *App) giveExporting(id string) {
 	a.exportMu.Unlock()
 }
 
-// pacedWriter replaces a flat write deadline for a download of any size
-// (an export, the full backup): each write of n bytes must be taken by the
-// client within Transfer.Grace + n/Transfer.MinRate (30 s + 2 s for 32 KiB
-// by default), so a client that reads nothing is cut off within about
-// Grace, and one that keeps the minimum rate is never cut off, however
-// large the download.
+// pacedWriter paces a download of any size (an export, the full backup, a
+// nightly copy) on its total bytes, as a media download is: the write that
+// brings the total to n must be taken by Transfer.deadline(start, n), 30 s
+// + n/16 KiB/s by default. A client that keeps the minimum rate on average
+// is never cut off, however much the kernel buffers and however long one
+// write waits for its room (a deadline per write expired at 20,000 B/s
+// after 3.3 MB: the kernel let a write on only once a megabyte had drained).
+// The kernel's unsent bytes are bounded (limitUnsent), so that what was
+// written is what the client took, give or take 64 KiB and its receive
+// buffer: a client that stops reading is cut off within about Grace.
 type pacedWriter struct {
-	w  io.Writer
-	rc *http.ResponseController
-	t  Transfer
+	w     io.Writer
+	rc    *http.ResponseController
+	t     Transfer
+	start time.Time
+	n     int64
 }
 
-func newPacedWriter(w http.ResponseWriter, t Transfer) pacedWriter {
-	return pacedWriter{w: w, rc: http.NewResponseController(w), t: t}
+func newPacedWriter(w http.ResponseWriter, r *http.Request, t Transfer) *pacedWriter {
+	limitUnsent(r)
+	return &pacedWriter{w: w, rc: http.NewResponseController(w), t: t, start: time.Now()}
 }
 
-func (p pacedWriter) Write(b []byte) (int, error) {
-	if err := p.rc.SetWriteDeadline(p.t.deadline(time.Now(), int64(len(b)))); err != nil {
+func (p *pacedWriter) Write(b []byte) (int, error) {
+	if err := p.rc.SetWriteDeadline(p.t.deadline(p.start, p.n+int64(len(b)))); err != nil {
 		return 0, err
 	}
-	return p.w.Write(b)
+	n, err := p.w.Write(b)
+	p.n += int64(n)
+	return n, err
 }
 
 // handleExport streams the signed-in person's export.
@@ -131,20 +163,12 @@ func (a *App) serveExport(w http.ResponseWriter, r *http.Request, id string, l *
 		fail(w, r, err)
 		return
 	}
-	select {
-	case a.exports <- struct{}{}:
-		defer func() { <-a.exports }()
-	default:
-		at.giveBack()
-		fail(w, r, errOverloaded())
-		return
-	}
-	if err := a.takeOrOverloaded(exportCost); err != nil {
+	if err := a.takeExport(); err != nil {
 		at.giveBack()
 		fail(w, r, err)
 		return
 	}
-	defer a.mem.give(exportCost)
+	defer a.giveExport()
 	e, err := a.store.ExportPerson(r.Context(), id, a.cfg.Version)
 	if err != nil {
 		at.giveBack() // nothing was sent: trying again is not another export
@@ -154,7 +178,7 @@ func (a *App) serveExport(w http.ResponseWriter, r *http.Request, id string, l *
 	defer e.Close()
 	setExportHeaders(w, e.Filename())
 	w.WriteHeader(http.StatusOK)
-	if _, err := e.WriteTo(newPacedWriter(w, a.cfg.Transfer)); err != nil {
+	if _, err := e.WriteTo(newPacedWriter(w, r, a.cfg.Transfer)); err != nil {
 		if !errors.Is(r.Context().Err(), context.Canceled) {
 			a.log.Error("export: streaming failed", "person", id, "err", err)
 		}

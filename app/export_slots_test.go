@@ -100,3 +100,61 @@ func TestExportSlotsPerPerson(t *testing.T) {
 		t.Errorf("ann's stalled export still held its slot after %v (grace %v)", time.Since(start).Round(time.Second), grace)
 	}
 }
+
+// TestExportsFollowTheBudget: exports in flight are bounded by the memory
+// budget, not by a count of slots. Eight people whose exports stall (four
+// held every slot there was) leave room for bob's export and the admin's
+// full backup; once the exports' quarter of a smaller budget is held (3
+// exports of 448 KiB in 6 MiB), the next person's export is 503 while the
+// full backup and a feed are still served.
+func TestExportsFollowTheBudget(t *testing.T) {
+	for _, tc := range []struct {
+		budget  int64
+		stalled int
+		bob     int
+	}{
+		{DefaultMemoryBudget, 8, 200},
+		{6 << 20, 3, 503},
+	} {
+		ts := newTestServer(t, func(c *serverConfig) {
+			c.MemoryBudget = tc.budget
+			c.Transfer = Transfer{Grace: time.Minute, MinRate: 16 << 10} // the stalled hold theirs
+		})
+		for i := range tc.stalled {
+			p := ts.signup(t, fmt.Sprintf("person%d", i))
+			ms := make([]nah.Moment, 8) // 512 KiB, more than the sockets take
+			for j := range ms {
+				at := int64(1_700_000_000_000 + j*1000)
+				ms[j] = nah.Moment{ID: nah.NewMomentID(at), Author: p.id, CreatedAt: at, Body: bytes.Repeat([]byte{byte(j)}, 64<<10)}
+			}
+			if err := ts.store.ImportMoments(context.Background(), p.id, ms); err != nil {
+				t.Fatal(err)
+			}
+			stalledExport(t, ts, p.token)
+		}
+		want := int64(tc.stalled * (exportCost + exportSQLite))
+		for start := time.Now(); ts.app.exportsHeld.Load() != want; time.Sleep(20 * time.Millisecond) {
+			if time.Since(start) > 10*time.Second {
+				t.Fatalf("budget %d: the stalled exports hold %d bytes, want %d", tc.budget, ts.app.exportsHeld.Load(), want)
+			}
+		}
+		bob := ts.signup(t, "bob")
+		ts.post(t, bob, []byte("hello"))
+		admin := signedInAdmin(t, ts)
+		res, err := ts.Client().Do(exportRequest(t, ts, "GET", bob.token))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if res.StatusCode != tc.bob {
+			t.Errorf("budget %d, %d exports stalled: bob's export %d, want %d", tc.budget, tc.stalled, res.StatusCode, tc.bob)
+		}
+		if p := get(t, admin, ts.URL+"/console/backups/download"); p.status != 200 || len(p.body) < 4<<10 {
+			t.Errorf("budget %d, %d exports stalled: the full backup %d, %d bytes", tc.budget, tc.stalled, p.status, len(p.body))
+		}
+		if r := ts.do(t, "GET", "/api/v1/feed", bob.token, nil); r.status != 200 {
+			t.Errorf("budget %d, %d exports stalled: bob's feed %d", tc.budget, tc.stalled, r.status)
+		}
+	}
+}

@@ -166,8 +166,8 @@ func TestExportWhileWriting(t *testing.T) {
 }
 
 // TestExportLimits: no token is 401; a second export within the minute is
-// 429 with Retry-After, and after it the next one works; past maxExports
-// in flight it is 503 without using up the person's export; HEAD answers
+// 429 with Retry-After, and after it the next one works; with the
+// exports' share of the budget taken it is 503 without using up the person's export; HEAD answers
 // the headers without counting.
 func TestExportLimits(t *testing.T) {
 	ts := newTestServer(t)
@@ -192,21 +192,18 @@ func TestExportLimits(t *testing.T) {
 		t.Errorf("export after the minute: %d %s", res.StatusCode, b)
 	}
 	ts.clock.Advance(time.Minute)
-	for range maxExports { // every slot taken by other people's exports
-		ts.app.exports <- struct{}{}
-	}
+	share := ts.app.mem.limit / 4 // the exports' share, held by other people's exports
+	ts.app.exportsHeld.Add(share)
 	res, b = sendChecked(t, ts.Client(), exportRequest(t, ts, "GET", ann.token), nil)
 	if res.StatusCode != 503 || res.Header.Get("Retry-After") == "" || !strings.Contains(string(b), "overloaded") {
-		t.Errorf("export with every slot taken: %d Retry-After %q %s", res.StatusCode, res.Header.Get("Retry-After"), b)
+		t.Errorf("export with the exports' share taken: %d Retry-After %q %s", res.StatusCode, res.Header.Get("Retry-After"), b)
 	}
-	for range maxExports {
-		<-ts.app.exports
-	}
+	ts.app.exportsHeld.Add(-share)
 	if res, b := sendChecked(t, ts.Client(), exportRequest(t, ts, "GET", ann.token), nil); res.StatusCode != 200 {
 		t.Errorf("export once a slot is free (the 503 did not count): %d %s", res.StatusCode, b)
 	}
-	if used := ts.app.mem.used.Load(); used != 0 {
-		t.Errorf("the budget holds %d bytes after the exports", used)
+	if used, held := ts.app.mem.used.Load(), ts.app.exportsHeld.Load(); used != 0 || held != 0 {
+		t.Errorf("the budget holds %d bytes after the exports, their share %d", used, held)
 	}
 }
 

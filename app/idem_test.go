@@ -253,3 +253,42 @@ func TestIdempotentUpload(t *testing.T) {
 		t.Errorf("retry after the first finished: %d %s", res.StatusCode, raw)
 	}
 }
+
+// TestIdempotentReplayAfterDelete: a retry after its moment (or media) was
+// deleted answers the first 201, with the deleted id, and makes none: the key
+// stands for the request, which did happen (README, "A phone on a bad
+// network").
+func TestIdempotentReplayAfterDelete(t *testing.T) {
+	ts := newTestServer(t)
+	ann := ts.signup(t, "ann")
+	res, first := ts.postKeyed(t, ann, "k-1", []byte("hello"))
+	var m struct{ ID string }
+	if res.StatusCode != 201 || json.Unmarshal(first, &m) != nil {
+		t.Fatalf("first: %d %s", res.StatusCode, first)
+	}
+	if r := ts.do(t, "DELETE", "/api/v1/moments/"+m.ID, ann.token, nil); r.status != 204 {
+		t.Fatalf("delete: %d %s", r.status, r.raw)
+	}
+	res, again := ts.postKeyed(t, ann, "k-1", []byte("hello"))
+	if res.StatusCode != 201 || !bytes.Equal(again, first) || res.Header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("retry after the delete: %d %v %s, want %s replayed", res.StatusCode, res.Header, again, first)
+	}
+	if n := ts.momentCount(t, ann); n != 0 {
+		t.Errorf("%d moments after the retry of a deleted one, want 0", n)
+	}
+
+	res, first = ts.uploadKeyed(t, ann, "k-2", []byte("photo"))
+	if res.StatusCode != 201 || json.Unmarshal(first, &m) != nil {
+		t.Fatalf("upload: %d %s", res.StatusCode, first)
+	}
+	if r := ts.do(t, "DELETE", "/api/v1/media/"+m.ID, ann.token, nil); r.status != 204 {
+		t.Fatalf("delete the media: %d %s", r.status, r.raw)
+	}
+	res, again = ts.uploadKeyed(t, ann, "k-2", []byte("photo"))
+	if res.StatusCode != 201 || !bytes.Equal(again, first) || res.Header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("upload retried after the delete: %d %s, want %s replayed", res.StatusCode, again, first)
+	}
+	if _, media := walkMedia(t, ts, ann.id); media != 0 {
+		t.Errorf("%d bytes of media after the retry of a deleted one, want 0", media)
+	}
+}

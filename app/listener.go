@@ -100,6 +100,10 @@ func (c *limitedConn) unlistLocked() {
 // shedKey marks the context of a connection from the overflow.
 type shedKey struct{}
 
+// connKey holds a request's *limitedConn in its context, for the
+// downloads that set an option of its socket (limitUnsent).
+type connKey struct{}
+
 // LimitConnections makes srv serve at most max connections at once from ln
 // (idle ones make room; see above), and returns the listener to pass to
 // srv.Serve. It takes srv's ConnState and ConnContext hooks and wraps its
@@ -117,8 +121,11 @@ func (a *App) LimitConnections(srv *http.Server, ln net.Listener, max int) net.L
 		if connCtx != nil {
 			ctx = connCtx(ctx, c)
 		}
-		if lc, ok := asLimited(c); ok && lc.shed {
-			ctx = context.WithValue(ctx, shedKey{}, true)
+		if lc, ok := asLimited(c); ok {
+			ctx = context.WithValue(ctx, connKey{}, lc)
+			if lc.shed {
+				ctx = context.WithValue(ctx, shedKey{}, true)
+			}
 		}
 		return ctx
 	}

@@ -113,8 +113,8 @@ func TestUndoRestore(t *testing.T) {
 		}
 	}
 	me := rs.do(t, "GET", "/api/v1/me", ann.token, nil)
-	if media := me.json["storage"].(map[string]any)["media"].(float64); media != 8000 {
-		t.Errorf("media usage after the undo: %v, want 8000", media)
+	if media, want := me.json["storage"].(map[string]any)["media"].(float64), nah.MediaCharge(3000)+5000; media != float64(want) {
+		t.Errorf("media usage after the undo: %v, want %d", media, want)
 	}
 	if again := get(t, c, personPage+"/undo-restore"); again.status != 404 || !strings.Contains(again.body, "There is no restore of ann to undo") {
 		t.Errorf("a second undo: %d\n%s", again.status, again.body)

@@ -793,7 +793,7 @@ func checkValues(ctx context.Context, u *untrustedDB, maxBody int) error {
 		ELSE typeof(id) || ' of ' || octet_length(id) || ' bytes' END FROM media WHERE NOT (`+mediaBounded+`) LIMIT 1`, nah.IDLen).Scan(&id)
 	switch {
 	case err == nil:
-		return badExport("media %s of person.db is not a media row (an id, a size, a sha256, a content type of 1 to 255 bytes, a time)", short(id))
+		return badExport("media %s of person.db is not a media row (an id, a size of at least 1 byte as an upload's, a sha256, a content type of 1 to 255 bytes, a time)", short(id))
 	case !errors.Is(err, sql.ErrNoRows):
 		return badExport("person.db has no readable media: %v", err)
 	}
@@ -890,7 +890,7 @@ func copyMoments(ctx context.Context, src *untrustedDB, dst *sql.DB, maxBody int
 
 // mediaBounded is the SQL test of a media row of an untrusted file, as
 // momentBounded: ?1 is nah.IDLen.
-const mediaBounded = `typeof(id) = 'text' AND octet_length(id) = ?1 AND typeof(size) = 'integer'
+const mediaBounded = `typeof(id) = 'text' AND octet_length(id) = ?1 AND typeof(size) = 'integer' AND size > 0
 	AND typeof(sha256) = 'text' AND octet_length(sha256) = 64
 	AND typeof(content_type) = 'text' AND octet_length(content_type) BETWEEN 1 AND 255
 	AND typeof(created_at) = 'integer'`

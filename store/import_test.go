@@ -643,3 +643,22 @@ func TestImportReadsFormat1(t *testing.T) {
 		t.Errorf("format 1 with a wrong size listed: %v", err)
 	}
 }
+
+// TestImportRefusesEmptyMedia: an import refuses a media of no bytes, as an
+// upload does (ErrEmptyMedia), and leaves nothing behind.
+func TestImportRefusesEmptyMedia(t *testing.T) {
+	old := MustOpen(t, Config{})
+	ann := mustPerson(t, old, "ann")
+	seedMedia(t, old, ann.ID, 1, 0)
+	tarball := exportOf(t, old, ann.ID)
+
+	s := MustOpen(t, Config{})
+	before := tree(t, s.dir)
+	_, err := s.ImportPerson(context.Background(), bytes.NewReader(tarball), ImportOptions{})
+	if nah.ErrorCode(err) != nah.Invalid || !strings.Contains(err.Error(), "at least 1 byte") {
+		t.Errorf("an export with a media of 0 bytes: %v, want Invalid: at least 1 byte", err)
+	}
+	if after := tree(t, s.dir); !slices.Equal(before, after) {
+		t.Errorf("a refused import left %v", after)
+	}
+}

@@ -348,9 +348,9 @@ func (s *Store) checkpointDirectory(ctx context.Context) error {
 const sweepFirstAfter = 2 * time.Second
 
 // sweepLoop purges deleted people and the files restores replaced when due,
-// and removes expired resumable uploads (uploads.go): sweepFirstAfter after
-// start, then every minute. Its first pass also removes what interrupted
-// uploads left (media.go).
+// and removes expired resumable uploads (uploads.go) and sessions
+// (sessions.go): sweepFirstAfter after start, then every minute. Its first
+// pass also removes what interrupted uploads left (media.go).
 func (s *Store) sweepLoop() {
 	defer close(s.swept)
 	first := time.NewTimer(sweepFirstAfter)
@@ -372,6 +372,9 @@ func (s *Store) sweepLoop() {
 			s.log.Error("purge the files restores replaced", "err", err)
 		}
 		s.SweepResumables(context.Background())
+		if _, err := s.DeleteExpiredSessions(context.Background()); err != nil {
+			s.log.Error("delete expired sessions", "err", err)
+		}
 		select {
 		case <-t.C:
 		case <-s.stop:

@@ -233,7 +233,10 @@ func (s *Store) Totals(ctx context.Context) (Totals, error) {
 	for _, id := range ids {
 		// A person deleted or not readable meanwhile counts as nothing:
 		// the overview names unreadable files on its own.
-		db, _ := s.databaseBytes(id)
+		var db int64
+		if d, err := s.personDir(id); err == nil {
+			db, _ = topFileBytes(d) // with the -wal and -shm: the disk's
+		}
 		media, _ := s.countedMedia(ctx, id)
 		t.StorageBytes += db + media
 		t.MediaBytes += media

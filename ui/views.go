@@ -133,7 +133,7 @@ type Person struct {
 	MediaBytes    int64
 	MediaCount    int
 	Quota         int64
-	Sessions      []SessionRow
+	Sessions      Sessions
 	// Attention, when set, is what is wrong with the person's file, which
 	// cannot be read since AttentionSince; Moments is then unknown.
 	Attention      string
@@ -165,10 +165,12 @@ type DeletedRow struct {
 	DeletedAt, PurgeAt int64
 }
 
-// SessionRow is one signed-in device.
+// SessionRow is one signed-in device: its id (a prefix of its token's
+// hash), the User-Agent it signed in with, and times in unix ms.
 type SessionRow struct {
-	ID        string
-	CreatedAt int64
+	ID                           string
+	Device                       string
+	CreatedAt, UsedAt, ExpiresAt int64
 }
 
 // JoinCodeRow is one join code, without the code.

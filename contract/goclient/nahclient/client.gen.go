@@ -615,10 +615,10 @@ type Me struct {
 
 	// Storage What they store, against their quota.
 	Storage struct {
-		// Database Bytes of their database files.
+		// Database Bytes of their database file, person.db; its write-ahead log and index are working files whose size checkpoints decide, and are not counted.
 		Database int64 `json:"database"`
 
-		// Media Bytes of their media files.
+		// Media What their media files count against the quota: each its bytes, and at least 4,096 (20,000 files of one byte count 81,920,000).
 		Media int64 `json:"media"`
 
 		// Quota What they may store, database and media together (`NAH_QUOTA_BYTES`); an upload that would pass it is 413 quota_exceeded.
@@ -628,7 +628,7 @@ type Me struct {
 		Uploads int64 `json:"uploads"`
 	} `json:"storage"`
 
-	// StorageUsed Bytes they use on disk: their database and their media (`storage.database` + `storage.media`).
+	// StorageUsed What their database and media count against the quota (`storage.database` + `storage.media`).
 	StorageUsed int64 `json:"storage_used"`
 }
 
@@ -1435,7 +1435,7 @@ type ClientInterface interface {
 
 	// SignInWithBody Sign in
 	//
-	// Starts a session. Failed attempts are limited per handle (10) and per client address (50) in 15 minutes; while either is over its limit even the right password is 429.
+	// Starts a session, named on the console by the request's User-Agent. A person keeps at most 10 sessions: a new one ends the one used least recently, and a session unused for 90 days ends by itself (both then answer 401 invalid_token). Failed attempts are limited per handle (10) and per client address (50) in 15 minutes; while either is over its limit even the right password is 429.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1444,7 +1444,7 @@ type ClientInterface interface {
 
 	// SignIn Sign in
 	//
-	// Starts a session. Failed attempts are limited per handle (10) and per client address (50) in 15 minutes; while either is over its limit even the right password is 429.
+	// Starts a session, named on the console by the request's User-Agent. A person keeps at most 10 sessions: a new one ends the one used least recently, and a session unused for 90 days ends by itself (both then answer 401 invalid_token). Failed attempts are limited per handle (10) and per client address (50) in 15 minutes; while either is over its limit even the right password is 429.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2146,7 +2146,7 @@ func (c *Client) HeadPersonMoments(ctx context.Context, id PersonID, params *Hea
 
 // SignInWithBody Sign in
 //
-// Starts a session. Failed attempts are limited per handle (10) and per client address (50) in 15 minutes; while either is over its limit even the right password is 429.
+// Starts a session, named on the console by the request's User-Agent. A person keeps at most 10 sessions: a new one ends the one used least recently, and a session unused for 90 days ends by itself (both then answer 401 invalid_token). Failed attempts are limited per handle (10) and per client address (50) in 15 minutes; while either is over its limit even the right password is 429.
 //
 // Takes any type of body and a specified content type.
 //
@@ -2165,7 +2165,7 @@ func (c *Client) SignInWithBody(ctx context.Context, contentType string, body io
 
 // SignIn Sign in
 //
-// Starts a session. Failed attempts are limited per handle (10) and per client address (50) in 15 minutes; while either is over its limit even the right password is 429.
+// Starts a session, named on the console by the request's User-Agent. A person keeps at most 10 sessions: a new one ends the one used least recently, and a session unused for 90 days ends by itself (both then answer 401 invalid_token). Failed attempts are limited per handle (10) and per client address (50) in 15 minutes; while either is over its limit even the right password is 429.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -4483,7 +4483,7 @@ type ClientWithResponsesInterface interface {
 
 	// SignInWithBodyWithResponse Sign in
 	//
-	// Starts a session. Failed attempts are limited per handle (10) and per client address (50) in 15 minutes; while either is over its limit even the right password is 429.
+	// Starts a session, named on the console by the request's User-Agent. A person keeps at most 10 sessions: a new one ends the one used least recently, and a session unused for 90 days ends by itself (both then answer 401 invalid_token). Failed attempts are limited per handle (10) and per client address (50) in 15 minutes; while either is over its limit even the right password is 429.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4492,7 +4492,7 @@ type ClientWithResponsesInterface interface {
 
 	// SignInWithResponse Sign in
 	//
-	// Starts a session. Failed attempts are limited per handle (10) and per client address (50) in 15 minutes; while either is over its limit even the right password is 429.
+	// Starts a session, named on the console by the request's User-Agent. A person keeps at most 10 sessions: a new one ends the one used least recently, and a session unused for 90 days ends by itself (both then answer 401 invalid_token). Failed attempts are limited per handle (10) and per client address (50) in 15 minutes; while either is over its limit even the right password is 429.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8588,7 +8588,7 @@ func (c *ClientWithResponses) HeadPersonMomentsWithResponse(ctx context.Context,
 
 // SignInWithBodyWithResponse Sign in
 //
-// Starts a session. Failed attempts are limited per handle (10) and per client address (50) in 15 minutes; while either is over its limit even the right password is 429.
+// Starts a session, named on the console by the request's User-Agent. A person keeps at most 10 sessions: a new one ends the one used least recently, and a session unused for 90 days ends by itself (both then answer 401 invalid_token). Failed attempts are limited per handle (10) and per client address (50) in 15 minutes; while either is over its limit even the right password is 429.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -8603,7 +8603,7 @@ func (c *ClientWithResponses) SignInWithBodyWithResponse(ctx context.Context, co
 
 // SignInWithResponse Sign in
 //
-// Starts a session. Failed attempts are limited per handle (10) and per client address (50) in 15 minutes; while either is over its limit even the right password is 429.
+// Starts a session, named on the console by the request's User-Agent. A person keeps at most 10 sessions: a new one ends the one used least recently, and a session unused for 90 days ends by itself (both then answer 401 invalid_token). Failed attempts are limited per handle (10) and per client address (50) in 15 minutes; while either is over its limit even the right password is 429.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -68,6 +68,7 @@ type nodeOpts struct {
 	maxOpen, maxWatched int
 	run                 bool          // start Backups.Run
 	walIdle             time.Duration // store.Config.WALIdle
+	queue               bool          // keep the replication queue on disk, as the server does
 }
 
 func openNode(t testing.TB, dir string, tg *backup.Target, o nodeOpts) *node {
@@ -84,6 +85,9 @@ func openNode(t testing.TB, dir string, tg *backup.Target, o nodeOpts) *node {
 	}
 	cfg := store.Config{Dir: dir, MaxOpenFiles: o.maxOpen, Logger: log}
 	cfg.Replicator, cfg.MaxWatched, cfg.WALIdle = r, o.maxWatched, o.walIdle
+	if o.queue {
+		cfg.QueueDir = filepath.Join(dir, filepath.FromSlash(nah.QueueRel))
+	}
 	s, err := store.Open(ctx, cfg)
 	if err != nil {
 		r.Close(ctx)

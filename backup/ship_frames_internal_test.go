@@ -13,6 +13,8 @@ import (
 
 	"github.com/benbjohnson/litestream"
 	"github.com/superfly/ltx"
+
+	"github.com/nah-app/nah/store"
 )
 
 // twoCommits is a real WAL of two commits: the first creates table a and,
@@ -29,6 +31,9 @@ type twoCommits struct {
 
 func newTwoCommits(t *testing.T) twoCommits {
 	t.Helper()
+	if err := store.ConfigureSQLite(); err != nil { // before any connection, as the store needs
+		t.Fatal(err)
+	}
 	p := filepath.Join(t.TempDir(), "f.db")
 	db, err := sql.Open("sqlite", "file:"+p+"?_pragma=journal_mode(WAL)&_pragma=wal_autocheckpoint(0)")
 	if err != nil {
@@ -136,6 +141,45 @@ func TestShipFramesComparesTheLastFrame(t *testing.T) {
 		f.Close()
 		if err != nil || shipped == c.changed {
 			t.Errorf("base holding %s of page %d: shipped %v, %v; want %v", c.name, pgno, shipped, err, !c.changed)
+		}
+	}
+}
+
+// TestFetchLTXVerifies: the target's newest file fetched to mend the local
+// state is kept only when it decodes whole; a torn one (a crash or a
+// broken target) would be the base the next ship carries on from.
+func TestFetchLTXVerifies(t *testing.T) {
+	ctx := context.Background()
+	tg, err := ParseTarget(filepath.Join(t.TempDir(), "replica"), func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tg.Init(ctx); err != nil {
+		t.Fatal(err)
+	}
+	client, err := tg.client("people/x/person.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := ltx.Header{Version: ltx.Version, Flags: ltx.HeaderFlagNoChecksum, PageSize: 4096, Commit: 1,
+		MinTXID: 1, MaxTXID: 1, Timestamp: time.Now().UnixMilli()}
+	var whole bytes.Buffer
+	if err := writeLTX(&whole, h, func(lw *ltxWriter) error { return lw.page(1, make([]byte, 4096)) }); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		body []byte
+		keep bool
+	}{{"whole", whole.Bytes(), true}, {"torn", whole.Bytes()[:whole.Len()-9], false}} {
+		level0 := filepath.Join(t.TempDir(), "ltx", "0")
+		if _, err := client.WriteLTXFile(ctx, 0, 1, 1, bytes.NewReader(c.body)); err != nil {
+			t.Fatal(err)
+		}
+		err := fetchLTX(ctx, client, level0, 1)
+		_, serr := os.Stat(filepath.Join(level0, ltx.FormatFilename(1, 1)))
+		if kept := serr == nil; kept != c.keep || (err == nil) != c.keep {
+			t.Errorf("%s file on the target: kept %v, fetch error %v; want kept %v", c.name, kept, err, c.keep)
 		}
 	}
 }

@@ -647,7 +647,8 @@ func sweepStamped(t *testing.T, data, repl string, made time.Time) {
 // bob's feed goes on). With a sweep older than her
 // history, ann comes back from it, the summary says so with the sweep's
 // time and how far behind her history's newest position it is, and the
-// restore exits 3. A corrupt history of the directory, with no sweep,
+// restore exits 3; with cat lost as well, the loss decides: exit 1 and
+// INCOMPLETE. A corrupt history of the directory, with no sweep,
 // stops the restore with exit 1 and says why.
 func TestRestoreCorruptHistory(t *testing.T) {
 	data, repl := t.TempDir(), filepath.Join(t.TempDir(), "replica")
@@ -730,6 +731,27 @@ func TestRestoreCorruptHistory(t *testing.T) {
 		}
 		if got := p2.feedIDs(t, ann); len(got) != 6 {
 			t.Errorf("ann's feed on the restored server: %d moments, want her and bob's 6", len(got))
+		}
+	})
+
+	t.Run("older sweep and a loss", func(t *testing.T) {
+		// ann falls back to the sweep, cat has no sound copy at all: the
+		// loss decides the exit and the last line, not the fallback.
+		r, out := copyReplica(t, repl), filepath.Join(t.TempDir(), "restored")
+		newest, _ := time.Parse(time.RFC3339Nano, evidenceNewest)
+		sweepStamped(t, data, r, newest.Add(-5*time.Hour-30*time.Minute))
+		plantCorruptHistory(t, r, annRel)
+		plantCorruptHistory(t, r, catRel)
+		sweeps, _ := filepath.Glob(filepath.Join(r, "sweeps", "*", filepath.FromSlash(catRel)))
+		if len(sweeps) != 1 {
+			t.Fatalf("cat's sweep copies: %v", sweeps)
+		}
+		corruptPage(t, sweeps[0], 2)
+		o, e, code := nahRun(t, "restore", "-from", r, "-to", out)
+		t.Logf("nah restore: exit %d\n%s%s", code, o, e)
+		if code != 1 || !strings.Contains(o, "OLDER THAN THEIR HISTORY: 1 file") || !strings.Contains(o, "NOT RESTORED: 1 person") ||
+			!strings.Contains(o, "INCOMPLETE: 1 of 3 people") || strings.Contains(o, "Every file passed") {
+			t.Fatalf("exit %d: the summary does not put cat's loss before ann's fallback", code)
 		}
 	})
 

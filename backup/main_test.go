@@ -210,6 +210,16 @@ func p95(ds []time.Duration) time.Duration {
 	return s[(len(s)*95+99)/100-1]
 }
 
+// median is the middle of ds.
+func median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
+}
+
 // eventually polls cond every 50 ms until it holds or within runs out.
 func eventually(within time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(within)

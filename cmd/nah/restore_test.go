@@ -302,7 +302,8 @@ func TestRestoreProperty(t *testing.T) {
 
 // TestRestoreToTime: `nah restore -time T` gives the whole server as it
 // was at T: the moments posted well before T (one of them deleted after
-// T) and nothing later, not even a person who signed up after T.
+// T) and nothing later, not even a person who signed up after T, nor
+// their media mirrored by a later sweep.
 func TestRestoreToTime(t *testing.T) {
 	data, repl, out := t.TempDir(), filepath.Join(t.TempDir(), "replica"), filepath.Join(t.TempDir(), "restored")
 	p := start(t, data, replicaEnv(repl)...)
@@ -322,9 +323,18 @@ func TestRestoreToTime(t *testing.T) {
 		t.Fatalf("delete: %d %v", st, err)
 	}
 	p.call("DELETE", "/api/v1/moments/"+before[0], bob, nil)
-	_, cat := p.signup(t, "cat")
+	catID, cat := p.signup(t, "cat")
 	p.post(t, cat, "cat was not here yet")
+	req, _ := http.NewRequest("POST", "http://"+p.addr+"/api/v1/media", bytes.NewReader([]byte("cat's photo")))
+	req.Header.Set("Authorization", "Bearer "+cat)
+	req.Header.Set("Content-Type", "image/jpeg")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("cat's upload: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
 	p.stop(t)
+	sweepStamped(t, data, repl, time.Now()) // mirrors cat's media
 
 	res := restoreInto(t, repl, out, "-time", at.UTC().Format(time.RFC3339Nano))
 	if !strings.Contains(res, "Left out 1 file with no copy as old as") {
@@ -332,6 +342,9 @@ func TestRestoreToTime(t *testing.T) {
 	}
 	if n := len(databases(t, out)); n != 3 {
 		t.Errorf("%d databases restored, want the directory, ann's and bob's", n)
+	}
+	if _, err := os.Stat(filepath.Join(out, "people", catID)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("cat, left out, has a folder in the restored data directory (her mirrored media restored): %v", err)
 	}
 	p2 := start(t, out, "NAH_REPLICA_URL=off")
 	got := p2.feedIDs(t, ann)

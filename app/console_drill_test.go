@@ -17,7 +17,8 @@ import (
 // in the background; the Backups page and the Overview say what it found
 // ("3 of 3 people restored and equal"); a person whose replica is gone is
 // named on both, /healthz turns degraded and the metrics count the
-// failure, until a later drill passes.
+// failure, until a later drill passes; a drill that cannot run at all
+// turns it degraded too.
 func TestDrillInConsoleAndHealth(t *testing.T) {
 	rs := newReplicatedServer(t)
 	s := rs.store
@@ -143,6 +144,21 @@ func TestDrillInConsoleAndHealth(t *testing.T) {
 	}
 	if h := rs.do(t, "GET", "/healthz", "", nil); h.str("status") != "ok" || h.str("restore_drill") != "ok" {
 		t.Errorf("healthz after a later drill passed: %s", h.raw)
+	}
+
+	// A drill that cannot run (a file where its folder was: the tests run
+	// as root, whom chmod does not stop) has not passed: health is degraded.
+	if err := os.Rename(d.Dir, d.Dir+".away"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(d.Dir, []byte("not a folder"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := drillNow(); r.Err == "" {
+		t.Fatalf("drill without its folder ran: %s", r.Summary())
+	}
+	if h := rs.do(t, "GET", "/healthz", "", nil); h.str("status") != "degraded" || h.str("restore_drill") != "failed" {
+		t.Errorf("healthz after a drill that could not run: %s", h.raw)
 	}
 }
 

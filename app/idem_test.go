@@ -202,7 +202,7 @@ func TestIdempotentUpload(t *testing.T) {
 	// A first upload still streaming: its retry is refused at once. A retry
 	// that reaches the server before the first one's headers is the first
 	// itself; then the round is tried again with another key.
-	bob := ts.signup(t, "bob")
+	bob, cyd := ts.signup(t, "bob"), ts.signup(t, "cyd")
 	small := randomBytes(1000)
 	var (
 		key  string
@@ -243,6 +243,10 @@ func TestIdempotentUpload(t *testing.T) {
 		// Fatal: every round's first upload was already waited for, so the
 		// wait below would never end.
 		t.Fatalf("retry while the first streams: %d %v %s", busy.StatusCode, busy.Header, raw)
+	}
+	// Keys are each person's own: cyd's upload with bob's key goes through.
+	if res, raw := ts.uploadKeyed(t, cyd, key, small); res.StatusCode != 201 {
+		t.Errorf("cyd's upload with the key of bob's upload in flight: %d %s", res.StatusCode, raw)
 	}
 	pw.Write(small[500:])
 	pw.Close()

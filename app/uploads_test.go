@@ -252,13 +252,14 @@ func TestUploadAbandonAndExpiryGiveBack(t *testing.T) {
 		t.Fatalf("left after DELETE: %v, %v bytes held", files, held())
 	}
 
-	// By a request past the expiry.
+	// By a request past the expiry, which each piece moves on.
 	loc = ts.createUpload(t, a, 3<<20, "")
+	ts.clock.Advance(store.DefaultUploadExpiry - time.Minute)
 	ts.patchUpload(t, a, loc, 0, randomBytes(1000))
 	full("the second")
 	ts.clock.Advance(store.DefaultUploadExpiry - time.Minute)
 	if got := ts.uploadOffset(t, a, loc); got != 1000 {
-		t.Fatalf("HEAD before the expiry: %d", got)
+		t.Fatalf("HEAD a day less a minute after the last piece (two after the creation): %d", got)
 	}
 	ts.clock.Advance(2 * time.Minute)
 	if got := ts.uploadOffset(t, a, loc); got != -404 {
@@ -274,13 +275,15 @@ func TestUploadAbandonAndExpiryGiveBack(t *testing.T) {
 	if files := uploadFiles(t, dir, a.id); len(files) != 0 {
 		t.Fatalf("left after the sweep: %v", files)
 	}
-	// By a restart, the clock past the expiry.
+	// By a restart, the clock past the expiry; before it, the upload found
+	// on disk holds its length of the quota again.
 	loc = ts.createUpload(t, a, 3<<20, "")
 	ts.patchUpload(t, a, loc, 0, randomBytes(1000))
 	ts.Close()
 	ts.store.Close()
 	ts = newTestServer(t, edit)
-	ts.clock.Advance(4 * store.DefaultUploadExpiry) // the first server's clock was 2 days on
+	full("after a restart")
+	ts.clock.Advance(5 * store.DefaultUploadExpiry) // the first server's clock was 3 days on
 	if got := ts.uploadOffset(t, a, loc); got != -404 {
 		t.Fatalf("HEAD after a restart past the expiry: %d", got)
 	}
@@ -430,6 +433,42 @@ func TestUploadChecksums(t *testing.T) {
 	}
 	if files := uploadFiles(t, ts.dir, a.id); len(files) != 0 {
 		t.Fatalf("left after the mismatch: %v", files)
+	}
+	// The dropped piece leaves nothing in the file's running sha256: sent
+	// again whole, the file ends with the one declared.
+	right := sha256.Sum256(src)
+	loc = ts.createUpload(t, a, len(src), tusMeta("sha256", hex.EncodeToString(right[:])))
+	if res, raw := ts.patchUpload(t, a, loc, 0, piece, "Upload-Checksum", "sha256 "+base64.StdEncoding.EncodeToString(bad[:])); res.StatusCode != 460 {
+		t.Fatalf("a piece with a wrong checksum: %d %s", res.StatusCode, raw)
+	}
+	if res, raw := ts.patchUpload(t, a, loc, 0, src); res.StatusCode != 204 || res.Header.Get("Media-Id") == "" {
+		t.Fatalf("the whole file after a dropped piece: %d %s", res.StatusCode, raw)
+	}
+}
+
+// TestUploadKeepsTheNewestFinished: past the 16 finished uploads' states a
+// person keeps, the oldest goes first; the newest answer HEAD with their
+// media's id.
+func TestUploadKeepsTheNewestFinished(t *testing.T) {
+	ts := newTestServer(t)
+	a := ts.signup(t, "ana")
+	const kept = 16 // store's maxFinished
+	var locs []string
+	for i := range kept + 1 {
+		loc := ts.createUpload(t, a, 10, "")
+		if res, raw := ts.patchUpload(t, a, loc, 0, fmt.Appendf(nil, "file %5d", i)); res.StatusCode != 204 {
+			t.Fatalf("upload %d: %d %s", i, res.StatusCode, raw)
+		}
+		locs = append(locs, loc)
+		ts.clock.Advance(time.Millisecond) // media ids, which order them, of distinct times
+	}
+	if got := ts.uploadOffset(t, a, locs[0]); got != -404 {
+		t.Errorf("HEAD the oldest of %d finished uploads: %d, want 404", kept+1, got)
+	}
+	for i, loc := range locs[1:] {
+		if got := ts.uploadOffset(t, a, loc); got != 10 {
+			t.Errorf("HEAD finished upload %d of the newest %d: %d, want 10", i+2, kept, got)
+		}
 	}
 }
 

@@ -124,18 +124,33 @@ func drillFaults(t *testing.T, tg *backup.Target, root string) {
 	for i := range 12 {
 		n.post(t, ids["oldsweep"], 100+i)
 	}
-	if _, err := sw.Run(ctx, time.Now()); err != nil {
+	second := time.Now()
+	if _, err := sw.Run(ctx, second); err != nil {
 		t.Fatal(err)
 	}
 	settle(t, n)
+	// A newer sweep not finished (no manifest yet, as while one runs): the
+	// drill checks the newest complete one.
+	complete := second.UTC().Format("20060102T150405Z")
+	cut := filepath.Join(root, "sweeps", time.Now().Add(30*time.Minute).UTC().Format("20060102T150405Z"))
+	half := filepath.Join(cut, "people", ids["fine1"], "person.db")
+	if err := os.MkdirAll(filepath.Dir(half), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(half, []byte("half a copy"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 
 	d := drillFor(n, tg)
 	r, err := d.Once(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !r.Passed() || r.Equal != len(handles) || r.People != len(handles) || r.Directory != "equal" || r.SweepOK != len(handles)+1 {
-		t.Fatalf("sound server's drill: %s: %+v", r.Summary(), r.Failures)
+	if !r.Passed() || r.Equal != len(handles) || r.People != len(handles) || r.Directory != "equal" || r.SweepOK != len(handles)+1 || r.Sweep != complete {
+		t.Fatalf("sound server's drill, sweep %s complete and a later one cut short: %s (sweep %s): %+v", complete, r.Summary(), r.Sweep, r.Failures)
+	}
+	if err := os.RemoveAll(cut); err != nil {
+		t.Fatal(err)
 	}
 	if s := r.Summary(); !strings.HasPrefix(s, "6 of 6 people restored and equal, the directory too, 7 sweep copies sound") {
 		t.Errorf("summary %q", s)

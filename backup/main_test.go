@@ -68,6 +68,7 @@ type nodeOpts struct {
 	maxOpen, maxWatched int
 	run                 bool          // start Backups.Run
 	walIdle             time.Duration // store.Config.WALIdle
+	queue               bool          // keep the replication queue on disk, as the server does
 }
 
 func openNode(t testing.TB, dir string, tg *backup.Target, o nodeOpts) *node {
@@ -84,6 +85,9 @@ func openNode(t testing.TB, dir string, tg *backup.Target, o nodeOpts) *node {
 	}
 	cfg := store.Config{Dir: dir, MaxOpenFiles: o.maxOpen, Logger: log}
 	cfg.Replicator, cfg.MaxWatched, cfg.WALIdle = r, o.maxWatched, o.walIdle
+	if o.queue {
+		cfg.QueueDir = filepath.Join(dir, filepath.FromSlash(nah.QueueRel))
+	}
 	s, err := store.Open(ctx, cfg)
 	if err != nil {
 		r.Close(ctx)
@@ -204,6 +208,16 @@ func p95(ds []time.Duration) time.Duration {
 	s := append([]time.Duration(nil), ds...)
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	return s[(len(s)*95+99)/100-1]
+}
+
+// median is the middle of ds.
+func median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
 }
 
 // eventually polls cond every 50 ms until it holds or within runs out.

@@ -209,10 +209,16 @@ func targetAwayAndBack(t *testing.T, tg *backup.Target, down, up func()) {
 	}
 	t.Logf("health while away: behind %d, worst %v, error %q", h.Behind, h.Worst, h.LastErr)
 	during = append(during, posts(128, 20, append(ids, newcomer))...)
-	pb, pd := p95(before), p95(during)
-	t.Logf("post p95: %v before, %v with the target away", pb, pd)
-	if pd > 3*pb+20*time.Millisecond {
-		t.Errorf("post p95 %v with the target away, %v before", pd, pb)
+	// A ratio of medians, not a bound in time: a loaded machine slows a few
+	// posts of either run (a p95 bound failed so), while a post that waits
+	// for the target slows every one of the run with it away. The replica
+	// directory read-only made the median 4-9 times the one before (the
+	// replicators' failed ships and take-ups share the posts' connections;
+	// 0.2-0.6 ms to 1.2-3.9 ms here), S3 stopped about 1.
+	mb, md := median(before), median(during)
+	t.Logf("post median: %v before, %v with the target away (p95 %v, %v)", mb, md, p95(before), p95(during))
+	if md > 20*mb {
+		t.Errorf("post median %v with the target away, more than 20 times the %v before", md, mb)
 	}
 
 	up()

@@ -208,3 +208,39 @@ func TestDeleteEmptiesAKeptWAL(t *testing.T) {
 		t.Errorf("ann's moments after the undo: %d, %v, want 2", n, err)
 	}
 }
+
+// TestShutdownEmptiesAWALAClosedReadFound: a WAL this process did not
+// leave (another process's, or a killed run's) found by a read of the
+// closed file (the backup's copy) is emptied by the clean Close, like the
+// WALs this process left.
+func TestShutdownEmptiesAWALAClosedReadFound(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	a := MustOpen(t, Config{Dir: dir, MaxOpenFiles: 1}) // stands for the run that left the WAL
+	ann, bob := mustPerson(t, a, "ann"), mustPerson(t, a, "bob")
+	for _, p := range []nah.Person{ann, ann, bob} { // ann's file is evicted, its WAL kept
+		if _, err := a.CreateMoment(ctx, p.ID, make([]byte, 400)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.files.WaitClosed()
+	walPath := filepath.Join(dir, "people", ann.ID, "person.db-wal")
+	if st, err := os.Stat(walPath); err != nil || st.Size() == 0 {
+		t.Fatalf("ann's evicted file kept no WAL: %v", err)
+	}
+	b, err := Open(ctx, Config{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := b.Backup(ctx, nah.PersonRel(ann.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(walPath); err == nil && st.Size() > 0 {
+		t.Errorf("ann's WAL holds %d bytes after a clean Close of the run that read her closed file", st.Size())
+	}
+}

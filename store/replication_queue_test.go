@@ -245,3 +245,28 @@ func marked(t *testing.T, qdir, id string) bool {
 	}
 	return m[id]
 }
+
+// TestFailedLastSyncKeepsTheMark: a watched file whose last sync fails
+// (the target is away) stays marked on disk, so that a kill before the
+// next sync has the next start replicate it.
+func TestFailedLastSyncKeepsTheMark(t *testing.T) {
+	dir := t.TempDir()
+	qdir := filepath.Join(dir, "replication", "queue")
+	hooks := testHooks{
+		QueueDir: qdir,
+		Watch:    func(context.Context, string) error { return nil },
+		Unwatch:  func(string) error { return errors.New("target away") },
+	}
+	s := MustOpen(t, hooks.config(Config{Dir: dir}))
+	ann := mustPerson(t, s, "ann")
+	if _, err := s.CreateMoment(context.Background(), ann.ID, []byte("not on the replica yet")); err != nil {
+		t.Fatal(err)
+	}
+	if !marked(t, qdir, ann.ID) {
+		t.Fatal("ann's watched file is not marked")
+	}
+	s.files.Forget(ann.ID) // closed now: its last sync fails
+	if !marked(t, qdir, ann.ID) {
+		t.Fatal("ann's mark went although her last sync failed: a kill now leaves her post off the replica for good")
+	}
+}

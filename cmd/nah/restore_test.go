@@ -302,7 +302,8 @@ func TestRestoreProperty(t *testing.T) {
 
 // TestRestoreToTime: `nah restore -time T` gives the whole server as it
 // was at T: the moments posted well before T (one of them deleted after
-// T) and nothing later, not even a person who signed up after T.
+// T) and nothing later, not even a person who signed up after T, nor
+// their media mirrored by a later sweep.
 func TestRestoreToTime(t *testing.T) {
 	data, repl, out := t.TempDir(), filepath.Join(t.TempDir(), "replica"), filepath.Join(t.TempDir(), "restored")
 	p := start(t, data, replicaEnv(repl)...)
@@ -322,9 +323,18 @@ func TestRestoreToTime(t *testing.T) {
 		t.Fatalf("delete: %d %v", st, err)
 	}
 	p.call("DELETE", "/api/v1/moments/"+before[0], bob, nil)
-	_, cat := p.signup(t, "cat")
+	catID, cat := p.signup(t, "cat")
 	p.post(t, cat, "cat was not here yet")
+	req, _ := http.NewRequest("POST", "http://"+p.addr+"/api/v1/media", bytes.NewReader([]byte("cat's photo")))
+	req.Header.Set("Authorization", "Bearer "+cat)
+	req.Header.Set("Content-Type", "image/jpeg")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("cat's upload: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
 	p.stop(t)
+	sweepStamped(t, data, repl, time.Now()) // mirrors cat's media
 
 	res := restoreInto(t, repl, out, "-time", at.UTC().Format(time.RFC3339Nano))
 	if !strings.Contains(res, "Left out 1 file with no copy as old as") {
@@ -332,6 +342,9 @@ func TestRestoreToTime(t *testing.T) {
 	}
 	if n := len(databases(t, out)); n != 3 {
 		t.Errorf("%d databases restored, want the directory, ann's and bob's", n)
+	}
+	if _, err := os.Stat(filepath.Join(out, "people", catID)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("cat, left out, has a folder in the restored data directory (her mirrored media restored): %v", err)
 	}
 	p2 := start(t, out, "NAH_REPLICA_URL=off")
 	got := p2.feedIDs(t, ann)
@@ -647,7 +660,8 @@ func sweepStamped(t *testing.T, data, repl string, made time.Time) {
 // bob's feed goes on). With a sweep older than her
 // history, ann comes back from it, the summary says so with the sweep's
 // time and how far behind her history's newest position it is, and the
-// restore exits 3. A corrupt history of the directory, with no sweep,
+// restore exits 3; with cat lost as well, the loss decides: exit 1 and
+// INCOMPLETE. A corrupt history of the directory, with no sweep,
 // stops the restore with exit 1 and says why.
 func TestRestoreCorruptHistory(t *testing.T) {
 	data, repl := t.TempDir(), filepath.Join(t.TempDir(), "replica")
@@ -730,6 +744,27 @@ func TestRestoreCorruptHistory(t *testing.T) {
 		}
 		if got := p2.feedIDs(t, ann); len(got) != 6 {
 			t.Errorf("ann's feed on the restored server: %d moments, want her and bob's 6", len(got))
+		}
+	})
+
+	t.Run("older sweep and a loss", func(t *testing.T) {
+		// ann falls back to the sweep, cat has no sound copy at all: the
+		// loss decides the exit and the last line, not the fallback.
+		r, out := copyReplica(t, repl), filepath.Join(t.TempDir(), "restored")
+		newest, _ := time.Parse(time.RFC3339Nano, evidenceNewest)
+		sweepStamped(t, data, r, newest.Add(-5*time.Hour-30*time.Minute))
+		plantCorruptHistory(t, r, annRel)
+		plantCorruptHistory(t, r, catRel)
+		sweeps, _ := filepath.Glob(filepath.Join(r, "sweeps", "*", filepath.FromSlash(catRel)))
+		if len(sweeps) != 1 {
+			t.Fatalf("cat's sweep copies: %v", sweeps)
+		}
+		corruptPage(t, sweeps[0], 2)
+		o, e, code := nahRun(t, "restore", "-from", r, "-to", out)
+		t.Logf("nah restore: exit %d\n%s%s", code, o, e)
+		if code != 1 || !strings.Contains(o, "OLDER THAN THEIR HISTORY: 1 file") || !strings.Contains(o, "NOT RESTORED: 1 person") ||
+			!strings.Contains(o, "INCOMPLETE: 1 of 3 people") || strings.Contains(o, "Every file passed") {
+			t.Fatalf("exit %d: the summary does not put cat's loss before ann's fallback", code)
 		}
 	})
 

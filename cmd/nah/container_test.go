@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -187,4 +188,53 @@ func TestContainerImage(t *testing.T) {
 		t.Errorf("the second container on the same volume lacks the moment: %s", feed)
 	}
 	second.stop(t)
+}
+
+// TestComposeFile runs packaging/compose.yaml with the release's image and
+// podman-compose: the server answers on the published port, prints its
+// setup link, keeps its data in one volume and ships its replica into the
+// other.
+func TestComposeFile(t *testing.T) {
+	archive := releaseArtifact(t, "nah_*_image_linux_"+runtime.GOARCH+".tar")
+	compose := needTool(t, "podman-compose", "podman-compose")
+	needTool(t, "runc", "runc")
+	loaded := podman(t, "load", "-q", "-i", archive)
+	project := fmt.Sprintf("nahtest%d", time.Now().UnixNano())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	run := func(args ...string) string {
+		t.Helper()
+		cmd := podmanCmd(t)
+		cmd.Path, cmd.Args = compose, append([]string{compose, "-p", project, "-f", filepath.Join(sourceDir, "..", "..", "packaging", "compose.yaml")}, args...)
+		cmd.Env = append(cmd.Env, "NAH_IMAGE="+loaded[strings.LastIndex(loaded, " ")+1:], "NAH_PORT="+addr)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("podman-compose %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	t.Cleanup(func() { run("down", "-v") })
+	run("up", "-d")
+	p := &proc{addr: addr}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if st, out, err := p.call("GET", "/healthz", "", nil); err == nil && st == 200 && out["status"] == "ok" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no healthy /healthz on %s 20 s after podman-compose up:\n%s", addr, run("logs"))
+		}
+	}
+	if logs := run("logs", "nah"); !strings.Contains(logs, "No console admin yet") {
+		t.Errorf("no setup link in the log:\n%s", logs)
+	}
+	for _, v := range []string{"data", "replica"} {
+		mount := podman(t, "volume", "inspect", project+"_"+v, "--format", "{{.Mountpoint}}")
+		if entries, err := os.ReadDir(mount); err != nil || len(entries) == 0 {
+			t.Errorf("volume %s is empty: %v", v, err)
+		}
+	}
 }

@@ -56,7 +56,8 @@ release:
 ## from bin/release's binaries, with podman: localhost/nah:VERSION-ARCH (a
 ## tag has no ~), and
 ## each saved as bin/release/nah_VERSION_image_linux_ARCH.tar (a docker-archive,
-## which keeps the health check that an OCI archive drops: podman or docker load)
+## which keeps the health check that an OCI archive drops: podman or docker
+## load), its checksum added to checksums.txt
 image:
 	@command -v podman >/dev/null || { echo "make image needs podman (Debian's podman)"; exit 1; }
 	@set -e; v=$$(sed -n 's/.*"version":"\([^"]*\)".*/\1/p' bin/release/metadata.json); \
@@ -70,7 +71,7 @@ image:
 		rm -f bin/release/nah_$${v}_image_linux_$$arch.tar; \
 		podman save -q --format docker-archive -o bin/release/nah_$${v}_image_linux_$$arch.tar localhost/nah:$$tag-$$arch; \
 	done; \
-	ls -l bin/release/*.tar
+	cd bin/release && sed -i '/_image_linux_/d' checksums.txt && sha256sum nah_*_image_linux_*.tar >> checksums.txt
 
 ## generate: the templ components' Go code (always from the repository root)
 generate:

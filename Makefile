@@ -59,8 +59,8 @@ release:
 ## which keeps the health check that an OCI archive drops: podman or docker
 ## load), its checksum added to checksums.txt
 image:
-	@command -v podman >/dev/null || { echo "make image needs podman (Debian's podman)"; exit 1; }
-	@set -e; v=$$(sed -n 's/.*"version":"\([^"]*\)".*/\1/p' bin/release/metadata.json); \
+	@command -v podman >/dev/null || { echo "make image needs podman (Debian's podman; .ci/run installs it): no image, so its tests skip"; [ "$$CI" != true ]; exit; }; \
+	set -e; v=$$(sed -n 's/.*"version":"\([^"]*\)".*/\1/p' bin/release/metadata.json); \
 	tag=$$(echo "$$v" | tr '~+' '--'); \
 	rm -rf bin/image && mkdir -p bin/image/empty; \
 	for arch in amd64 arm64; do \

@@ -2,19 +2,23 @@
 export CGO_ENABLED := 0
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -s -w -X main.version=$(VERSION)
+COMMIT := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+# The commit's time, not the clock's: the same commit builds the same bytes.
+DATE := $(shell git log -1 --format=%cI 2>/dev/null || echo unknown)
+LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(DATE)
 GOFLAGS_BUILD := -trimpath -ldflags "$(LDFLAGS)"
 
-.PHONY: run test build build-all generate lint contract goclient axe tusjs fuzz bench bench-soak bench-media bench-digest bench-compare bench-baseline clean
+.PHONY: run test build build-all release image generate lint contract goclient axe tusjs fuzz bench bench-soak bench-media bench-digest bench-compare bench-baseline clean
 
 ## run: the server with its embedded defaults (data in ./data, 127.0.0.1:8090)
 run:
 	go run $(GOFLAGS_BUILD) ./cmd/nah serve
 
 ## test: lint, the API contract, axe-core for the console's browser test,
-## tus-js-client for the resumable uploads' test, then every test (the full
+## tus-js-client for the resumable uploads' test, the release (whose Debian
+## package and image the tests install and run), then every test (the full
 ## suite takes a few minutes on 2 cores)
-test: lint contract axe tusjs
+test: lint contract axe tusjs release
 	go test -count=1 -timeout 20m ./...
 
 ## build: a static, stripped, version-stamped binary for this machine
@@ -25,6 +29,50 @@ build:
 build-all:
 	GOOS=linux GOARCH=amd64 go build $(GOFLAGS_BUILD) -o bin/nah-linux-amd64 ./cmd/nah
 	GOOS=linux GOARCH=arm64 go build $(GOFLAGS_BUILD) -o bin/nah-linux-arm64 ./cmd/nah
+
+## release: archives (binary, LICENSE, INSTALL.txt), Debian packages and
+## SBOMs for linux amd64 and arm64, with checksums.txt, in bin/release, by
+## goreleaser (packaging/goreleaser.yaml); then the container image (make
+## image). A snapshot unless HEAD is tagged; PUBLISH=1 on a tag publishes
+## (.ci/release); goreleaser reads the commit only from a clone with a
+## remote, which a worktree without one is lent for the run. goreleaser and
+## syft are go tools pinned in packaging/tools,
+## their own module: they bring about 480 modules, which the server's go.mod
+## should not list.
+release:
+	@set -e; gr=$$(cd packaging/tools && go tool -n goreleaser); \
+	syft=$$(cd packaging/tools && go tool -n syft); \
+	mode=--snapshot; \
+	if git describe --exact-match --tags HEAD >/dev/null 2>&1; then \
+		if [ -n "$(PUBLISH)" ]; then mode=; else mode=--skip=publish; fi; \
+	fi; \
+	if [ -z "$$(git remote)" ]; then \
+		export GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=remote.origin.url GIT_CONFIG_VALUE_0=https://github.com/nah-app/nah; \
+	fi; \
+	echo "goreleaser release $$mode"; \
+	PATH="$$(dirname $$syft):$$PATH" $$gr release --clean --config packaging/goreleaser.yaml $$mode
+	$(MAKE) image
+
+## image: the container image (packaging/Containerfile) for amd64 and arm64
+## from bin/release's binaries, with podman: localhost/nah:VERSION-ARCH (a
+## tag has no ~), and
+## each saved as bin/release/nah_VERSION_image_linux_ARCH.tar (a docker-archive,
+## which keeps the health check that an OCI archive drops: podman or docker
+## load), its checksum added to checksums.txt
+image:
+	@command -v podman >/dev/null || { echo "make image needs podman (Debian's podman; .ci/run installs it): no image, so its tests skip"; [ "$$CI" != true ]; exit; }; \
+	set -e; v=$$(sed -n 's/.*"version":"\([^"]*\)".*/\1/p' bin/release/metadata.json); \
+	tag=$$(echo "$$v" | tr '~+' '--'); \
+	rm -rf bin/image && mkdir -p bin/image/empty; \
+	for arch in amd64 arm64; do \
+		mkdir -p bin/image/$$arch && cp bin/release/nah_linux_$${arch}_*/nah bin/image/$$arch/nah; \
+		podman build -q --format docker --platform linux/$$arch --timestamp $$(git log -1 --format=%ct) \
+			--build-arg VERSION=$$v --build-arg REVISION=$(COMMIT) --build-arg CREATED=$(DATE) \
+			-f packaging/Containerfile -t localhost/nah:$$tag-$$arch . ; \
+		rm -f bin/release/nah_$${v}_image_linux_$$arch.tar; \
+		podman save -q --format docker-archive -o bin/release/nah_$${v}_image_linux_$$arch.tar localhost/nah:$$tag-$$arch; \
+	done; \
+	cd bin/release && sed -i '/_image_linux_/d' checksums.txt && sha256sum nah_*_image_linux_*.tar >> checksums.txt
 
 ## generate: the templ components' Go code (always from the repository root)
 generate:

@@ -16,6 +16,7 @@ require (
 	github.com/pierrec/lz4/v4 v4.1.23
 	github.com/superfly/ltx v0.5.2
 	golang.org/x/crypto v0.59.0
+	golang.org/x/crypto/x509roots/fallback v0.0.0-20261030153154-30a33513ff6d
 	golang.org/x/net v0.62.0
 	golang.org/x/sys v0.50.0
 	modernc.org/libc v1.80.1

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"syscall"
@@ -27,8 +28,14 @@ import (
 	"github.com/nah-app/nah/store"
 )
 
-// version is stamped by the Makefile with -ldflags "-X main.version=...".
-var version = "dev"
+// version, commit and date are stamped at build time (the Makefile and
+// packaging/goreleaser.yaml: -ldflags "-X main.version=... -X main.commit=...
+// -X main.date=..."); a plain go build leaves these.
+var (
+	version = "dev"
+	commit  = "unknown"
+	date    = "unknown"
+)
 
 // usageError exits with status 2: the command line or configuration is wrong.
 type usageError struct{ msg string }
@@ -64,8 +71,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		help(stdout)
 		return nil
 	case "version", "-version", "--version":
-		fmt.Fprintln(stdout, "nah", version)
+		fmt.Fprintf(stdout, "nah %s\ncommit %s\nbuilt %s\n%s %s/%s\n", version, commit, date, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		return nil
+	case "healthcheck":
+		return healthcheck(ctx, getenv, stdout)
 	case "joincode":
 		return joincode(ctx, args, getenv, stdout, stderr)
 	case "admin":
@@ -96,7 +105,7 @@ Commands:
                                  a new id, and print a one-time link (valid 24h) that sets their
                                  password; a running server sees them only after a restart, so on
                                  a running server use the console's "Import a person" instead
-  nah service [-user nah] [-env-file /etc/nah/nah.env]
+  nah service [-user nah] [-env-file /etc/nah/nah.env] [-bin PATH]
                                  print a hardened systemd unit for this binary and NAH_DATA_DIR
                                  (else /var/lib/nah), with MemoryMax agreeing with NAH_MEMORY_LIMIT
   nah restore -from URL -to DIR [-time RFC3339] [-workers N]
@@ -110,7 +119,9 @@ Commands:
                                  restore every database of the replica into a scratch folder and
                                  compare it with data directory DIR (the restore drill's check);
                                  exit 1 on any difference
-  nah version                    print the version
+  nah healthcheck                ask the server on NAH_ADDR for /healthz; exit 1 unless its status
+                                 is ok (a container's health check: no shell needed)
+  nah version                    print the version, commit, build date and Go version
   nah help                       this text
 
 Configuration (environment variables, with their defaults):

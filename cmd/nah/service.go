@@ -34,13 +34,14 @@ var unitValue = regexp.MustCompile(`^[A-Za-z0-9_./@+:-]+$`)
 
 var userName = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
 
-const serviceUsage = "usage: nah service [-user nah] [-env-file /etc/nah/nah.env] > /etc/systemd/system/nah.service"
+const serviceUsage = "usage: nah service [-user nah] [-env-file /etc/nah/nah.env] [-bin /usr/bin/nah] > /etc/systemd/system/nah.service"
 
 func service(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("service", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	user := fs.String("user", "nah", "the user the server runs as")
 	envFile := fs.String("env-file", "/etc/nah/nah.env", "the environment file with the server's settings")
+	bin := fs.String("bin", "", "the binary's path in the unit (default: this binary's); the Debian package's is /usr/bin/nah")
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
 		return usageError{serviceUsage}
 	}
@@ -54,11 +55,15 @@ func service(args []string, getenv func(string) string, stdout, stderr io.Writer
 			return err
 		}
 	}
-	if u.Exec, err = os.Executable(); err != nil {
-		return err
-	}
-	if p, err := filepath.EvalSymlinks(u.Exec); err == nil {
-		u.Exec = p
+	if u.Exec = *bin; u.Exec == "" {
+		if u.Exec, err = os.Executable(); err != nil {
+			return err
+		}
+		if p, err := filepath.EvalSymlinks(u.Exec); err == nil {
+			u.Exec = p
+		}
+	} else if !filepath.IsAbs(u.Exec) {
+		return usageError{fmt.Sprintf("-bin %q: want an absolute path", u.Exec)}
 	}
 	switch {
 	case !userName.MatchString(u.User):

@@ -34,7 +34,7 @@ func (s *Store) LiveRead(ctx context.Context, rel string, fn func(tx *sql.Tx) er
 	if _, hidden := s.files.State(id); hidden {
 		return nah.ErrNoPerson()
 	}
-	f, err := s.files.Acquire(ctx, id, false)
+	f, err := s.acquire(ctx, id, false)
 	if err != nil {
 		return err
 	}

@@ -34,7 +34,11 @@ func (s *Store) newFileCache(cfg Config) *personfile.Cache {
 		Max:  cfg.MaxOpenFiles,
 		Path: s.personPath,
 		Open: func(ctx context.Context, p string, create bool) (*sql.DB, error) {
-			return openPerson(ctx, p, create, cfg.Sync, replicated)
+			db, migrated, err := openPerson(ctx, p, create, cfg.Sync, replicated)
+			if migrated {
+				s.migrated.Store(p, struct{}{})
+			}
+			return db, err
 		},
 		Checkpoint:      checkpointClosed,
 		CloseKeepingWAL: closeKeepingWAL,
@@ -71,21 +75,37 @@ func (s *Store) personPath(id string) (string, error) {
 
 // openPerson opens (or creates) one person file and brings its schema up
 // to date. The schema version is read once; migrate runs only when it is
-// not this binary's (it reads it again inside its transaction).
-func openPerson(ctx context.Context, p string, create bool, mode Sync, replicated bool) (*sql.DB, error) {
-	db, err := openDB(p, false, 1, personCacheKiB, mode, replicated)
+// not this binary's (it reads it again inside its transaction). migrated
+// says it ran: the file was written.
+func openPerson(ctx context.Context, p string, create bool, mode Sync, replicated bool) (db *sql.DB, migrated bool, err error) {
+	db, err = openDB(p, false, 1, personCacheKiB, mode, replicated)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	v, err := schemaVersion(ctx, db, p, create)
 	if err == nil && v != len(personMigrations) {
+		migrated = true
 		err = migrate(ctx, db, p, personMigrations)
 	}
 	if err != nil {
 		db.Close()
-		return nil, err
+		return nil, false, err
 	}
-	return db, nil
+	return db, migrated, nil
+}
+
+// acquire is s.files.Acquire, and a file its open migrated counts as
+// written: an upgrade migrates each file at its first open, a read as
+// often as not, and a migration no ship took left the replica on the old
+// schema (the restore drill failed that person until they wrote).
+func (s *Store) acquire(ctx context.Context, id string, create bool) (*personfile.File, error) {
+	f, err := s.files.Acquire(ctx, id, create)
+	if err == nil {
+		if _, ok := s.migrated.LoadAndDelete(f.Path); ok {
+			s.files.Wrote(f)
+		}
+	}
+	return f, err
 }
 
 // schemaVersion reads the file's user_version and, unless it is being
@@ -149,7 +169,7 @@ func openSnapshot(ctx context.Context, p string) (*sql.DB, error) {
 // except that a read goes on through a snapshot of a file that could not be
 // opened for lack of space. write says whether fn writes.
 func (s *Store) useFile(ctx context.Context, id string, write bool, fn func(f *personFile) error) error {
-	pf, err := s.files.Acquire(ctx, id, false)
+	pf, err := s.acquire(ctx, id, false)
 	if err != nil {
 		if !write && s.kindOf(err) == noSpace && s.readSnapshot(ctx, id, fn) == nil {
 			s.noteReadable(id)

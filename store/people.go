@@ -39,7 +39,7 @@ func (s *Store) CreatePerson(ctx context.Context, np NewPerson) (nah.Person, err
 	if p.CreatedAt == 0 {
 		p.CreatedAt = s.now().UnixMilli()
 	}
-	f, err := s.files.Acquire(ctx, p.ID, true)
+	f, err := s.acquire(ctx, p.ID, true)
 	if err != nil {
 		s.removePersonFiles(p.ID) // the folder is made before the file
 		return nah.Person{}, s.spaceErr(err)

@@ -122,7 +122,7 @@ func (s *Store) WatchNow(ctx context.Context, rel string) error {
 // watchPerson has replication watch person id's file as a write would;
 // with wait, it returns once replication has the file.
 func (s *Store) watchPerson(ctx context.Context, id string, wait bool) error {
-	f, err := s.files.Acquire(ctx, id, false)
+	f, err := s.acquire(ctx, id, false)
 	if err != nil {
 		return err
 	}

@@ -96,6 +96,7 @@ type Store struct {
 	tokenQuery *sql.Stmt
 
 	files     *personfile.Cache
+	migrated  sync.Map // paths of person files their open migrated, until acquired (acquire)
 	sync      Sync // of every connection the store opens (Config.Sync)
 	repl      Replicator
 	graph     *graph

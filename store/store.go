@@ -97,7 +97,7 @@ type Store struct {
 
 	files     *personfile.Cache
 	migrated  sync.Map // paths of person files their open migrated, until acquired (acquire)
-	sync      Sync // of every connection the store opens (Config.Sync)
+	sync      Sync     // of every connection the store opens (Config.Sync)
 	repl      Replicator
 	graph     *graph
 	cursorKey []byte

@@ -129,8 +129,11 @@ type fileState struct {
 	// shipBase is the header of the newest LTX file, shipped in this run
 	// and not watched since: the next ship carries on from it unread.
 	shipBase *ltx.Header
-	// repaired: repairLocal has checked the local state in this run; only
-	// a crash (a run before) or a failed rename leaves it torn or missing.
+	// repaired: repairLocal has checked the local state in this run, and
+	// nothing failed since: a crash (a run before) or a failed rename
+	// leaves it torn or missing, and a target wiped while it was away
+	// (the local state keeps only its newest file) leaves Litestream
+	// nothing to send it again from.
 	repaired bool
 }
 
@@ -381,7 +384,7 @@ func (r *Replicator) Watch(ctx context.Context, path string) error {
 func (r *Replicator) failed(rel string, err error) error {
 	r.mu.Lock()
 	if st := r.files[rel]; st != nil {
-		st.Err = err.Error()
+		st.Err, st.repaired = err.Error(), false
 	}
 	r.mu.Unlock()
 	return fmt.Errorf("replicate %s: %w", rel, err)
@@ -439,7 +442,7 @@ func (r *Replicator) Unwatch(path string) error {
 		st.Replicated = uint64(db.Replica.Pos().TXID)
 	}
 	if err != nil {
-		st.Err = err.Error()
+		st.Err, st.repaired = err.Error(), false
 	} else if st.Replicated >= st.TXID && !db.LastSuccessfulSyncAt().IsZero() {
 		// A file registered while the target failed and closed before
 		// Litestream set it up had no last sync at all: it stays behind
@@ -515,7 +518,7 @@ func (r *Replicator) record(rel string, db *litestream.DB) {
 	// A file Litestream has not set up yet (its first sync failed: the
 	// target was away) has no position at all, which is not in step.
 	if diag.Error != "" {
-		st.Err = diag.Error
+		st.Err, st.repaired = diag.Error, false
 	} else if err == nil && pos.TXID > 0 && rpos >= st.TXID {
 		st.Err = ""
 	}

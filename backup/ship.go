@@ -159,7 +159,7 @@ func (r *Replicator) Ship(ctx context.Context, path string, db *sql.DB) (ok bool
 	if _, err := client.WriteLTXFile(ctx, 0, txid, txid, body); err != nil {
 		r.setDown(err)
 		r.mu.Lock()
-		st.Err, st.shipBase = err.Error(), nil
+		st.Err, st.shipBase, st.repaired = err.Error(), nil, false
 		r.mu.Unlock()
 		return false, fmt.Errorf("replicate %s: ship: %w", rel, err)
 	}

@@ -76,7 +76,7 @@ func (s *Store) personPath(id string) (string, error) {
 // openPerson opens (or creates) one person file and brings its schema up
 // to date. The schema version is read once; migrate runs only when it is
 // not this binary's (it reads it again inside its transaction). migrated
-// says it ran: the file was written.
+// says it ran on a file of an older schema: the file was written.
 func openPerson(ctx context.Context, p string, create bool, mode Sync, replicated bool) (db *sql.DB, migrated bool, err error) {
 	db, err = openDB(p, false, 1, personCacheKiB, mode, replicated)
 	if err != nil {
@@ -84,7 +84,7 @@ func openPerson(ctx context.Context, p string, create bool, mode Sync, replicate
 	}
 	v, err := schemaVersion(ctx, db, p, create)
 	if err == nil && v != len(personMigrations) {
-		migrated = true
+		migrated = v > 0 // a new file is written by what created it
 		err = migrate(ctx, db, p, personMigrations)
 	}
 	if err != nil {

@@ -63,6 +63,7 @@ func (a *App) consoleRoutes(r chi.Router) {
 			r.Get("/console/backups/copies/{stamp}", a.handleCopyDownload) // console_copies.go
 			r.Get("/console/backups/restore", a.handleRestoreConfirm)
 			r.Post("/console/backups/restore", a.handleRestore)
+			r.Get("/console/backups/restore/{ticket}", a.handleRestoreResult)
 			r.Get("/console/people/{id}/undo-restore", a.handleUndoRestoreConfirm)
 			r.Get("/console/people/{id}/restore-progress", a.handleRestoreProgress)
 			r.Post("/console/people/{id}/undo-restore", a.handleUndoRestore)

@@ -306,7 +306,22 @@ func (a *App) restoreRequest(r *http.Request, who, at string) (nah.Person, time.
 	if t.After(time.Now()) {
 		return p, t, nah.Errorf(nah.Invalid, "", "%s is in the future: choose a past time", ui.WhenT(t))
 	}
+	if joined := time.UnixMilli(p.CreatedAt); t.Before(joined) {
+		return p, t, nah.Errorf(nah.Invalid, "", "%s is before %s joined (%s): there is no file of theirs to restore; choose a time since then", ui.WhenT(t), p.Handle, ui.WhenT(joined))
+	}
 	return p, t, nil
+}
+
+// restoreReach is the earliest time a restore of p reaches through the
+// replica's history: their sign-up, or the start of the retention window
+// (NAH_RETENTION) if later; joined says which.
+func (a *App) restoreReach(p nah.Person) (earliest time.Time, joined bool) {
+	joinedAt := time.UnixMilli(p.CreatedAt)
+	window := time.Now().Add(-a.cfg.Backups.Repl.Retention())
+	if joinedAt.After(window) {
+		return joinedAt, true
+	}
+	return window, false
 }
 
 // parseRestoreTime reads a restore's time: RFC 3339 with its offset, as
@@ -339,19 +354,41 @@ func (a *App) handleRestoreConfirm(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	pg.Title = "Restore " + p.Handle
-	a.render(w, r, http.StatusOK, ui.RestorePersonPage(ui.RestorePerson{Page: pg, PersonID: p.ID, Handle: p.Handle, At: at, Moments: n}))
+	v := ui.RestorePerson{Page: pg, PersonID: p.ID, Handle: p.Handle, At: at, Moments: n, Grace: a.store.DeleteGrace()}
+	v.Earliest, v.Joined = a.restoreReach(p)
+	if until, ok := a.store.ReplacedUntil(p.ID); ok {
+		v.Pending, v.UndoUntil = until.Add(-v.Grace), until
+	}
+	v.Ticket = a.tickets.issue(p.ID, at, time.Now())
+	a.render(w, r, http.StatusOK, ui.RestorePersonPage(v))
 }
 
 // handleRestore restores one person's file to a time while everyone else
-// goes on (backup's RestorePerson); any failure leaves the old file.
+// goes on (backup's RestorePerson), spending the confirmation's ticket;
+// any failure leaves the old file. The result is its own page, which the
+// answer redirects to: a reload shows it again, and restores nothing.
 func (a *App) handleRestore(w http.ResponseWriter, r *http.Request) {
 	pg := page(r, "Restore a person", "backups")
 	r.Body = http.MaxBytesReader(w, r.Body, smallBody)
-	p, at, err := a.restoreRequest(r, r.PostFormValue("person"), r.PostFormValue("at"))
+	if a.cfg.Backups == nil {
+		a.consoleError(w, r, pg, backupsOff())
+		return
+	}
+	ticket := r.PostFormValue("ticket")
+	tk, ok := a.tickets.spend(ticket, time.Now())
+	if !ok && tk.spent {
+		a.consoleError(w, r, pg, nah.Errorf(nah.Conflict, "", "This confirmation was already used once, and a restore runs once per confirmation: nothing more was changed. To restore again, choose the time again on the person's page."))
+		return
+	} else if !ok {
+		a.consoleError(w, r, pg, nah.Errorf(nah.Conflict, "", "This confirmation is no longer valid (it is over an hour old, or the server restarted since): nothing was changed. Choose the time again on the person's page."))
+		return
+	}
+	p, err := a.store.FindPersonByID(r.Context(), tk.person)
 	if err != nil {
 		a.consoleError(w, r, pg, err)
 		return
 	}
+	at := tk.at
 	run := a.startRestore(p, false)
 	if run == nil {
 		a.consoleError(w, r, pg, errRestoreRunning(p))
@@ -375,8 +412,24 @@ func (a *App) handleRestore(w http.ResponseWriter, r *http.Request) {
 	}
 	a.log.Info("person restored to a time", "person", p.ID, "at", at, "source", source.String(), "moments", n, "took", took.Round(time.Millisecond))
 	pg.Title = "Restored " + p.Handle
-	until, _ := a.store.ReplacedUntil(p.ID)
-	a.render(w, r, http.StatusOK, ui.RestorePersonPage(ui.RestorePerson{Page: pg, PersonID: p.ID, Handle: p.Handle, At: at, Moments: n, Done: true, Source: source.String(), Took: took, UndoUntil: until}))
+	v := ui.RestorePerson{Page: pg, PersonID: p.ID, Handle: p.Handle, At: at, Moments: n, Done: true, Source: source.String(), Took: took}
+	if until, ok := a.store.ReplacedUntil(p.ID); ok {
+		v.Pending, v.UndoUntil = until.Add(-a.store.DeleteGrace()), until
+	}
+	a.tickets.done(ticket, v)
+	http.Redirect(w, r, "/console/backups/restore/"+ticket, http.StatusSeeOther)
+}
+
+// handleRestoreResult is the page of a restore's result, held in memory
+// for an hour (restoreTickets).
+func (a *App) handleRestoreResult(w http.ResponseWriter, r *http.Request) {
+	v, ok := a.tickets.result(chi.URLParam(r, "ticket"), time.Now())
+	if !ok {
+		a.consoleError(w, r, page(r, "Restore a person", "backups"), nah.Errorf(nah.NotFound, "", "This restore's result is no longer held (results are kept for an hour, and until a restart): the person's page shows their file as it is now."))
+		return
+	}
+	v.Page = page(r, v.Title, "backups")
+	a.render(w, r, http.StatusOK, ui.RestorePersonPage(v))
 }
 
 // undoRequest reads the person whose last restore to a time is to be
@@ -411,7 +464,7 @@ func (a *App) handleUndoRestoreConfirm(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	pg.Title = "Undo the restore of " + p.Handle
-	a.render(w, r, http.StatusOK, ui.UndoRestorePage(ui.UndoRestore{Page: pg, PersonID: p.ID, Handle: p.Handle, Moments: n, Until: until}))
+	a.render(w, r, http.StatusOK, ui.UndoRestorePage(ui.UndoRestore{Page: pg, PersonID: p.ID, Handle: p.Handle, Moments: n, Until: until, Since: until.Add(-a.store.DeleteGrace())}))
 }
 
 // handleUndoRestore swaps back the file a person's last restore replaced

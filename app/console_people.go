@@ -127,7 +127,7 @@ func (a *App) personPage(w http.ResponseWriter, r *http.Request, status int, sec
 	}
 	v.DeleteError = deleteErr
 	if until, ok := a.store.ReplacedUntil(id); ok && a.cfg.Backups != nil {
-		v.UndoUntil = until
+		v.UndoUntil, v.UndoSince = until, until.Add(-a.store.DeleteGrace())
 	}
 	ss, err1 := a.store.Sessions(r.Context(), id, sessionsPerPage)
 	cs, err2 := a.store.Connections(r.Context(), id)

@@ -145,7 +145,18 @@ type RestorePerson struct {
 	Done             bool
 	Source           string // "history" or "sweep <stamp>"
 	Took             time.Duration
-	UndoUntil        time.Time // once Done: until when an undo can put the replaced file back; zero: never
+	UndoUntil        time.Time // until when an undo can put the replaced file back; zero: never
+	// The confirmation's: the one-time ticket its button spends; the
+	// earliest time the replica's history reaches (Joined: the person's
+	// sign-up); the delete grace, for which the replaced file is kept.
+	Ticket   string
+	Earliest time.Time
+	Joined   bool
+	Grace    time.Duration
+	// Pending is when an earlier restore, still undoable until UndoUntil,
+	// kept the file it replaced: a further restore keeps that one, so an
+	// undo goes back to before it. Zero: none.
+	Pending time.Time
 }
 
 // UndoRestore is the confirmation step of undoing a person's restore.
@@ -154,6 +165,7 @@ type UndoRestore struct {
 	PersonID, Handle string
 	Moments          int // now, as restored
 	Until            time.Time
+	Since            time.Time // when the file an undo puts back was kept
 }
 
 // WhenT formats a time for a table, or "never".

@@ -2338,7 +2338,7 @@ func PersonPage(p Person) templ.Component {
 				}
 			}
 			if !p.UndoUntil.IsZero() {
-				templ_7745c5c3_Err = undoRestoreSection(p.ID, p.UndoUntil).Render(ctx, templ_7745c5c3_Buffer)
+				templ_7745c5c3_Err = undoRestoreSection(p.ID, p.UndoSince, p.UndoUntil).Render(ctx, templ_7745c5c3_Buffer)
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}

@@ -196,6 +196,7 @@ var flashes = map[string]string{
 	"disabled":     "Disabled: they are signed out of every phone and cannot sign in until you enable them.",
 	"enabled":      "Enabled.",
 	"revoked":      "Signed out of that phone.",
+	"code-revoked": "The join code is revoked: nobody can make an account with it now.",
 	"saved":        "Saved.",
 	"deleted":      "Deleted: they are signed out of every phone and their connections are gone; the deletion can be undone here until the purge.",
 	"copying":      "A nightly copy is being made now: this page shows how far it has come.",

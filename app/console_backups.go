@@ -200,11 +200,36 @@ func (a *App) syncView(r *http.Request, v *ui.Backups) {
 		return
 	}
 	if p.Err != "" {
-		v.SyncError = fmt.Sprintf("Sync failed after %s, with %d of %s sent. %s People can still post; the copies catch up by themselves once the target works again.",
-			ui.Round(p.Took), p.Done, nFiles(p.Total), replicationProblem(p.Err, b.Repl.Target().IsS3()))
+		// A sync that failed its first check of the target listed nothing
+		// (Total 0); the files behind are the health's. What the health
+		// line above says (the problem, that people can still post) is not
+		// said again.
+		what := fmt.Sprintf("Sync failed after %s, with %d of %s sent.", ui.Duration(p.Took), p.Done, nFiles(p.Total))
+		if p.Total == 0 {
+			what = "Sync failed at once: the target did not take its first check, so nothing was sent"
+			if n := v.Health.Behind; n > 0 {
+				what += fmt.Sprintf(" (%s %s behind)", nFiles(n), plural(n, "is", "are"))
+			}
+			what += "."
+		}
+		if problem := replicationProblem(p.Err, b.Repl.Target().IsS3()); problem != v.Health.Problem {
+			what += " " + problem
+		}
+		if v.Health.Ok {
+			what += " People can still post; the copies catch up by themselves once the target works again."
+		}
+		v.SyncError = what
 		return
 	}
-	v.SyncDone = fmt.Sprintf("Synced in %s: %s sent, every file is on the target.", p.Took.Round(time.Millisecond), nFiles(p.Done))
+	v.SyncDone = fmt.Sprintf("Synced in %s: %s sent, every file is on the target.", ui.Duration(p.Took), nFiles(p.Done))
+}
+
+// plural is one when n is 1, else many.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // nFiles is "1 file" or "n files".
@@ -509,7 +534,7 @@ func restoreError(p nah.Person, at time.Time, source backup.Restored, err error)
 		msg := fmt.Sprintf("The replica's history of %s's file does not restore to a sound database as at %s (%v), so nothing was changed: %s's file is as it was.", p.Handle, ui.WhenT(at), source.HistoryErr, p.Handle)
 		switch {
 		case source.Fallback() && source.Behind() > 0:
-			msg += fmt.Sprintf(" The nightly copy of %s is sound but %s older than that history's newest position (%s); it was not used.", ui.WhenT(source.SweepAt), ui.Round(source.Behind()), ui.WhenT(source.HistoryAt))
+			msg += fmt.Sprintf(" The nightly copy of %s is sound but %s older than that history's newest position (%s); it was not used.", ui.WhenT(source.SweepAt), ui.Duration(source.Behind()), ui.WhenT(source.HistoryAt))
 		case source.Fallback():
 			msg += fmt.Sprintf(" The nightly copy of %s is sound; it was not used.", ui.WhenT(source.SweepAt))
 		default:

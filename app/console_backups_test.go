@@ -725,7 +725,7 @@ func TestBackupRestoreRefusesCorruptHistory(t *testing.T) {
 	if res, err := rs.backups.Sweep.Run(context.Background(), newest.Add(-5*time.Hour-30*time.Minute)); err != nil || len(res.Failed) > 0 {
 		t.Fatalf("sweep: %+v %v", res, err)
 	}
-	restore("The nightly copy of 2026-12-01 20:31:59 UTC is sound but 5h30m0s older than that history&#39;s newest position (2026-12-02 02:01:59 UTC); it was not used.")
+	restore("The nightly copy of 2026-12-01 20:31:59 UTC is sound but 5 hours 30 minutes older than that history&#39;s newest position (2026-12-02 02:01:59 UTC); it was not used.")
 	m := rs.post(t, ann, []byte("still here"))
 	if got := momentIDs(t, rs.store, ann.id); len(got) != len(before)+1 || !slices.Contains(got, m) {
 		t.Errorf("ann after the refusals: %v", got)

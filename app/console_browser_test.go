@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -254,7 +255,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	click("join codes", `a[href="/console/joincodes"]`)
 	waitFor("code listed", `document.querySelector(".code-state") !== null && document.querySelector(".code-state").textContent === "unused"`)
 	click("revoke", `td form button`)
-	waitFor("code revoked", `document.querySelector(".code-state").textContent === "revoked"`)
+	waitFor("code revoked", `document.querySelector(".code-state").textContent === "revoked" && document.querySelector("[role=status]").innerText === "The join code is revoked: nobody can make an account with it now."`)
 	check("joincodes")
 	r = ts.do(t, "POST", "/api/v1/accounts", "", map[string]string{"handle": "eve", "password": "password-eve", "join_code": strings.TrimSpace(code)})
 	if r.status != 400 {
@@ -384,7 +385,13 @@ func TestBackupsRecoverInBrowser(t *testing.T) {
 	must("backups", chromedp.Do(ctx, chromedp.Navigate(rs.URL+"/console/backups")))
 	browserWait(t, ctx, "backups", `document.querySelector("#sync-now") !== null`)
 	must("sync now", chromedp.Do(ctx, chromedp.Click(chromedp.ID("sync-now"))))
-	browserWait(t, ctx, "sync failed", seen("#sync-error", "The backup folder cannot be written: a file stands where the folder should be."))
+	browserWait(t, ctx, "sync failed", seen("#sync-error", "Sync failed"))
+	says, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`(() => { const s = document.querySelector("#sync").innerText;
+  return [document.querySelector("#sync-error").innerText, String(s.split("a file stands where the folder should be").length - 1), String(s.split("People can still post").length - 1)]; })()`))
+	must("sync failed", err)
+	if want := "Sync failed at once: the target did not take its first check, so nothing was sent (1 file is behind)."; says[0] != want || says[1] != "1" || says[2] != "1" {
+		t.Errorf("the failed sync says %q, want %q, with the problem and that people can still post once in the section, not %s and %s times", says[0], want, says[1], says[2])
+	}
 	must("overview", chromedp.Do(ctx, chromedp.Navigate(rs.URL+"/console")))
 	browserWait(t, ctx, "overview says what is wrong", `document.querySelector("#backup-problem").checkVisibility() && document.querySelector("#backup-problem").innerText === "The backup folder cannot be written: a file stands where the folder should be."`)
 
@@ -410,6 +417,12 @@ func TestBackupsRecoverInBrowser(t *testing.T) {
 			t.Fatalf("15 s after the target came back, the overview says %q", text)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+	// The nightly copy's time is a sentence: a space before it, a full stop after.
+	health, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("backup-health")))
+	must("health", err)
+	if !regexp.MustCompile(`Next nightly copy in [0-9]+ hours?\.`).MatchString(health) {
+		t.Errorf("the overview says %q, want \"Next nightly copy in N hours.\"", health)
 	}
 	// Chromium logs the failed sync's 503 as an error; any other fails.
 	for i, e := range consoleErrors() {

@@ -43,7 +43,7 @@ func browserSignIn(t *testing.T, ctx context.Context, base string) {
 func TestConsoleSettingsInBrowser(t *testing.T) {
 	ctx, consoleErrors := startBrowser(t)
 	ts := newTestServer(t)
-	ts.app.cfg.Settings = append(ts.app.cfg.Settings, Setting{"NAH_QUOTA_BYTES", "5GiB", "the environment"})
+	ts.app.cfg.Settings = append(ts.app.cfg.Settings, Setting{"NAH_QUOTA_BYTES", "5GiB", "the environment"}, Setting{"NAH_DELETE_GRACE", "168h0m0s", "the default"})
 	mustAdmin(t, ts.store, "root", "admin-password")
 	if err := chromedp.Do(ctx, emulate(consoleSizes[1])); err != nil {
 		t.Fatal(err)
@@ -58,6 +58,7 @@ func TestConsoleSettingsInBrowser(t *testing.T) {
   const out = [shown(document.querySelector("#how-to-change"))];
   for (const g of document.querySelectorAll("[data-testid=setting-group]")) out.push(shown(g.querySelector("h2")) + ": " + shown(g.querySelector("h2 + p")));
   out.push(shown(document.querySelector('[data-setting="NAH_QUOTA_BYTES"]')));
+  out.push(shown(document.querySelector('[data-setting="NAH_DELETE_GRACE"] td[data-label="Now"]')));
   return out;
 })()`))
 	if err != nil {
@@ -70,6 +71,7 @@ func TestConsoleSettingsInBrowser(t *testing.T) {
 		"Memory and speed: For whoever runs the machine: the defaults suit a small home server.",
 		"Files and logs: Where the server keeps its data, and what it tells the operator.",
 		"Storage per person Moments, photos and videos together; an upload past it is refused. 5GiB (set in the environment) NAH_QUOTA_BYTES",
+		"7 days (the default)",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("the Settings page on a phone shows\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

@@ -176,23 +176,20 @@ func WhenT(t time.Time) string {
 	return t.UTC().Format("2006-01-02 15:04:05 UTC")
 }
 
-// Round is d to the second, as a table shows a lag.
-func Round(d time.Duration) string { return d.Round(time.Second).String() }
-
-// lastFor is "4s", the span of the newest changes the copy lacks, or
-// "second" when it is under one.
+// lastFor is "4 seconds", the span of the newest changes the copy lacks,
+// or "second" when it is under two.
 func lastFor(d time.Duration) string {
-	if d < time.Second {
+	if d < 2*time.Second {
 		return "second"
 	}
-	return Round(d)
+	return Duration(d)
 }
 
-// behindFor is " for 4m0s", how long the worst file has waited, or
+// behindFor is " for 4 minutes", how long the worst file has waited, or
 // nothing when none has.
 func behindFor(d time.Duration) string {
 	if d <= 0 {
 		return ""
 	}
-	return " for " + Round(d)
+	return " for " + Duration(d)
 }

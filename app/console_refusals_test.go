@@ -247,9 +247,10 @@ func TestConsoleReloadInBrowser(t *testing.T) {
 	}
 }
 
-// TestConsoleDangerInBrowser: the actions that cannot be taken back in a
-// click look dangerous and stand in the person page's danger zone, and a
-// long action disables its button and says what it is doing while it runs.
+// TestConsoleDangerInBrowser: only what destroys (delete, a restore over a
+// file) is red, so that it stands out; signing out, disabling and revoking
+// a join code are ordinary buttons. A long action disables its button and
+// says what it is doing while it runs.
 func TestConsoleDangerInBrowser(t *testing.T) {
 	ctx, consoleErrors := startBrowser(t)
 	rs := newReplicatedServer(t)
@@ -290,10 +291,32 @@ func TestConsoleDangerInBrowser(t *testing.T) {
 			}
 		}
 	}
+	// plain is the check that no sel is red: only what destroys is.
+	plain := func(step string, sels ...string) {
+		t.Helper()
+		for _, sel := range sels {
+			got, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`(() => {
+  const b = document.querySelector(%q);
+  return b ? getComputedStyle(b).backgroundColor : "missing";
+})()`, sel)))
+			must(step, err)
+			if got == "rgb(176, 0, 32)" || got == "missing" {
+				t.Errorf("%s: %s: %s, want an ordinary button", step, sel, got)
+			}
+		}
+	}
 	must("ann's page", chromedp.Do(ctx, chromedp.Navigate(rs.URL+"/console/people/"+ann.id)))
 	browserWait(t, ctx, "ann's page", `document.querySelector("#delete") !== null`)
-	danger("ann's page", true, "#toggle", "#delete")
-	danger("ann's page", false, `button[aria-label^="Sign out phone"]`)
+	danger("ann's page", true, "#delete")
+	plain("ann's page", "#toggle", `button[aria-label^="Sign out phone"]`, "#signout-all")
+	if _, _, err := rs.store.CreateJoinCode(context.Background(), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	must("join codes", chromedp.Do(ctx, chromedp.Navigate(rs.URL+"/console/joincodes")))
+	browserWait(t, ctx, "join codes", `document.querySelector('button[aria-label^="Revoke code"]') !== null`)
+	plain("join codes", `button[aria-label^="Revoke code"]`)
+	must("ann's page", chromedp.Do(ctx, chromedp.Navigate(rs.URL+"/console/people/"+ann.id)))
+	browserWait(t, ctx, "ann's page", `document.querySelector("#delete") !== null`)
 	if got, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector("#restore-person").closest(".danger-zone") !== null`)); err != nil || !got {
 		t.Errorf("the restore to a time is not in the danger zone (%v)", err)
 	}

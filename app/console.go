@@ -36,6 +36,7 @@ func (a *App) consoleRoutes(r chi.Router) {
 			r.Use(a.requireAdmin)
 			r.Post("/console/logout", a.handleConsoleLogout)
 			r.Get("/console", a.handleOverview)
+			r.Post("/console/checklist", a.handleChecklist)
 			r.Get("/console/people", a.handlePeople)
 			r.Post("/console/people", a.handlePersonCreate)
 			r.Post("/console/people/import", a.handlePersonImport)

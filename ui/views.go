@@ -45,9 +45,12 @@ type Overview struct {
 	AttentionTotal int
 	Certificates   []CertProblem
 
-	// Checklist is what a new server still needs (empty once each is
-	// done).
-	Checklist []CheckItem
+	// Checklist is what a new server still needs (empty once each item
+	// but the optional ones is done); ChecklistHidden: the admin hid it,
+	// with ChecklistToDo items not done.
+	Checklist       []CheckItem
+	ChecklistHidden bool
+	ChecklistToDo   int
 
 	// Backups is replication at a glance (nil: NAH_REPLICA_URL is off).
 	Backups *BackupHealth
@@ -59,6 +62,7 @@ type Overview struct {
 type CheckItem struct {
 	ID, Title, How, Link string
 	Done                 bool
+	Optional             bool // this server can do without it
 }
 
 // CertProblem is a name of NAH_DOMAIN without a good HTTPS certificate:

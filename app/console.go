@@ -70,8 +70,19 @@ func (a *App) consoleRoutes(r chi.Router) {
 			r.Post("/console/people/{id}/undo-restore", a.handleUndoRestore)
 		})
 	})
+	r.Get("/", a.handleRoot)
 	r.Handle("/static/*", ui.StaticHandler())
 	r.Get("/favicon.ico", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+}
+
+// handleRoot sends a browser at the server's root (the address people are
+// given) to the console; anything else gets the API's 404, as before.
+func (a *App) handleRoot(w http.ResponseWriter, r *http.Request) {
+	if strings.Contains(r.Header.Get("Accept"), "text/html") {
+		http.Redirect(w, r, "/console", http.StatusSeeOther)
+		return
+	}
+	a.writeError(w, r, nah.Errorf(nah.NotFound, "", "no such route"))
 }
 
 // render writes a page (or fragment) with status.

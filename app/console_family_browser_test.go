@@ -76,6 +76,24 @@ func TestConsoleSettingsInBrowser(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("the Settings page on a phone shows\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
+	// On the phone the navigation is one row, and nothing scrolls the
+	// page sideways; the first Tab reaches the skip link, which takes the
+	// focus past the navigation to the page.
+	nav, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => {
+  const h = document.querySelector("header").getBoundingClientRect().height;
+  return h / innerHeight < 0.12 && document.documentElement.scrollWidth <= innerWidth ? "" : "the header is " + h + " px of " + innerHeight + ", the page " + document.documentElement.scrollWidth + " px wide";
+})()`))
+	if err != nil || nav != "" {
+		t.Errorf("the navigation on a phone: %s %v", nav, err)
+	}
+	if err := chromedp.Do(ctx, chromedp.KeyEvent("\t")); err != nil {
+		t.Fatal(err)
+	}
+	browserWait(t, ctx, "skip link", `document.activeElement.matches("a.skip[href='#main']") && document.activeElement.getBoundingClientRect().left >= 0`)
+	if err := chromedp.Do(ctx, chromedp.KeyEvent("\r")); err != nil {
+		t.Fatal(err)
+	}
+	browserWait(t, ctx, "past the navigation", `document.activeElement === document.querySelector("main")`)
 	if errs := consoleErrors(); len(errs) > 0 {
 		t.Errorf("browser console errors:\n%s", strings.Join(errs, "\n"))
 	}

@@ -18,8 +18,9 @@ type Page struct {
 	Error  string
 	Secret string // a value shown once (a join code, a reset link)
 	// SecretNote says for whom Secret is, until when, and what to do
-	// with it.
-	SecretNote string
+	// with it; SecretWarning what stops it from working, if anything.
+	SecretNote    string
+	SecretWarning string
 }
 
 // Overview is the home page of the console.

@@ -184,8 +184,8 @@ func TestConsoleSignInFormsRejectCrossOrigin(t *testing.T) {
 		form url.Values
 	}{
 		{"/console/login", url.Values{"name": {"root"}, "password": {"admin-password"}}},
-		{"/console/setup/" + setup, url.Values{"name": {"second"}, "password": {"second-password"}}},
-		{"/reset/" + reset, url.Values{"password": {"new-password-ann"}}},
+		{"/console/setup/" + setup, url.Values{"name": {"second"}, "password": {"second-password"}, "password2": {"second-password"}}},
+		{"/reset/" + reset, url.Values{"password": {"new-password-ann"}, "password2": {"new-password-ann"}}},
 	}
 	for _, f := range forms {
 		c := consoleClient(t)

@@ -215,5 +215,5 @@ var flashes = map[string]string{
 	"sync-running": "A sync is already running: one at a time. This page shows how far it has come.",
 	"copy-running": "A nightly copy is already being made: one at a time. This page shows how far it has come.",
 	"restored":     "Restored with their moments. They stay signed out of every phone and their connections are gone; they sign in with their password.",
-	"undone":       "The restore is undone: their file is back as it was just before it.",
+	"undone":       "The restore is undone: their file is back as it was just before it (before the first, when restores followed one another).",
 }

@@ -47,6 +47,10 @@ type App struct {
 	restoring sync.Map // person id: *restoreRun
 	uploading inFlight // keyed uploads running (idem.go)
 
+	// tickets are a restore's confirmations and results
+	// (console_restore_ticket.go).
+	tickets restoreTickets
+
 	handler http.Handler
 
 	certs *certWatch // with NAH_DOMAIN: certificates over ACME (tls.go)

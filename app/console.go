@@ -36,6 +36,7 @@ func (a *App) consoleRoutes(r chi.Router) {
 			r.Use(a.requireAdmin)
 			r.Post("/console/logout", a.handleConsoleLogout)
 			r.Get("/console", a.handleOverview)
+			r.Post("/console/checklist", a.handleChecklist)
 			r.Get("/console/people", a.handlePeople)
 			r.Post("/console/people", a.handlePersonCreate)
 			r.Post("/console/people/import", a.handlePersonImport)
@@ -63,13 +64,25 @@ func (a *App) consoleRoutes(r chi.Router) {
 			r.Get("/console/backups/copies/{stamp}", a.handleCopyDownload) // console_copies.go
 			r.Get("/console/backups/restore", a.handleRestoreConfirm)
 			r.Post("/console/backups/restore", a.handleRestore)
+			r.Get("/console/backups/restore/{ticket}", a.handleRestoreResult)
 			r.Get("/console/people/{id}/undo-restore", a.handleUndoRestoreConfirm)
 			r.Get("/console/people/{id}/restore-progress", a.handleRestoreProgress)
 			r.Post("/console/people/{id}/undo-restore", a.handleUndoRestore)
 		})
 	})
+	r.Get("/", a.handleRoot)
 	r.Handle("/static/*", ui.StaticHandler())
 	r.Get("/favicon.ico", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+}
+
+// handleRoot sends a browser at the server's root (the address people are
+// given) to the console; anything else gets the API's 404, as before.
+func (a *App) handleRoot(w http.ResponseWriter, r *http.Request) {
+	if strings.Contains(r.Header.Get("Accept"), "text/html") {
+		http.Redirect(w, r, "/console", http.StatusSeeOther)
+		return
+	}
+	a.writeError(w, r, nah.Errorf(nah.NotFound, "", "no such route"))
 }
 
 // render writes a page (or fragment) with status.
@@ -195,11 +208,12 @@ var flashes = map[string]string{
 	"disabled":     "Disabled: they are signed out of every phone and cannot sign in until you enable them.",
 	"enabled":      "Enabled.",
 	"revoked":      "Signed out of that phone.",
+	"code-revoked": "The join code is revoked: nobody can make an account with it now.",
 	"saved":        "Saved.",
 	"deleted":      "Deleted: they are signed out of every phone and their connections are gone; the deletion can be undone here until the purge.",
 	"copying":      "A nightly copy is being made now: this page shows how far it has come.",
 	"sync-running": "A sync is already running: one at a time. This page shows how far it has come.",
 	"copy-running": "A nightly copy is already being made: one at a time. This page shows how far it has come.",
 	"restored":     "Restored with their moments. They stay signed out of every phone and their connections are gone; they sign in with their password.",
-	"undone":       "The restore is undone: their file is back as it was just before it.",
+	"undone":       "The restore is undone: their file is back as it was just before it (before the first, when restores followed one another).",
 }

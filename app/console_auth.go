@@ -124,6 +124,10 @@ func (a *App) handleSetup(w http.ResponseWriter, r *http.Request) {
 		a.formError(w, r, form, err)
 		return
 	}
+	if err := samePassword(password, r.PostFormValue("password2")); err != nil {
+		a.formError(w, r, form, err)
+		return
+	}
 	hash, err := a.hasher.hash(r.Context(), password)
 	if err != nil {
 		a.consoleError(w, r, form.Page, err)
@@ -163,7 +167,11 @@ func (a *App) handleReset(w http.ResponseWriter, r *http.Request) {
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, smallBody)
 	password := r.PostFormValue("password")
-	if err := nah.CheckPassword(password); err != nil {
+	err := nah.CheckPassword(password)
+	if err == nil {
+		err = samePassword(password, r.PostFormValue("password2"))
+	}
+	if err != nil {
 		a.formError(w, r, ui.Form{Page: p, Action: "/reset/" + token, Kind: "reset"}, err)
 		return
 	}
@@ -193,4 +201,12 @@ func SetupLink(ctx context.Context, s *store.Store, base string) (string, error)
 		return "", err
 	}
 	return strings.TrimSuffix(base, "/") + "/console/setup/" + token, nil
+}
+
+// samePassword refuses a new password typed differently the second time.
+func samePassword(password, again string) error {
+	if password != again {
+		return nah.Errorf(nah.Invalid, "", "The two passwords differ: type the same one in both boxes.")
+	}
+	return nil
 }

@@ -61,14 +61,14 @@ func TestConsoleSetupLink(t *testing.T) {
 	if p := get(t, c, link); p.status != 200 || !strings.Contains(p.body, "Create admin") {
 		t.Fatalf("setup page: %d", p.status)
 	}
-	p := postForm(t, c, link, url.Values{"name": {"root"}, "password": {"admin-password"}})
+	p := postForm(t, c, link, url.Values{"name": {"root"}, "password": {"admin-password"}, "password2": {"admin-password"}})
 	if p.status != 303 {
 		t.Fatalf("setup: %d %s", p.status, p.body)
 	}
 	if p := get(t, c, ts.URL+"/console"); p.status != 200 {
 		t.Fatalf("console after setup: %d", p.status)
 	}
-	if p := postForm(t, consoleClient(t), link, url.Values{"name": {"eve"}, "password": {"password-eve"}}); p.status != 404 {
+	if p := postForm(t, consoleClient(t), link, url.Values{"name": {"eve"}, "password": {"password-eve"}, "password2": {"password-eve"}}); p.status != 404 {
 		t.Fatalf("setup link used twice: %d", p.status)
 	}
 	ts.clock.Advance(setupLinkTTL + 1)

@@ -200,11 +200,36 @@ func (a *App) syncView(r *http.Request, v *ui.Backups) {
 		return
 	}
 	if p.Err != "" {
-		v.SyncError = fmt.Sprintf("Sync failed after %s, with %d of %s sent. %s People can still post; the copies catch up by themselves once the target works again.",
-			ui.Round(p.Took), p.Done, nFiles(p.Total), replicationProblem(p.Err, b.Repl.Target().IsS3()))
+		// A sync that failed its first check of the target listed nothing
+		// (Total 0); the files behind are the health's. What the health
+		// line above says (the problem, that people can still post) is not
+		// said again.
+		what := fmt.Sprintf("Sync failed after %s, with %d of %s sent.", ui.Duration(p.Took), p.Done, nFiles(p.Total))
+		if p.Total == 0 {
+			what = "Sync failed at once: the target did not take its first check, so nothing was sent"
+			if n := v.Health.Behind; n > 0 {
+				what += fmt.Sprintf(" (%s %s behind)", nFiles(n), plural(n, "is", "are"))
+			}
+			what += "."
+		}
+		if problem := replicationProblem(p.Err, b.Repl.Target().IsS3()); problem != v.Health.Problem {
+			what += " " + problem
+		}
+		if v.Health.Ok {
+			what += " People can still post; the copies catch up by themselves once the target works again."
+		}
+		v.SyncError = what
 		return
 	}
-	v.SyncDone = fmt.Sprintf("Synced in %s: %s sent, every file is on the target.", p.Took.Round(time.Millisecond), nFiles(p.Done))
+	v.SyncDone = fmt.Sprintf("Synced in %s: %s sent, every file is on the target.", ui.Duration(p.Took), nFiles(p.Done))
+}
+
+// plural is one when n is 1, else many.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // nFiles is "1 file" or "n files".
@@ -306,7 +331,22 @@ func (a *App) restoreRequest(r *http.Request, who, at string) (nah.Person, time.
 	if t.After(time.Now()) {
 		return p, t, nah.Errorf(nah.Invalid, "", "%s is in the future: choose a past time", ui.WhenT(t))
 	}
+	if joined := time.UnixMilli(p.CreatedAt); t.Before(joined) {
+		return p, t, nah.Errorf(nah.Invalid, "", "%s is before %s joined (%s): there is no file of theirs to restore; choose a time since then", ui.WhenT(t), p.Handle, ui.WhenT(joined))
+	}
 	return p, t, nil
+}
+
+// restoreReach is the earliest time a restore of p reaches through the
+// replica's history: their sign-up, or the start of the retention window
+// (NAH_RETENTION) if later; joined says which.
+func (a *App) restoreReach(p nah.Person) (earliest time.Time, joined bool) {
+	joinedAt := time.UnixMilli(p.CreatedAt)
+	window := time.Now().Add(-a.cfg.Backups.Repl.Retention())
+	if joinedAt.After(window) {
+		return joinedAt, true
+	}
+	return window, false
 }
 
 // parseRestoreTime reads a restore's time: RFC 3339 with its offset, as
@@ -339,19 +379,41 @@ func (a *App) handleRestoreConfirm(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	pg.Title = "Restore " + p.Handle
-	a.render(w, r, http.StatusOK, ui.RestorePersonPage(ui.RestorePerson{Page: pg, PersonID: p.ID, Handle: p.Handle, At: at, Moments: n}))
+	v := ui.RestorePerson{Page: pg, PersonID: p.ID, Handle: p.Handle, At: at, Moments: n, Grace: a.store.DeleteGrace()}
+	v.Earliest, v.Joined = a.restoreReach(p)
+	if until, ok := a.store.ReplacedUntil(p.ID); ok {
+		v.Pending, v.UndoUntil = until.Add(-v.Grace), until
+	}
+	v.Ticket = a.tickets.issue(p.ID, at, time.Now())
+	a.render(w, r, http.StatusOK, ui.RestorePersonPage(v))
 }
 
 // handleRestore restores one person's file to a time while everyone else
-// goes on (backup's RestorePerson); any failure leaves the old file.
+// goes on (backup's RestorePerson), spending the confirmation's ticket;
+// any failure leaves the old file. The result is its own page, which the
+// answer redirects to: a reload shows it again, and restores nothing.
 func (a *App) handleRestore(w http.ResponseWriter, r *http.Request) {
 	pg := page(r, "Restore a person", "backups")
 	r.Body = http.MaxBytesReader(w, r.Body, smallBody)
-	p, at, err := a.restoreRequest(r, r.PostFormValue("person"), r.PostFormValue("at"))
+	if a.cfg.Backups == nil {
+		a.consoleError(w, r, pg, backupsOff())
+		return
+	}
+	ticket := r.PostFormValue("ticket")
+	tk, ok := a.tickets.spend(ticket, time.Now())
+	if !ok && tk.spent {
+		a.consoleError(w, r, pg, nah.Errorf(nah.Conflict, "", "This confirmation was already used once, and a restore runs once per confirmation: nothing more was changed. To restore again, choose the time again on the person's page."))
+		return
+	} else if !ok {
+		a.consoleError(w, r, pg, nah.Errorf(nah.Conflict, "", "This confirmation is no longer valid (it is over an hour old, or the server restarted since): nothing was changed. Choose the time again on the person's page."))
+		return
+	}
+	p, err := a.store.FindPersonByID(r.Context(), tk.person)
 	if err != nil {
 		a.consoleError(w, r, pg, err)
 		return
 	}
+	at := tk.at
 	run := a.startRestore(p, false)
 	if run == nil {
 		a.consoleError(w, r, pg, errRestoreRunning(p))
@@ -375,8 +437,24 @@ func (a *App) handleRestore(w http.ResponseWriter, r *http.Request) {
 	}
 	a.log.Info("person restored to a time", "person", p.ID, "at", at, "source", source.String(), "moments", n, "took", took.Round(time.Millisecond))
 	pg.Title = "Restored " + p.Handle
-	until, _ := a.store.ReplacedUntil(p.ID)
-	a.render(w, r, http.StatusOK, ui.RestorePersonPage(ui.RestorePerson{Page: pg, PersonID: p.ID, Handle: p.Handle, At: at, Moments: n, Done: true, Source: source.String(), Took: took, UndoUntil: until}))
+	v := ui.RestorePerson{Page: pg, PersonID: p.ID, Handle: p.Handle, At: at, Moments: n, Done: true, Source: source.String(), Took: took}
+	if until, ok := a.store.ReplacedUntil(p.ID); ok {
+		v.Pending, v.UndoUntil = until.Add(-a.store.DeleteGrace()), until
+	}
+	a.tickets.done(ticket, v)
+	http.Redirect(w, r, "/console/backups/restore/"+ticket, http.StatusSeeOther)
+}
+
+// handleRestoreResult is the page of a restore's result, held in memory
+// for an hour (restoreTickets).
+func (a *App) handleRestoreResult(w http.ResponseWriter, r *http.Request) {
+	v, ok := a.tickets.result(chi.URLParam(r, "ticket"), time.Now())
+	if !ok {
+		a.consoleError(w, r, page(r, "Restore a person", "backups"), nah.Errorf(nah.NotFound, "", "This restore's result is no longer held (results are kept for an hour, and until a restart): the person's page shows their file as it is now."))
+		return
+	}
+	v.Page = page(r, v.Title, "backups")
+	a.render(w, r, http.StatusOK, ui.RestorePersonPage(v))
 }
 
 // undoRequest reads the person whose last restore to a time is to be
@@ -411,7 +489,7 @@ func (a *App) handleUndoRestoreConfirm(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	pg.Title = "Undo the restore of " + p.Handle
-	a.render(w, r, http.StatusOK, ui.UndoRestorePage(ui.UndoRestore{Page: pg, PersonID: p.ID, Handle: p.Handle, Moments: n, Until: until}))
+	a.render(w, r, http.StatusOK, ui.UndoRestorePage(ui.UndoRestore{Page: pg, PersonID: p.ID, Handle: p.Handle, Moments: n, Until: until, Since: until.Add(-a.store.DeleteGrace())}))
 }
 
 // handleUndoRestore swaps back the file a person's last restore replaced
@@ -456,7 +534,7 @@ func restoreError(p nah.Person, at time.Time, source backup.Restored, err error)
 		msg := fmt.Sprintf("The replica's history of %s's file does not restore to a sound database as at %s (%v), so nothing was changed: %s's file is as it was.", p.Handle, ui.WhenT(at), source.HistoryErr, p.Handle)
 		switch {
 		case source.Fallback() && source.Behind() > 0:
-			msg += fmt.Sprintf(" The nightly copy of %s is sound but %s older than that history's newest position (%s); it was not used.", ui.WhenT(source.SweepAt), ui.Round(source.Behind()), ui.WhenT(source.HistoryAt))
+			msg += fmt.Sprintf(" The nightly copy of %s is sound but %s older than that history's newest position (%s); it was not used.", ui.WhenT(source.SweepAt), ui.Duration(source.Behind()), ui.WhenT(source.HistoryAt))
 		case source.Fallback():
 			msg += fmt.Sprintf(" The nightly copy of %s is sound; it was not used.", ui.WhenT(source.SweepAt))
 		default:

@@ -561,7 +561,7 @@ func TestBackupRestorePersonToTime(t *testing.T) {
 	if n := len(momentIDs(t, rs.store, ann.id)); n != 10 {
 		t.Fatalf("the confirmation step changed ann: %d moments", n)
 	}
-	done := postForm(t, c, rs.URL+"/console/backups/restore", url.Values{"person": {ann.id}, "at": {at.Format(time.RFC3339)}})
+	done := postRestore(t, c, rs.URL, ann.id, at.Format(time.RFC3339))
 	if done.status != 200 || !strings.Contains(done.body, "from the history") || !strings.Contains(done.body, "5 moments now") {
 		t.Fatalf("restore: %d\n%s", done.status, done.body)
 	}
@@ -642,7 +642,7 @@ func TestBackupRestoreRefusals(t *testing.T) {
 	}
 	defer r2.Close(context.Background())
 	rs.app.cfg.Backups = &backup.Backups{Repl: r2, Behind: time.Minute}
-	p := postForm(t, c, rs.URL+"/console/backups/restore", url.Values{"person": {ann.id}, "at": {at}})
+	p := postRestore(t, c, rs.URL, ann.id, at)
 	if p.status != 404 || !strings.Contains(p.body, "holds no copy of ann") || !strings.Contains(p.body, "nothing was changed") {
 		t.Errorf("restore of a person never replicated: %d\n%s", p.status, p.body)
 	}
@@ -660,7 +660,7 @@ func TestBackupRestoreRefusals(t *testing.T) {
 		{ann.id, "yesterday", 400, "not a date and time"},
 		{"nobody", at, 404, "no such person"},
 	} {
-		p := postForm(t, c, rs.URL+"/console/backups/restore", url.Values{"person": {tc.person}, "at": {tc.at}})
+		p := postRestore(t, c, rs.URL, tc.person, tc.at)
 		if p.status != tc.status || !strings.Contains(p.body, tc.says) {
 			t.Errorf("restore %s at %s: %d, want %d saying %q", tc.person, tc.at, p.status, tc.status, tc.says)
 		}
@@ -707,7 +707,7 @@ func TestBackupRestoreRefusesCorruptHistory(t *testing.T) {
 	restore := func(says ...string) {
 		t.Helper()
 		at := time.Now().UTC().Format(time.RFC3339)
-		p := postForm(t, c, rs.URL+"/console/backups/restore", url.Values{"person": {ann.id}, "at": {at}})
+		p := postRestore(t, c, rs.URL, ann.id, at)
 		says = append(says, "does not restore to a sound database", "integrity check", "nothing was changed: ann&#39;s file is as it was")
 		plain := tags.ReplaceAllString(p.body, "") // times are <time> elements now
 		for _, s := range says {
@@ -725,7 +725,7 @@ func TestBackupRestoreRefusesCorruptHistory(t *testing.T) {
 	if res, err := rs.backups.Sweep.Run(context.Background(), newest.Add(-5*time.Hour-30*time.Minute)); err != nil || len(res.Failed) > 0 {
 		t.Fatalf("sweep: %+v %v", res, err)
 	}
-	restore("The nightly copy of 2026-12-01 20:31:59 UTC is sound but 5h30m0s older than that history&#39;s newest position (2026-12-02 02:01:59 UTC); it was not used.")
+	restore("The nightly copy of 2026-12-01 20:31:59 UTC is sound but 5 hours 30 minutes older than that history&#39;s newest position (2026-12-02 02:01:59 UTC); it was not used.")
 	m := rs.post(t, ann, []byte("still here"))
 	if got := momentIDs(t, rs.store, ann.id); len(got) != len(before)+1 || !slices.Contains(got, m) {
 		t.Errorf("ann after the refusals: %v", got)
@@ -745,7 +745,7 @@ func TestRestoredPersonIsReplicated(t *testing.T) {
 	}
 	mustSync(t, rs.backups)
 	c := signedInAdmin(t, rs.testServer)
-	if done := postForm(t, c, rs.URL+"/console/backups/restore", url.Values{"person": {ann.id}, "at": {at.Format(time.RFC3339)}}); done.status != 200 {
+	if done := postRestore(t, c, rs.URL, ann.id, at.Format(time.RFC3339)); done.status != 200 {
 		t.Fatalf("restore: %d", done.status)
 	}
 	mustSync(t, rs.backups)

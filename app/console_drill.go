@@ -30,7 +30,7 @@ func (a *App) drillView() *ui.DrillView {
 	last, _, running := d.Last()
 	v := &ui.DrillView{Running: running, Every: "only when asked (NAH_DRILL_EVERY=off)"}
 	if d.Every > 0 {
-		v.Every = "every " + d.Every.String()
+		v.Every = "every " + ui.Duration(d.Every)
 	}
 	switch {
 	case last == nil && running:

@@ -43,7 +43,7 @@ func browserSignIn(t *testing.T, ctx context.Context, base string) {
 func TestConsoleSettingsInBrowser(t *testing.T) {
 	ctx, consoleErrors := startBrowser(t)
 	ts := newTestServer(t)
-	ts.app.cfg.Settings = append(ts.app.cfg.Settings, Setting{"NAH_QUOTA_BYTES", "5GiB", "the environment"})
+	ts.app.cfg.Settings = append(ts.app.cfg.Settings, Setting{"NAH_QUOTA_BYTES", "5GiB", "the environment"}, Setting{"NAH_DELETE_GRACE", "168h0m0s", "the default"})
 	mustAdmin(t, ts.store, "root", "admin-password")
 	if err := chromedp.Do(ctx, emulate(consoleSizes[1])); err != nil {
 		t.Fatal(err)
@@ -58,6 +58,7 @@ func TestConsoleSettingsInBrowser(t *testing.T) {
   const out = [shown(document.querySelector("#how-to-change"))];
   for (const g of document.querySelectorAll("[data-testid=setting-group]")) out.push(shown(g.querySelector("h2")) + ": " + shown(g.querySelector("h2 + p")));
   out.push(shown(document.querySelector('[data-setting="NAH_QUOTA_BYTES"]')));
+  out.push(shown(document.querySelector('[data-setting="NAH_DELETE_GRACE"] td[data-label="Now"]')));
   return out;
 })()`))
 	if err != nil {
@@ -70,10 +71,29 @@ func TestConsoleSettingsInBrowser(t *testing.T) {
 		"Memory and speed: For whoever runs the machine: the defaults suit a small home server.",
 		"Files and logs: Where the server keeps its data, and what it tells the operator.",
 		"Storage per person Moments, photos and videos together; an upload past it is refused. 5GiB (set in the environment) NAH_QUOTA_BYTES",
+		"7 days (the default)",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("the Settings page on a phone shows\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
+	// On the phone the navigation is one row, and nothing scrolls the
+	// page sideways; the first Tab reaches the skip link, which takes the
+	// focus past the navigation to the page.
+	nav, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => {
+  const h = document.querySelector("header").getBoundingClientRect().height;
+  return h / innerHeight < 0.12 && document.documentElement.scrollWidth <= innerWidth ? "" : "the header is " + h + " px of " + innerHeight + ", the page " + document.documentElement.scrollWidth + " px wide";
+})()`))
+	if err != nil || nav != "" {
+		t.Errorf("the navigation on a phone: %s %v", nav, err)
+	}
+	if err := chromedp.Do(ctx, chromedp.KeyEvent("\t")); err != nil {
+		t.Fatal(err)
+	}
+	browserWait(t, ctx, "skip link", `document.activeElement.matches("a.skip[href='#main']") && document.activeElement.getBoundingClientRect().left >= 0`)
+	if err := chromedp.Do(ctx, chromedp.KeyEvent("\r")); err != nil {
+		t.Fatal(err)
+	}
+	browserWait(t, ctx, "past the navigation", `document.activeElement === document.querySelector("main")`)
 	if errs := consoleErrors(); len(errs) > 0 {
 		t.Errorf("browser console errors:\n%s", strings.Join(errs, "\n"))
 	}
@@ -119,7 +139,7 @@ func TestConsoleRestoreLocalTimeInBrowser(t *testing.T) {
 	setRestoreTime(t, ctx, at.In(auckland).Format("2006-01-02T15:04:05"))
 	must("restore", chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#restore-person button"))))
 	browserWait(t, ctx, "confirmation", `document.querySelector("#restore-confirm") !== null`)
-	got, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[new URL(location.href).searchParams.get("at"), document.querySelector('form input[name="at"]').value, document.querySelector("#restore-when").innerText]`))
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[new URL(location.href).searchParams.get("at"), document.querySelector("#restore-when time").dateTime, document.querySelector("#restore-when").innerText]`))
 	must("confirmation", err)
 	sent, want := got[0], at.In(auckland).Format(time.RFC3339)
 	if sent != want || got[1] != at.UTC().Format(time.RFC3339) {
@@ -238,10 +258,12 @@ func TestConsoleImportInBrowser(t *testing.T) {
 
 // TestConsoleRestoreOnceInBrowser: a restore of a person to a time, clicked
 // twice: at the first click its button is disabled and the progress says
-// what is happening, so the second sends nothing. Had it run twice, the
-// file kept for an undo would be the first restore's, and the undo would
-// not bring back all four of ann's moments. A reload of the result is a
-// console page.
+// what is happening, so the second sends nothing. The result is a page of
+// its own: a reload shows it again and restores nothing, and the
+// confirmation sent again (another tab, a resent form) is refused. A
+// second restore while the first can be undone says so and keeps the file
+// the first replaced: the undo brings back all four of ann's moments of
+// before the first, not what the second replaced.
 func TestConsoleRestoreOnceInBrowser(t *testing.T) {
 	ctx, consoleErrors := startBrowser(t)
 	rs := newReplicatedServer(t)
@@ -261,8 +283,14 @@ func TestConsoleRestoreOnceInBrowser(t *testing.T) {
 	confirm := "/console/backups/restore?" + url.Values{"person": {ann.id}, "at": {at.UTC().Format(time.RFC3339)}}.Encode()
 	must("confirmation", chromedp.Do(ctx, chromedp.Navigate(rs.URL+confirm)))
 	browserWait(t, ctx, "confirmation", `document.querySelector("#restore-confirm") !== null`)
+	says, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector("#restore-way-back").innerText + " | " + document.querySelector("#restore-reach").innerText`))
+	must("confirmation", err)
+	if want := "The file it replaces is kept for 7 days (NAH_DELETE_GRACE): until then, ann's page can undo this restore. | "; !strings.HasPrefix(says, want) || !strings.Contains(says, "reaches back to") {
+		t.Errorf("the confirmation says %q, want it to start %q", says, want)
+	}
 	busy, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => {
   const b = document.querySelector("#restore-confirm");
+  window.sentAgain = new URLSearchParams(new FormData(b.form)); // kept on window across the boosted swap
   b.click();
   const p = b.form.querySelector(".htmx-indicator");
   const shown = b.disabled + " " + (p !== null && p.checkVisibility() ? p.innerText : "(no progress shown)");
@@ -277,17 +305,37 @@ func TestConsoleRestoreOnceInBrowser(t *testing.T) {
 	if n := len(momentIDs(t, rs.store, ann.id)); n != 3 {
 		t.Fatalf("ann has %d moments after the restore, want 3", n)
 	}
+	again, err := chromedp.Run(ctx, chromedp.Evaluate[string](`fetch("/console/backups/restore", {method: "POST", body: window.sentAgain}).then(async (r) => r.status + " " + await r.text())`,
+		chromedp.EvalAwaitPromise))
+	must("the confirmation sent again", err)
+	if !strings.HasPrefix(again, "409 ") || !strings.Contains(again, "This confirmation was already used once") {
+		t.Errorf("the confirmation sent again: %.300s", again)
+	}
 	must("reload", chromedp.Do(ctx, chromedp.Reload()))
-	browserWait(t, ctx, "after the reload", `document.contentType === "text/html" && location.pathname === "/console/backups/restore" && document.querySelector("h1").innerText === "Restore ann"`)
+	browserWait(t, ctx, "after the reload", `document.contentType === "text/html" && location.pathname.startsWith("/console/backups/restore/") && document.querySelector("#restore-result") !== null && document.querySelector("#restore-confirm") === null`)
+	late := rs.post(t, ann, []byte("after the first restore"))
+	if got := momentIDs(t, rs.store, ann.id); len(got) != 4 || !slices.Contains(got, late) {
+		t.Fatalf("ann after the reload and a post: %v, want her 3 and %s: the restore ran again", got, late)
+	}
+
+	must("second confirmation", chromedp.Do(ctx, chromedp.Navigate(rs.URL+confirm)))
+	browserWait(t, ctx, "second confirmation", `document.querySelector("#restore-confirm") !== null && document.querySelector("#restore-way-back").innerText.includes("An earlier restore of ann")`)
+	must("second restore", chromedp.Do(ctx, chromedp.Click(chromedp.ID("restore-confirm"))))
+	browserWait(t, ctx, "restored again", `document.querySelector("#restore-result") !== null`)
+	if n := len(momentIDs(t, rs.store, ann.id)); n != 3 {
+		t.Fatalf("ann has %d moments after the second restore, want 3", n)
+	}
 
 	c := signedInAdminOn(t, rs.testServer)
 	if p := postForm(t, c, rs.URL+"/console/people/"+ann.id+"/undo-restore", nil); p.status != 303 {
 		t.Fatalf("undo: %d\n%s", p.status, p.body)
 	}
 	if got := momentIDs(t, rs.store, ann.id); !slices.Equal(got, all) {
-		t.Errorf("after the undo ann has %v, want all of %v: the restore ran more than once", got, all)
+		t.Errorf("after the undo ann has %v, want all of %v, as before the first restore", got, all)
 	}
-	if errs := consoleErrors(); len(errs) > 0 {
-		t.Errorf("browser console errors:\n%s", strings.Join(errs, "\n"))
+	for _, e := range consoleErrors() {
+		if !strings.Contains(e, "the server responded with a status of 409") { // the refusal sent again
+			t.Errorf("browser console error: %s", e)
+		}
 	}
 }

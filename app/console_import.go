@@ -109,6 +109,7 @@ func (a *App) importFrom(w http.ResponseWriter, r *http.Request, pg ui.Page, par
 	}
 	a.log.Info("imported a person", "person", res.Person.ID, "handle", res.Person.Handle, "moments", res.Moments)
 	pg.Secret = ResetLink(a.cfg.PublicURL, res.Link)
+	pg.SecretWarning = a.linkWarning()
 	a.render(w, r, http.StatusCreated, ui.ImportedPage(ui.Imported{
 		Page: pg, Person: toRow(res.Person), Moments: res.Moments, FormerConnections: res.Connections,
 	}))

@@ -88,7 +88,7 @@ func TestImportRoundTrip(t *testing.T) {
 	if r := ts.do(t, "POST", "/api/v1/sessions", "", map[string]string{"handle": "ann", "password": "password-ann"}); r.status != 401 {
 		t.Fatalf("sign-in before the link: %d", r.status)
 	}
-	if p := postForm(t, consoleClient(t), link, url.Values{"password": {"a-new-password"}}); p.status != 200 {
+	if p := postForm(t, consoleClient(t), link, url.Values{"password": {"a-new-password"}, "password2": {"a-new-password"}}); p.status != 200 {
 		t.Fatalf("link: %d %s", p.status, p.body)
 	}
 	r := ts.do(t, "POST", "/api/v1/sessions", "", map[string]string{"handle": "ann", "password": "a-new-password"})
@@ -203,7 +203,7 @@ func TestMoveAPerson(t *testing.T) {
 	if link.status != 200 {
 		t.Fatalf("the one-time link: %d", link.status)
 	}
-	if p := postForm(t, consoleClient(t), ts.URL+"/reset/"+got.Link, url.Values{"password": {"a-new-password"}}); p.status != 200 {
+	if p := postForm(t, consoleClient(t), ts.URL+"/reset/"+got.Link, url.Values{"password": {"a-new-password"}, "password2": {"a-new-password"}}); p.status != 200 {
 		t.Fatalf("setting the password: %d", p.status)
 	}
 	r := ts.do(t, "POST", "/api/v1/sessions", "", map[string]string{"handle": "ann", "password": "a-new-password"})

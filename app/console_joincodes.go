@@ -71,5 +71,5 @@ func (a *App) handleJoinCodeRevoke(w http.ResponseWriter, r *http.Request) {
 		a.consoleError(w, r, page(r, "Join codes", "joincodes"), err)
 		return
 	}
-	http.Redirect(w, r, "/console/joincodes?m=revoked", http.StatusSeeOther)
+	http.Redirect(w, r, "/console/joincodes?m=code-revoked", http.StatusSeeOther)
 }

@@ -37,8 +37,20 @@ func (a *App) handleOverview(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, c := range checks {
 		if !c.Done {
-			o.Checklist = checks // shown until every item is done
-			break
+			o.ChecklistToDo++
+			if !c.Optional {
+				o.Checklist = checks // shown until every item but the optional ones is done
+			}
+		}
+	}
+	if o.Checklist != nil {
+		hidden, err := a.store.Setting(r.Context(), settingChecklistHidden, "")
+		if err != nil {
+			a.consoleError(w, r, o.Page, err)
+			return
+		}
+		if hidden == "true" {
+			o.Checklist, o.ChecklistHidden = nil, true
 		}
 	}
 	o.Drill = a.drillView()

@@ -331,12 +331,18 @@ func TestConsoleHandOverInBrowser(t *testing.T) {
 	must("create code", chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`form[action="/console/joincodes"] button`))))
 	browserWait(t, ctx, "code shown", `document.querySelector("#secret") !== null`)
 	handOver("join code", "in the app they choose Sign up and type this code, or scan it. It works once, until ")
+	// The code's expiry is a time the browser shows in its own zone, as
+	// every other time of the console.
+	browserWait(t, ctx, "expiry in local time", `(() => { const e = document.querySelector("#secret-note time[datetime]"); return e !== null && e.dataset.utc !== undefined; })()`)
 
 	must("ann", chromedp.Do(ctx, chromedp.Navigate(ts.URL+"/console/people/"+ann.ID)))
 	browserWait(t, ctx, "ann", `document.querySelector('form[action$="/reset"] button') !== null`)
 	must("reset link", chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`form[action$="/reset"] button`))))
 	browserWait(t, ctx, "link shown", `document.querySelector("#secret") !== null`)
 	handOver("reset link", "For ann: they open this link on their phone (or scan it)")
+	// The server's address is the listen address, 127.0.0.1: the link
+	// reaches no phone, and the page says so.
+	browserWait(t, ctx, "loopback warned", `document.querySelector("#secret-warning") !== null && document.querySelector("#secret-warning").innerText.startsWith("This link starts with `+ts.URL+`, an address only this machine reaches: a phone cannot open it.")`)
 
 	if err := ts.store.SetSetting(context.Background(), settingOpenSignup, "true"); err != nil {
 		t.Fatal(err)

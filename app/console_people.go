@@ -3,6 +3,8 @@ package app
 import (
 	"errors"
 	"net/http"
+	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -124,10 +126,11 @@ func (a *App) personPage(w http.ResponseWriter, r *http.Request, status int, sec
 	v.Secret = secret
 	if secret != "" {
 		v.SecretNote = resetNote(p.Handle)
+		v.SecretWarning = a.linkWarning()
 	}
 	v.DeleteError = deleteErr
 	if until, ok := a.store.ReplacedUntil(id); ok && a.cfg.Backups != nil {
-		v.UndoUntil = until
+		v.UndoUntil, v.UndoSince = until, until.Add(-a.store.DeleteGrace())
 	}
 	ss, err1 := a.store.Sessions(r.Context(), id, sessionsPerPage)
 	cs, err2 := a.store.Connections(r.Context(), id)
@@ -264,4 +267,19 @@ func graceText(d time.Duration) string {
 		return strconv.Itoa(int(d/(24*time.Hour))) + " days"
 	}
 	return d.String()
+}
+
+// linkWarning says that the links the console makes reach no phone when
+// the public address is this machine's own (NAH_PUBLIC_URL unset, and
+// the server listening on a loopback address); empty otherwise.
+func (a *App) linkWarning() string {
+	u, err := url.Parse(a.cfg.PublicURL)
+	if err != nil {
+		return ""
+	}
+	h := u.Hostname()
+	if ip, err := netip.ParseAddr(h); (err == nil && (ip.IsLoopback() || ip.IsUnspecified())) || h == "localhost" {
+		return "This link starts with " + u.Scheme + "://" + u.Host + ", an address only this machine reaches: a phone cannot open it. Set NAH_PUBLIC_URL to the address phones use (" + envFileWords + ", then restart the server), and make a new link."
+	}
+	return ""
 }

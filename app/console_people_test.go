@@ -76,7 +76,7 @@ func TestConsolePeopleActions(t *testing.T) {
 	if p := postForm(t, consoleClient(t), link, url.Values{"password": {"short"}}); p.status != 400 {
 		t.Fatalf("short password: %d", p.status)
 	}
-	if p := postForm(t, consoleClient(t), link, url.Values{"password": {"a-new-password"}}); p.status != 200 {
+	if p := postForm(t, consoleClient(t), link, url.Values{"password": {"a-new-password"}, "password2": {"a-new-password"}}); p.status != 200 {
 		t.Fatalf("reset: %d %s", p.status, p.body)
 	}
 	if r := ts.do(t, "GET", "/api/v1/me", token, nil); r.status != 401 {
@@ -271,7 +271,7 @@ func TestPeopleListCounts(t *testing.T) {
 	if st.Media < int64(len(photo)) {
 		t.Fatalf("ann's media: %d bytes", st.Media)
 	}
-	got := []string{cell(rows[0], "moments"), cell(rows[0], "storage"), cell(rows[0], "last-active")}
+	got := []string{cell(rows[0], "moments"), cell(rows[0], "storage"), cell(rows[0], "newest-moment")}
 	if want := []string{"2", ui.Bytes(st.Database + st.Media), ui.When(annP.NewestAt)}; !slices.Equal(got, want) {
 		t.Errorf("ann's row: %q, want %q", got, want)
 	}
@@ -279,7 +279,7 @@ func TestPeopleListCounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := cell(rows[1], "moments") + " | " + cell(rows[1], "last-active"); got != "0 | never" {
+	if got := cell(rows[1], "moments") + " | " + cell(rows[1], "newest-moment"); got != "0 | none yet" {
 		t.Errorf("bea's row: %q", got)
 	}
 	if s := cell(rows[1], "storage"); s != ui.Bytes(beaSt.Database)+" and photos not counted yet" {

@@ -20,6 +20,16 @@ func seen(sel, says string) string {
   return el !== null && el.checkVisibility() && el.innerText.includes(%q) && document.activeElement === el })()`, sel, says)
 }
 
+// spendTicket sends the restore's confirmation on the page, as another
+// tab would, so that its button then sends a ticket already spent.
+func spendTicket(t *testing.T, ctx context.Context) {
+	t.Helper()
+	status, err := chromedp.Run(ctx, chromedp.Evaluate[int](`fetch("/console/backups/restore", {method: "POST", body: new URLSearchParams(new FormData(document.querySelector("#restore-confirm").form))}).then((r) => r.status)`, chromedp.EvalAwaitPromise))
+	if err != nil || status != 200 {
+		t.Fatalf("the confirmation sent from another tab: %d %v", status, err)
+	}
+}
+
 // TestConsoleRefusalsInBrowser: with JavaScript on, each refusal of the
 // console is on screen next to what it is about, with the focus on it:
 // htmx used to drop 4xx and 5xx answers, so none of them showed.
@@ -91,6 +101,7 @@ func TestConsoleRefusalsInBrowser(t *testing.T) {
 	for _, tc := range []struct{ who, at, says string }{
 		{"nobody", past, "no such person"},
 		{"ann", future, "is in the future"},
+		{"ann", "2001-01-01T00:00:00", "is before ann joined"},
 	} {
 		must("backups", chromedp.Do(ctx, chromedp.Navigate(rs.URL+"/console/backups")))
 		waitFor("backups", `document.querySelector("#restore-who") !== null`)
@@ -101,12 +112,13 @@ func TestConsoleRefusalsInBrowser(t *testing.T) {
 		waitFor("restore "+tc.who, seen("#error", tc.says))
 	}
 
-	// 7. A restore to a time before any copy, confirmed.
-	confirm := "/console/backups/restore?" + url.Values{"person": {ann.id}, "at": {"2001-01-01T00:00:00Z"}}.Encode()
+	// 7. A confirmation already used (in another tab), confirmed again.
+	confirm := "/console/backups/restore?" + url.Values{"person": {ann.id}, "at": {time.Now().UTC().Format(time.RFC3339)}}.Encode()
 	must("confirmation", chromedp.Do(ctx, chromedp.Navigate(rs.URL+confirm)))
 	waitFor("confirmation", `document.querySelector("#restore-confirm") !== null`)
+	spendTicket(t, ctx)
 	must("confirm", chromedp.Do(ctx, chromedp.Click(chromedp.ID("restore-confirm"))))
-	waitFor("no copy then", seen("#error", "holds no copy of ann's file"))
+	waitFor("used already", seen("#error", "This confirmation was already used once"))
 
 	// 8. Sync now with the target away: a file where its folder was.
 	rs.takeTargetAway(t)
@@ -206,8 +218,12 @@ func TestConsoleReloadInBrowser(t *testing.T) {
 	reload("settings", "/console/settings", "Settings")
 	act("sync now", "/console/backups", `document.body.innerText.includes("Synced in")`, click("#sync-now"))
 	reload("sync now", "/console/backups", "Backups")
-	confirm := "/console/backups/restore?" + url.Values{"person": {ann.id}, "at": {"2001-01-01T00:00:00Z"}}.Encode()
-	act("restore refused", confirm, `document.querySelector("#error") !== null`, click("#restore-confirm"))
+	confirm := "/console/backups/restore?" + url.Values{"person": {ann.id}, "at": {time.Now().UTC().Format(time.RFC3339)}}.Encode()
+	must("restore refused", chromedp.Do(ctx, chromedp.Navigate(rs.URL+confirm)))
+	browserWait(t, ctx, "restore refused: page", `document.querySelector("#restore-confirm") !== null`)
+	spendTicket(t, ctx)
+	must("restore refused", chromedp.Do(ctx, click("#restore-confirm")))
+	browserWait(t, ctx, "restore refused: answer", `document.querySelector("#error") !== null`)
 	reload("restore refused", "/console/backups/restore", "Restore ann")
 
 	// No such page, and an action's address opened: console pages with a
@@ -231,9 +247,10 @@ func TestConsoleReloadInBrowser(t *testing.T) {
 	}
 }
 
-// TestConsoleDangerInBrowser: the actions that cannot be taken back in a
-// click look dangerous and stand in the person page's danger zone, and a
-// long action disables its button and says what it is doing while it runs.
+// TestConsoleDangerInBrowser: only what destroys (delete, a restore over a
+// file) is red, so that it stands out; signing out, disabling and revoking
+// a join code are ordinary buttons. A long action disables its button and
+// says what it is doing while it runs.
 func TestConsoleDangerInBrowser(t *testing.T) {
 	ctx, consoleErrors := startBrowser(t)
 	rs := newReplicatedServer(t)
@@ -274,10 +291,32 @@ func TestConsoleDangerInBrowser(t *testing.T) {
 			}
 		}
 	}
+	// plain is the check that no sel is red: only what destroys is.
+	plain := func(step string, sels ...string) {
+		t.Helper()
+		for _, sel := range sels {
+			got, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`(() => {
+  const b = document.querySelector(%q);
+  return b ? getComputedStyle(b).backgroundColor : "missing";
+})()`, sel)))
+			must(step, err)
+			if got == "rgb(176, 0, 32)" || got == "missing" {
+				t.Errorf("%s: %s: %s, want an ordinary button", step, sel, got)
+			}
+		}
+	}
 	must("ann's page", chromedp.Do(ctx, chromedp.Navigate(rs.URL+"/console/people/"+ann.id)))
 	browserWait(t, ctx, "ann's page", `document.querySelector("#delete") !== null`)
-	danger("ann's page", true, "#toggle", "#delete")
-	danger("ann's page", false, `button[aria-label^="Sign out phone"]`)
+	danger("ann's page", true, "#delete")
+	plain("ann's page", "#toggle", `button[aria-label^="Sign out phone"]`, "#signout-all")
+	if _, _, err := rs.store.CreateJoinCode(context.Background(), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	must("join codes", chromedp.Do(ctx, chromedp.Navigate(rs.URL+"/console/joincodes")))
+	browserWait(t, ctx, "join codes", `document.querySelector('button[aria-label^="Revoke code"]') !== null`)
+	plain("join codes", `button[aria-label^="Revoke code"]`)
+	must("ann's page", chromedp.Do(ctx, chromedp.Navigate(rs.URL+"/console/people/"+ann.id)))
+	browserWait(t, ctx, "ann's page", `document.querySelector("#delete") !== null`)
 	if got, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector("#restore-person").closest(".danger-zone") !== null`)); err != nil || !got {
 		t.Errorf("the restore to a time is not in the danger zone (%v)", err)
 	}

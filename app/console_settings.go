@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"net/http"
+	"time"
 
 	"github.com/nah-app/nah/ui"
 )
@@ -125,7 +126,7 @@ func groupSettings(eff []struct{ Name, Value, Source string }) []ui.SettingGroup
 		ug := ui.SettingGroup{Title: g.title, About: g.about}
 		for _, w := range g.items {
 			if s, ok := byName[w.name]; ok {
-				ug.Items = append(ug.Items, ui.Setting{Name: s.Name, Label: w.label, About: w.about, Value: s.Value, Source: s.Source})
+				ug.Items = append(ug.Items, ui.Setting{Name: s.Name, Label: w.label, About: w.about, Value: settingValue(s.Value), Source: s.Source})
 				delete(byName, w.name)
 			}
 		}
@@ -136,13 +137,22 @@ func groupSettings(eff []struct{ Name, Value, Source string }) []ui.SettingGroup
 	other := ui.SettingGroup{Title: "Other", About: "Settings this page has no words for yet; nah help describes each."}
 	for _, s := range eff {
 		if _, ok := byName[s.Name]; ok {
-			other.Items = append(other.Items, ui.Setting{Name: s.Name, Label: s.Name, Value: s.Value, Source: s.Source})
+			other.Items = append(other.Items, ui.Setting{Name: s.Name, Label: s.Name, Value: settingValue(s.Value), Source: s.Source})
 		}
 	}
 	if len(other.Items) > 0 {
 		out = append(out, other)
 	}
 	return out
+}
+
+// settingValue is a setting's value as the page shows it: a duration of a
+// second or more in words ("7 days", not Go's "168h0m0s"), else as it is.
+func settingValue(v string) string {
+	if d, err := time.ParseDuration(v); err == nil && d >= time.Second {
+		return ui.Duration(d)
+	}
+	return v
 }
 
 func (a *App) handleSettingsSave(w http.ResponseWriter, r *http.Request) {

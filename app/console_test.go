@@ -58,6 +58,25 @@ func postForm(t *testing.T, c *http.Client, u string, form url.Values, header ..
 	return send(t, c, req)
 }
 
+// postRestore restores person to at as the console does: it opens the
+// confirmation, spends its ticket, and follows the answer to the result.
+// A refused confirmation or a refused restore is returned as it is.
+func postRestore(t *testing.T, c *http.Client, base, person, at string, header ...string) htmlPage {
+	t.Helper()
+	confirm := get(t, c, base+"/console/backups/restore?"+url.Values{"person": {person}, "at": {at}}.Encode())
+	ticket := ticketField.FindStringSubmatch(confirm.body)
+	if confirm.status != http.StatusOK || ticket == nil {
+		return confirm
+	}
+	p := postForm(t, c, base+"/console/backups/restore", url.Values{"ticket": {ticket[1]}}, header...)
+	if p.status != http.StatusSeeOther {
+		return p
+	}
+	return get(t, c, base+p.header.Get("Location"))
+}
+
+var ticketField = regexp.MustCompile(`name="ticket" value="([^"]+)"`)
+
 // mustAdmin makes an admin the way the server does: through a one-time
 // admin link.
 func mustAdmin(t *testing.T, s *store.Store, name, password string) {
@@ -189,8 +208,8 @@ func TestConsoleSignInFormsRejectCrossOrigin(t *testing.T) {
 		form url.Values
 	}{
 		{"/console/login", url.Values{"name": {"root"}, "password": {"admin-password"}}},
-		{"/console/setup/" + setup, url.Values{"name": {"second"}, "password": {"second-password"}}},
-		{"/reset/" + reset, url.Values{"password": {"new-password-ann"}}},
+		{"/console/setup/" + setup, url.Values{"name": {"second"}, "password": {"second-password"}, "password2": {"second-password"}}},
+		{"/reset/" + reset, url.Values{"password": {"new-password-ann"}, "password2": {"new-password-ann"}}},
 	}
 	for _, f := range forms {
 		c := consoleClient(t)

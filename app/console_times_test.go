@@ -14,7 +14,7 @@ import (
 )
 
 // TestConsoleRefusalTimesInBrowser: a refusal that names a time (a
-// restore to a time in the future, one before any copy) gives it in the
+// restore to a time in the future, one before the person joined) gives it in the
 // browser's zone, here Auckland's, never as UTC text; without JavaScript
 // the UTC text stays, inside a <time datetime> holding the instant.
 func TestConsoleRefusalTimesInBrowser(t *testing.T) {
@@ -61,16 +61,17 @@ func TestConsoleRefusalTimesInBrowser(t *testing.T) {
 		t.Errorf("the refusal says %q, want %q (Auckland)", says, want)
 	}
 
-	// Confirmed, a time before any copy.
+	// A time before ann joined: refused before the confirmation.
 	before := time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC)
+	p, err := rs.store.FindPersonByID(context.Background(), ann.id)
+	must("ann", err)
+	joined := time.UnixMilli(p.CreatedAt)
 	confirm := "/console/backups/restore?" + url.Values{"person": {ann.id}, "at": {before.Format(time.RFC3339)}}.Encode()
 	must("confirmation", chromedp.Do(ctx, chromedp.Navigate(rs.URL+confirm)))
-	browserWait(t, ctx, "confirmation", `document.querySelector("#restore-confirm") !== null`)
-	must("confirm", chromedp.Do(ctx, chromedp.Click(chromedp.ID("restore-confirm"))))
-	browserWait(t, ctx, "no copy then", seen("#error", "holds no copy of ann's file"))
+	browserWait(t, ctx, "before ann joined", seen("#error", "is before ann joined")+` && document.querySelector("#restore-confirm") === null`)
 	says, err = chromedp.Run(ctx, chromedp.Text(chromedp.ID("error")))
 	must("refusal", err)
-	if want := "The replica holds no copy of ann's file as at " + shown(before) + ": nothing was changed."; says != want {
+	if want := shown(before) + " is before ann joined (" + shown(joined) + "): there is no file of theirs to restore; choose a time since then"; says != want {
 		t.Errorf("the refusal says %q, want %q (Auckland)", says, want)
 	}
 
@@ -79,9 +80,9 @@ func TestConsoleRefusalTimesInBrowser(t *testing.T) {
 	if p := postForm(t, c, rs.URL+"/console/login", url.Values{"name": {"root"}, "password": {"admin-password"}}); p.status != 303 {
 		t.Fatalf("sign in: %d", p.status)
 	}
-	p := postForm(t, c, rs.URL+"/console/backups/restore", url.Values{"person": {ann.id}, "at": {before.Format(time.RFC3339)}})
-	if want := `as at <time datetime="2001-01-01T00:00:00Z" data-exact>2001-01-01 00:00:00 UTC</time>: nothing`; p.status != 404 || !strings.Contains(p.body, want) {
-		t.Errorf("without JavaScript: %d, want %q in\n%s", p.status, want, p.body)
+	page := get(t, c, rs.URL+confirm)
+	if want := `<time datetime="2001-01-01T00:00:00Z" data-exact>2001-01-01 00:00:00 UTC</time> is before ann joined`; page.status != 400 || !strings.Contains(page.body, want) {
+		t.Errorf("without JavaScript: %d, want %q in\n%s", page.status, want, page.body)
 	}
 	for _, e := range consoleErrors() {
 		if !strings.Contains(e, "Failed to load resource: the server responded with a status of") { // the refusals' own

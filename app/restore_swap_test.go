@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -88,7 +87,7 @@ func TestRestoreToTimeAnswersRetryAndReconcilesMedia(t *testing.T) {
 		}
 	})
 	c := signedInAdmin(t, rs.testServer)
-	res := postForm(t, c, rs.URL+"/console/backups/restore", url.Values{"person": {ann.id}, "at": {at.Format(time.RFC3339)}})
+	res := postRestore(t, c, rs.URL, ann.id, at.Format(time.RFC3339))
 	time.Sleep(50 * time.Millisecond)
 	close(done)
 	wg.Wait()

@@ -44,7 +44,7 @@ func TestSignInDuringResetKeepsNoSession(t *testing.T) {
 		})
 	}
 	time.Sleep(300 * time.Millisecond)
-	if p := postForm(t, consoleClient(t), ts.URL+"/reset/"+link, url.Values{"password": {"a-new-password"}}); p.status != 200 {
+	if p := postForm(t, consoleClient(t), ts.URL+"/reset/"+link, url.Values{"password": {"a-new-password"}, "password2": {"a-new-password"}}); p.status != 200 {
 		t.Fatalf("reset: %d %s", p.status, p.body)
 	}
 	stop.Store(true)

@@ -39,8 +39,8 @@ func TestUndoRestore(t *testing.T) {
 		t.Fatal("ann's page offers to undo a restore before any")
 	}
 
-	done := postForm(t, c, rs.URL+"/console/backups/restore", url.Values{"person": {ann.id}, "at": {at.Format(time.RFC3339)}})
-	if done.status != 200 || !strings.Contains(text(parseConsole(t, done.body).byID("restore-undo")), "can undo this restore") {
+	done := postRestore(t, c, rs.URL, ann.id, at.Format(time.RFC3339))
+	if done.status != 200 || !strings.Contains(text(parseConsole(t, done.body).byID("restore-undo")), "can put it back until then") {
 		t.Fatalf("restore: %d\n%s", done.status, done.body)
 	}
 	if n := len(momentIDs(t, rs.store, ann.id)); n != 2 {
@@ -135,14 +135,18 @@ func TestRestoreRunsOnce(t *testing.T) {
 	rs.post(t, ann, []byte("late"))
 	mustSync(t, rs.backups)
 	c := signedInAdmin(t, rs.testServer)
-	restore := url.Values{"person": {ann.id}, "at": {at.Format(time.RFC3339)}}
-	if p := postForm(t, c, rs.URL+"/console/backups/restore", restore); p.status != 200 {
+	if p := postRestore(t, c, rs.URL, ann.id, at.Format(time.RFC3339)); p.status != 200 {
 		t.Fatalf("restore: %d\n%s", p.status, p.body)
 	}
 
+	confirm := get(t, c, rs.URL+"/console/backups/restore?"+url.Values{"person": {ann.id}, "at": {at.Format(time.RFC3339)}}.Encode())
+	ticket := ticketField.FindStringSubmatch(confirm.body)
+	if ticket == nil {
+		t.Fatalf("a second confirmation: %d\n%s", confirm.status, confirm.body)
+	}
 	rs.app.restoring.Store(ann.id, struct{}{}) // a second restore, running
 	for _, u := range []string{"/console/backups/restore", "/console/people/" + ann.id + "/undo-restore"} {
-		p := postForm(t, c, rs.URL+u, restore)
+		p := postForm(t, c, rs.URL+u, url.Values{"ticket": {ticket[1]}})
 		if says := text(parseConsole(t, p.body).byID("error")); p.status != 409 || !strings.Contains(says, "A restore of ann is already under way") {
 			t.Errorf("POST %s during a restore: %d %q", u, p.status, says)
 		}

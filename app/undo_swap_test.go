@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -22,7 +21,7 @@ func TestUndoRestoreAnswersRetry(t *testing.T) {
 	rs.post(t, ann, []byte("late"))
 	mustSync(t, rs.backups)
 	c := signedInAdmin(t, rs.testServer)
-	if done := postForm(t, c, rs.URL+"/console/backups/restore", url.Values{"person": {ann.id}, "at": {at.Format(time.RFC3339)}}); done.status != 200 {
+	if done := postRestore(t, c, rs.URL, ann.id, at.Format(time.RFC3339)); done.status != 200 {
 		t.Fatalf("restore: %d\n%s", done.status, done.body)
 	}
 	type answer struct {

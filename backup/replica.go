@@ -658,6 +658,10 @@ func (r *Replicator) recordWatched() {
 // Watched is the number of files watched now.
 func (r *Replicator) Watched() int { return len(r.ls.DBs()) }
 
+// Retention is how far back a restore to a time reaches through the
+// history (NAH_RETENTION): retention.go.
+func (r *Replicator) Retention() time.Duration { return newRetention(r.cfg.Retention).window }
+
 // Target is where the replicas go.
 func (r *Replicator) Target() *Target { return r.cfg.Target }
 

@@ -14,9 +14,11 @@ import (
 
 // The file a restore of a person to a time replaced is kept, with hard
 // links to their media files then, in nah.ReplacedDirRel(id) until the
-// delete grace ends: UndoReplacePersonFile swaps it back. The folder's
-// person.db carries the time it was kept as its modification time, so the
-// grace survives a restart; the sweep purges it after.
+// delete grace ends: UndoReplacePersonFile swaps it back. Restores that
+// follow while it is kept keep it, so the undo goes back to before the
+// first of them. The folder's person.db carries the time it was kept as
+// its modification time, so the grace survives a restart; the sweep
+// purges it after.
 
 func (s *Store) replacedDir(id string) string { return s.Path(nah.ReplacedDirRel(id)) }
 
@@ -88,10 +90,11 @@ func errNothingToUndo() error {
 	return nah.Errorf(nah.NotFound, "", "there is no restore of this person to undo (an undo is possible until the delete grace after the restore ends)")
 }
 
-// UndoReplacePersonFile swaps back the file the last restore of person id
-// replaced, as ReplacePersonFile swaps one in: then is called with the kept
-// file at the path it is swapped in from (for replication's state). Their
-// media files of then come back; those uploaded since go with their rows.
+// UndoReplacePersonFile swaps back the file the first of person id's
+// pending restores replaced, as ReplacePersonFile swaps one in: then is
+// called with the kept file at the path it is swapped in from (for
+// replication's state). Their media files of then come back; those
+// uploaded since go with their rows.
 func (s *Store) UndoReplacePersonFile(ctx context.Context, id string, then func(path string) error) error {
 	if _, ok := s.ReplacedUntil(id); !ok {
 		return errNothingToUndo()

@@ -179,7 +179,8 @@ func IntegrityCheck(ctx context.Context, p string) error {
 // else goes on posting and reading. A failing make leaves the old file.
 //
 // The replaced file is kept for an undo (UndoReplacePersonFile) until the
-// delete grace ends, unless deletions purge at once.
+// delete grace ends, unless deletions purge at once; while one is kept, a
+// further restore keeps it rather than the file it replaces.
 func (s *Store) ReplacePersonFile(ctx context.Context, id string, make func(path string) error) error {
 	return s.replacePersonFile(ctx, id, make, false)
 }
@@ -228,7 +229,9 @@ func (s *Store) replacePersonFile(ctx context.Context, id string, make func(path
 			return err
 		}
 	}
-	if !undo && s.deleteGrace > 0 {
+	// A restore while an earlier one can still be undone keeps that
+	// one's file, not this: an undo goes back to before the first of them.
+	if _, pending := s.ReplacedUntil(id); !undo && !pending && s.deleteGrace > 0 {
 		if err := s.keepReplaced(id, p); err != nil {
 			os.Remove(tmp)
 			return fmt.Errorf("keep the replaced file for an undo: %w", err)

@@ -145,7 +145,18 @@ type RestorePerson struct {
 	Done             bool
 	Source           string // "history" or "sweep <stamp>"
 	Took             time.Duration
-	UndoUntil        time.Time // once Done: until when an undo can put the replaced file back; zero: never
+	UndoUntil        time.Time // until when an undo can put the replaced file back; zero: never
+	// The confirmation's: the one-time ticket its button spends; the
+	// earliest time the replica's history reaches (Joined: the person's
+	// sign-up); the delete grace, for which the replaced file is kept.
+	Ticket   string
+	Earliest time.Time
+	Joined   bool
+	Grace    time.Duration
+	// Pending is when an earlier restore, still undoable until UndoUntil,
+	// kept the file it replaced: a further restore keeps that one, so an
+	// undo goes back to before it. Zero: none.
+	Pending time.Time
 }
 
 // UndoRestore is the confirmation step of undoing a person's restore.
@@ -154,6 +165,7 @@ type UndoRestore struct {
 	PersonID, Handle string
 	Moments          int // now, as restored
 	Until            time.Time
+	Since            time.Time // when the file an undo puts back was kept
 }
 
 // WhenT formats a time for a table, or "never".
@@ -164,23 +176,20 @@ func WhenT(t time.Time) string {
 	return t.UTC().Format("2006-01-02 15:04:05 UTC")
 }
 
-// Round is d to the second, as a table shows a lag.
-func Round(d time.Duration) string { return d.Round(time.Second).String() }
-
-// lastFor is "4s", the span of the newest changes the copy lacks, or
-// "second" when it is under one.
+// lastFor is "4 seconds", the span of the newest changes the copy lacks,
+// or "second" when it is under two.
 func lastFor(d time.Duration) string {
-	if d < time.Second {
+	if d < 2*time.Second {
 		return "second"
 	}
-	return Round(d)
+	return Duration(d)
 }
 
-// behindFor is " for 4m0s", how long the worst file has waited, or
+// behindFor is " for 4 minutes", how long the worst file has waited, or
 // nothing when none has.
 func behindFor(d time.Duration) string {
 	if d <= 0 {
 		return ""
 	}
-	return " for " + Round(d)
+	return " for " + Duration(d)
 }

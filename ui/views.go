@@ -18,8 +18,9 @@ type Page struct {
 	Error  string
 	Secret string // a value shown once (a join code, a reset link)
 	// SecretNote says for whom Secret is, until when, and what to do
-	// with it.
-	SecretNote string
+	// with it; SecretWarning what stops it from working, if anything.
+	SecretNote    string
+	SecretWarning string
 }
 
 // Overview is the home page of the console.
@@ -45,9 +46,12 @@ type Overview struct {
 	AttentionTotal int
 	Certificates   []CertProblem
 
-	// Checklist is what a new server still needs (empty once each is
-	// done).
-	Checklist []CheckItem
+	// Checklist is what a new server still needs (empty once each item
+	// but the optional ones is done); ChecklistHidden: the admin hid it,
+	// with ChecklistToDo items not done.
+	Checklist       []CheckItem
+	ChecklistHidden bool
+	ChecklistToDo   int
 
 	// Backups is replication at a glance (nil: NAH_REPLICA_URL is off).
 	Backups *BackupHealth
@@ -59,6 +63,7 @@ type Overview struct {
 type CheckItem struct {
 	ID, Title, How, Link string
 	Done                 bool
+	Optional             bool // this server can do without it
 }
 
 // CertProblem is a name of NAH_DOMAIN without a good HTTPS certificate:
@@ -149,6 +154,7 @@ type Person struct {
 	// UndoUntil is when the file their last restore to a time replaced
 	// stops being kept for an undo; zero when there is none.
 	UndoUntil time.Time
+	UndoSince time.Time // when the file an undo puts back was kept
 }
 
 // Deleted lists the people deleted and not yet purged.
@@ -247,6 +253,40 @@ func InAbout(d time.Duration) string {
 	}
 	n := int((d + time.Hour - 1) / time.Hour)
 	return "in about " + strconv.Itoa(n) + " " + plural(n, "hour", "hours")
+}
+
+// Duration is d in words, in its two largest units: "7 days", "6 hours
+// 30 minutes", "45 seconds", "less than a second"; never Go's "6h0m0s".
+func Duration(d time.Duration) string {
+	d = d.Abs()
+	if d < time.Second {
+		return "less than a second"
+	}
+	units := []struct {
+		d    time.Duration
+		name string
+	}{{24 * time.Hour, "day"}, {time.Hour, "hour"}, {time.Minute, "minute"}, {time.Second, "second"}}
+	for i, u := range units {
+		if d < u.d {
+			continue
+		}
+		if i+1 == len(units) {
+			return count(int(d.Round(time.Second)/time.Second), u.name)
+		}
+		next := units[i+1]
+		d = d.Round(next.d)
+		out := count(int(d/u.d), u.name)
+		if rest := int(d % u.d / next.d); rest > 0 {
+			out += " " + count(rest, next.name)
+		}
+		return out
+	}
+	return ""
+}
+
+// count is "1 day" or "3 days".
+func count(n int, unit string) string {
+	return strconv.Itoa(n) + " " + plural(n, unit, unit+"s")
 }
 
 // When formats a unix-millisecond time for a table, or "never".

@@ -290,6 +290,8 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer, re
 			fmt.Fprintf(stderr, "\nNo console admin yet. Open this link within the hour to create the first one:\n\n  %s\n\n", link)
 		}
 	}
+	// Every start, so that whoever reads the log finds the console.
+	log.Info("console", "url", strings.TrimSuffix(cfg.App.PublicURL, "/")+"/console")
 	select {
 	case err := <-errc:
 		return err

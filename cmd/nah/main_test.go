@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -442,6 +443,25 @@ func TestFirstStartPrintsSetupLink(t *testing.T) {
 	// The public listener does not serve metrics.
 	if res, err := client.Get("http://" + p.addr + "/metrics"); err != nil || res.StatusCode != 404 {
 		t.Fatalf("metrics on the public listener: %v", res.StatusCode)
+	}
+	// The link creates the admin; the next start has no link to print,
+	// and says where the console is all the same.
+	res, err = client.PostForm(link, url.Values{"name": {"root"}, "password": {"admin-password"}, "password2": {"admin-password"}})
+	if err != nil || res.StatusCode != 200 || strings.HasPrefix(res.Request.URL.Path, "/console/setup/") {
+		t.Fatalf("create the admin: %v %v", res, err) // it redirects away from the link
+	}
+	res.Body.Close()
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	<-p.done
+	p = start(t, dir)
+	consoleRE := regexp.MustCompile(`msg=console url=http://` + regexp.QuoteMeta(p.addr) + `/console\n`)
+	for deadline := time.Now().Add(5 * time.Second); !consoleRE.MatchString(p.log()); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the second start does not say where the console is:\n%s", p.log())
+		}
+	}
+	if strings.Contains(p.log(), "/console/setup/") {
+		t.Errorf("the second start, with an admin, printed a setup link:\n%s", p.log())
 	}
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	<-p.done

@@ -171,7 +171,7 @@ func behind(r backup.Restored) string {
 	}
 	pos := fmt.Sprintf("the history's newest position (transaction %d, %s)", r.HistoryTXID, ui.WhenT(r.HistoryAt))
 	if d := r.Behind(); d > 0 {
-		return fmt.Sprintf("%s behind %s", ui.Round(d), pos)
+		return fmt.Sprintf("%s behind %s", ui.Duration(d), pos)
 	}
 	return "no older than " + pos + ": nothing known lost"
 }

@@ -732,7 +732,7 @@ func TestRestoreCorruptHistory(t *testing.T) {
 		plantCorruptHistory(t, r, annRel)
 		o, e, code := nahRun(t, "restore", "-from", r, "-to", out)
 		t.Logf("nah restore: exit %d\n%s%s", code, o, e)
-		want := annRel + ": from the sweep of 2026-12-01 20:31:59 UTC, 5h30m0s behind the history's newest position (transaction 38, 2026-12-02 02:01:59 UTC); the history: integrity check:"
+		want := annRel + ": from the sweep of 2026-12-01 20:31:59 UTC, 5 hours 30 minutes behind the history's newest position (transaction 38, 2026-12-02 02:01:59 UTC); the history: integrity check:"
 		if code != 3 || !strings.Contains(o, "OLDER THAN THEIR HISTORY: 1 file") || !strings.Contains(o, want) || strings.Contains(o, "NOT RESTORED") {
 			t.Fatalf("the summary does not state ann's fallback and its cost, or the exit is wrong; want a line\n%s", want)
 		}

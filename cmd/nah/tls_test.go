@@ -345,7 +345,7 @@ func TestACMEWithPebble(t *testing.T) {
 	if !strings.HasPrefix(link, p.base+"/") {
 		t.Fatalf("setup link %s, want it under %s", link, p.base)
 	}
-	res, err = c.PostForm(link, url.Values{"name": {"root"}, "password": {"admin-password"}})
+	res, err = c.PostForm(link, url.Values{"name": {"root"}, "password": {"admin-password"}, "password2": {"admin-password"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -252,13 +252,17 @@ func TestUploadAbandonAndExpiryGiveBack(t *testing.T) {
 		t.Fatalf("left after DELETE: %v, %v bytes held", files, held())
 	}
 
-	// By a request past the expiry, which each piece moves on.
+	// By a request past the expiry, which each piece moves on (a first
+	// piece at once: an upload with no byte expires in minutes).
 	loc = ts.createUpload(t, a, 3<<20, "")
-	ts.clock.Advance(store.DefaultUploadExpiry - time.Minute)
 	ts.patchUpload(t, a, loc, 0, randomBytes(1000))
+	ts.clock.Advance(store.DefaultUploadExpiry - time.Minute)
+	if res, _ := ts.patchUpload(t, a, loc, 1000, randomBytes(1000)); res.StatusCode != 204 {
+		t.Fatalf("a piece a day less a minute after the first: %d", res.StatusCode)
+	}
 	full("the second")
 	ts.clock.Advance(store.DefaultUploadExpiry - time.Minute)
-	if got := ts.uploadOffset(t, a, loc); got != 1000 {
+	if got := ts.uploadOffset(t, a, loc); got != 2000 {
 		t.Fatalf("HEAD a day less a minute after the last piece (two after the creation): %d", got)
 	}
 	ts.clock.Advance(2 * time.Minute)

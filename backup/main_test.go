@@ -2,6 +2,7 @@ package backup_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"log/slog"
 	"net"
@@ -277,3 +278,53 @@ func newCountingProxy(t testing.TB, addr string) *countingProxy {
 }
 
 func (p *countingProxy) endpoint() string { return p.url }
+
+// bareFile is one person's database file replicated by a Replicator of its
+// own, with no store: the tests that drive Watch, Sync, Ship and Unwatch
+// by hand. The target is the directory replica.
+type bareFile struct {
+	r       *backup.Replicator
+	target  *backup.Target
+	replica string
+	rel     string
+	path    string
+}
+
+// newBareFile opens a Replicator (retention 0: the default) on a fresh
+// data directory and a directory target, for person id's file, which it
+// does not create.
+func newBareFile(t *testing.T, id string, retention time.Duration) *bareFile {
+	t.Helper()
+	ctx := context.Background()
+	data, replica := t.TempDir(), filepath.Join(t.TempDir(), "replica")
+	target, err := backup.ParseTarget(replica, os.Getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := target.Init(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, err := backup.Open(ctx, backup.Config{Target: target, DataDir: data, MetaDir: filepath.Join(data, "replication"),
+		Logger: testLogger(t), Retention: retention})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close(ctx) })
+	rel := "people/" + id + "/person.db"
+	p := filepath.Join(data, filepath.FromSlash(rel))
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return &bareFile{r: r, target: target, replica: replica, rel: rel, path: p}
+}
+
+// open is a connection of its own to the file, as an app opens it.
+func (b *bareFile) open(t *testing.T) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", b.path+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(1)
+	return db
+}

@@ -2,7 +2,6 @@ package backup_test
 
 import (
 	"context"
-	"database/sql"
 	"os"
 	"path/filepath"
 	"sort"
@@ -23,33 +22,11 @@ import (
 // replica restores equal once the target is back.
 func TestLetGoFilesKeepOneLocalLTXFile(t *testing.T) {
 	ctx := context.Background()
-	data, dir := t.TempDir(), filepath.Join(t.TempDir(), "replica")
-	target, err := backup.ParseTarget(dir, os.Getenv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := target.Init(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := store.ConfigureSQLite(); err != nil {
-		t.Fatal(err)
-	}
-	r, err := backup.Open(ctx, backup.Config{Target: target, DataDir: data, MetaDir: filepath.Join(data, "replication"), Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close(ctx)
 	const id = "pcccccccccccccccccccccccca"
-	rel := "people/" + id + "/person.db"
-	p := filepath.Join(data, filepath.FromSlash(rel))
-	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	db, err := sql.Open("sqlite", p+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	db.SetMaxOpenConns(1)
+	bf := newBareFile(t, id, 0)
+	r, target, dir, rel, p := bf.r, bf.target, bf.replica, bf.rel, bf.path
+	data := filepath.Dir(filepath.Dir(filepath.Dir(p)))
+	db := bf.open(t)
 	defer db.Close()
 	if _, err := db.Exec(`CREATE TABLE moments (id INTEGER PRIMARY KEY, body BLOB NOT NULL)`); err != nil {
 		t.Fatal(err)
@@ -109,6 +86,7 @@ func TestLetGoFilesKeepOneLocalLTXFile(t *testing.T) {
 	if _, err := db.Exec(`INSERT INTO moments (body) VALUES (randomblob(400))`); err != nil {
 		t.Fatal(err)
 	}
+	var err error
 	unwatched := make(chan error, 1)
 	go func() { unwatched <- r.Unwatch(p) }()
 	select {

@@ -2,15 +2,12 @@ package backup_test
 
 import (
 	"context"
-	"database/sql"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/nah-app/nah/backup"
 	"github.com/nah-app/nah/internal/testutil"
-	"github.com/nah-app/nah/store"
 )
 
 // TestFirstFileOutlivesTakeUp: a history's first level-0 file is the only
@@ -22,34 +19,9 @@ import (
 // level-1 compactions, as TestRetentionAtScale runs them).
 func TestFirstFileOutlivesTakeUp(t *testing.T) {
 	ctx := context.Background()
-	data, dir := t.TempDir(), filepath.Join(t.TempDir(), "replica")
-	target, err := backup.ParseTarget(dir, os.Getenv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := target.Init(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := store.ConfigureSQLite(); err != nil {
-		t.Fatal(err)
-	}
-	r, err := backup.Open(ctx, backup.Config{Target: target, DataDir: data, MetaDir: filepath.Join(data, "replication"),
-		Logger: testLogger(t), Retention: 20 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close(ctx)
-	const id = "pcccccccccccccccccccccccca"
-	rel := "people/" + id + "/person.db"
-	p := filepath.Join(data, filepath.FromSlash(rel))
-	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	db, err := sql.Open("sqlite", p+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	db.SetMaxOpenConns(1)
+	bf := newBareFile(t, "pcccccccccccccccccccccccca", 20*time.Second)
+	r, target, dir, rel, p := bf.r, bf.target, bf.replica, bf.rel, bf.path
+	db := bf.open(t)
 	defer db.Close()
 	insert := func() {
 		t.Helper()

@@ -46,36 +46,10 @@ func walBytes(p string) int64 {
 // it start afresh.
 func TestTakeUpOfAWALRestartedWhileNotWatched(t *testing.T) {
 	ctx := context.Background()
-	data, dir := t.TempDir(), t.TempDir()
-	target, err := backup.ParseTarget(dir, os.Getenv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := target.Init(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := store.ConfigureSQLite(); err != nil {
-		t.Fatal(err)
-	}
-	r, err := backup.Open(ctx, backup.Config{Target: target, DataDir: data, MetaDir: filepath.Join(data, "replication"), Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close(ctx)
-	const id = "pbbbbbbbbbbbbbbbbbbbbbbbba" // a person id by the root rule: the restore takes no other
-	rel := "people/" + id + "/person.db"
-	p := filepath.Join(data, filepath.FromSlash(rel))
-	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	open := func() *sql.DB {
-		db, err := sql.Open("sqlite", p+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)")
-		if err != nil {
-			t.Fatal(err)
-		}
-		db.SetMaxOpenConns(1)
-		return db
-	}
+	// A person id by the root rule: the restore takes no other.
+	bf := newBareFile(t, "pbbbbbbbbbbbbbbbbbbbbbbbba", 0)
+	r, target, rel, p := bf.r, bf.target, bf.rel, bf.path
+	open := func() *sql.DB { return bf.open(t) }
 	n := 0
 	insert := func(db *sql.DB, k int) {
 		t.Helper()

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -225,41 +223,12 @@ func apiSeedFixture(ctx context.Context, c *http.Client, base string, f fixture.
 	return seed, err
 }
 
-// nahCall sends a JSON request with a bearer token and decodes the answer
-// into out (when not nil); an answer other than want is an error.
+// nahCall is jsonCall with a bearer token (none when empty).
 func nahCall(ctx context.Context, c *http.Client, method, url, token string, in any, want int, out any) error {
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return err
-		}
-		body = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, url, body)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
 	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
+		token = "Bearer " + token
 	}
-	res, err := c.Do(req)
-	if err != nil {
-		return err
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	if err != nil {
-		return err
-	}
-	if res.StatusCode != want {
-		return fmt.Errorf("%s %s: %d %.300s", method, url, res.StatusCode, b)
-	}
-	if out != nil {
-		return json.Unmarshal(b, out)
-	}
-	return nil
+	return jsonCall(ctx, c, method, url, token, in, want, out)
 }
 
 // copyAPISeed copies nah's API seed of f (made on first use) into a fresh

@@ -103,9 +103,16 @@ func pbStop(cmd *exec.Cmd, done chan error) error {
 	}
 }
 
-// pbCall sends a JSON request and decodes a JSON answer into out (when
-// not nil); an answer other than 200 is an error with its body.
+// pbCall is jsonCall with PocketBase's token as the whole Authorization
+// header, and 200 for an answer.
 func pbCall(ctx context.Context, c *http.Client, method, url, token string, in, out any) error {
+	return jsonCall(ctx, c, method, url, token, in, 200, out)
+}
+
+// jsonCall sends in as JSON (when not nil) with auth as the Authorization
+// header (when not empty) and decodes the answer into out (when not nil);
+// an answer other than want is an error with its body.
+func jsonCall(ctx context.Context, c *http.Client, method, url, auth string, in any, want int, out any) error {
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
@@ -119,8 +126,8 @@ func pbCall(ctx context.Context, c *http.Client, method, url, token string, in, 
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if token != "" {
-		req.Header.Set("Authorization", token)
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
 	}
 	res, err := c.Do(req)
 	if err != nil {
@@ -131,7 +138,7 @@ func pbCall(ctx context.Context, c *http.Client, method, url, token string, in, 
 	if err != nil {
 		return err
 	}
-	if res.StatusCode != 200 {
+	if res.StatusCode != want {
 		return fmt.Errorf("%s %s: %d %.300s", method, url, res.StatusCode, b)
 	}
 	if out != nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"testing"
 )
@@ -14,7 +15,8 @@ import (
 // github.com/mlswg/mls-implementations at commit
 // cfd450286d1bfd9cd2519b95c80f9771f94a5b1a, test-vectors/ (messages.json
 // trimmed to cases 0-3, 100-103 and 200-203,
-// four of each of suites 1, 3 and 2; the others whole).
+// four of each of suites 1, 3 and 2; passive-client-handling-commit.json
+// trimmed to its 13 cases of suite 1; the others whole).
 
 func load(t testing.TB, name string, v any) {
 	t.Helper()
@@ -229,5 +231,81 @@ func TestWelcomeVectors(t *testing.T) {
 		if err != nil || m.Welcome.CipherSuite != v.Suite || len(m.Welcome.NewMembers) != 1 || !bytes.Equal(m.Welcome.NewMembers[0], ref) {
 			t.Errorf("suite %d: welcome %v %+v, want new member %x", v.Suite, err, m, ref)
 		}
+	}
+}
+
+// TestPassiveClientVectors: the commits and proposals of
+// passive-client-handling-commit.json (suite 1: Add, Remove, PSK and
+// GroupContextExtensions by value and by reference, with and without a
+// path) parse; their group and epochs follow on; Adds carry KeyPackages that
+// verify; each reference is the ProposalRef of a proposal sent before it
+// (RFC 9420 §5.2); and the Welcome names the scenario's KeyPackage.
+func TestPassiveClientVectors(t *testing.T) {
+	var vs []struct {
+		KeyPackage string `json:"key_package"`
+		Welcome    string
+		Epochs     []struct {
+			Proposals []string
+			Commit    string
+		}
+	}
+	load(t, "passive-client-handling-commit.json", &vs)
+	counts := map[string]int{}
+	for i, v := range vs {
+		kp, err := ParseKeyPackage(unhex(t, v.KeyPackage))
+		if err != nil {
+			t.Fatalf("%d: %v", i, err)
+		}
+		ref, _ := kp.Ref()
+		if w, err := Parse(unhex(t, v.Welcome)); err != nil || len(w.Welcome.NewMembers) != 1 || !bytes.Equal(w.Welcome.NewMembers[0], ref) {
+			t.Errorf("%d: welcome %v, want new member %x", i, err, ref)
+		}
+		var group []byte
+		var epoch uint64
+		for e, ep := range v.Epochs {
+			refs := map[string]bool{}
+			for _, h := range ep.Proposals {
+				b := unhex(t, h)
+				m, err := Parse(b)
+				if err != nil || m.Proposal == nil || m.Sender.Type != SenderMember {
+					t.Fatalf("%d/%d: proposal %v %+v", i, e, err, m)
+				}
+				// AuthenticatedContent: the message without its version and its membership tag (1+32 bytes).
+				refs[string(refHash(suites[1], "MLS 1.0 Proposal Reference", b[2:len(b)-33]))] = true
+			}
+			m, err := Parse(unhex(t, ep.Commit))
+			if err != nil || m.Commit == nil {
+				t.Fatalf("%d/%d: commit %v", i, e, err)
+			}
+			if e == 0 {
+				group, epoch = m.GroupID, m.Epoch
+			} else if !bytes.Equal(m.GroupID, group) || m.Epoch != epoch+uint64(e) {
+				t.Errorf("%d/%d: commit of group %x epoch %d, want %x epoch %d", i, e, m.GroupID, m.Epoch, group, epoch+uint64(e))
+			}
+			if m.Commit.Path != nil {
+				counts["path"]++
+			}
+			for _, p := range m.Commit.Proposals {
+				switch {
+				case p.ByRef != nil:
+					counts["ref"]++
+					if !refs[string(p.ByRef)] {
+						t.Errorf("%d/%d: reference %x to no proposal sent", i, e, p.ByRef)
+					}
+				case p.Type == ProposalAdd:
+					counts["add"]++
+					if err := p.Add.Verify(); err != nil || len(p.Add.Leaf.Identity) == 0 {
+						t.Errorf("%d/%d: add: %v", i, e, err)
+					}
+				case p.Type == ProposalRemove:
+					counts["remove"]++
+				default:
+					counts["other"]++
+				}
+			}
+		}
+	}
+	if want := map[string]int{"path": 20, "ref": 12, "add": 2, "remove": 2, "other": 6}; fmt.Sprint(counts) != fmt.Sprint(want) {
+		t.Errorf("covered %v, want %v", counts, want)
 	}
 }

@@ -130,11 +130,7 @@ func (r *reader) leafNode() LeafNode {
 	case CredentialX509:
 		outer := r.open("certificates")
 		for r.more() {
-			if len(n.Certificates) == MaxCertificates {
-				r.fail("credential of more than %d certificates", MaxCertificates)
-				break
-			}
-			n.Certificates = append(n.Certificates, r.vec("certificate"))
+			r.vec("certificate")
 		}
 		r.close(outer, "certificates")
 	default:

@@ -50,10 +50,13 @@ func keyPackage(priv ed25519.PrivateKey, identity string) []byte {
 
 func message(wire uint16, body ...[]byte) []byte { return cat(u16(1), u16(wire), cat(body...)) }
 
-// commit is a PublicMessage commit for group "nah:p1" at epoch 7 from leaf 3,
+// epoch is one whose halves differ, so that reading it as 32 bits shows.
+const epoch = 0x0102030405060708
+
+// commit is a PublicMessage commit for group "nah:p1" at epoch from leaf 3,
 // without a path.
 func commit(proposals ...[]byte) []byte {
-	return message(WirePublicMessage, vec([]byte("nah:p1")), u64(7), []byte{SenderMember}, u32(3), vec(), []byte{ContentCommit},
+	return message(WirePublicMessage, vec([]byte("nah:p1")), u64(epoch), []byte{SenderMember}, u32(3), vec(), []byte{ContentCommit},
 		vec(proposals...), []byte{0}, vec(make([]byte, 64)), vec(make([]byte, 32)), vec(make([]byte, 32)))
 }
 
@@ -71,7 +74,7 @@ func TestParseCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.WireFormat != WirePublicMessage || string(m.GroupID) != "nah:p1" || m.Epoch != 7 || m.ContentType != ContentCommit ||
+	if m.WireFormat != WirePublicMessage || string(m.GroupID) != "nah:p1" || m.Epoch != epoch || m.ContentType != ContentCommit ||
 		m.Sender != (Sender{Type: SenderMember, LeafIndex: 3}) || m.Commit == nil || m.Commit.Path != nil || len(m.Commit.Proposals) != 3 {
 		t.Fatalf("got %+v", m)
 	}
@@ -84,6 +87,20 @@ func TestParseCommit(t *testing.T) {
 	}
 	if !bytes.Equal(p[2].ByRef, bytes.Repeat([]byte{9}, 32)) {
 		t.Errorf("reference: %+v", p[2])
+	}
+}
+
+// TestParseHeaders: a PrivateMessage's clear header and a GroupInfo's group
+// and epoch read back as written (the vectors' are all at epoch 0).
+func TestParseHeaders(t *testing.T) {
+	for _, b := range [][]byte{
+		message(WirePrivateMessage, vec([]byte("nah:p1")), u64(epoch), []byte{ContentApplication}, vec(), vec([]byte("sender")), vec([]byte("ciphertext"))),
+		message(WireGroupInfo, u16(1), u16(1), vec([]byte("nah:p1")), u64(epoch), vec(make([]byte, 32)), vec(make([]byte, 32)), vec(), vec(), vec(make([]byte, 32)), u32(0), vec(make([]byte, 64))),
+	} {
+		m, err := Parse(b)
+		if err != nil || string(m.GroupID) != "nah:p1" || m.Epoch != epoch || (m.WireFormat == WirePrivateMessage) != (m.ContentType == ContentApplication) {
+			t.Errorf("%v %+v", err, m)
+		}
 	}
 }
 

@@ -40,11 +40,21 @@ func sign(priv ed25519.PrivateKey, label string, content []byte) []byte {
 
 // keyPackage builds a suite 1 KeyPackage for identity, signed by priv.
 func keyPackage(priv ed25519.PrivateKey, identity string) []byte {
+	return keyPackageOf(priv, identity, bytes.Repeat([]byte{2}, 32), SourceKeyPackage)
+}
+
+// keyPackageOf builds a suite 1 KeyPackage with the given init key and leaf
+// source; its leaf's encryption key is 32 bytes of 1.
+func keyPackageOf(priv ed25519.PrivateKey, identity string, initKey []byte, source uint8) []byte {
 	pub := priv.Public().(ed25519.PublicKey)
+	lifetime := cat(u64(0), u64(1<<40))
+	if source != SourceKeyPackage {
+		lifetime = nil
+	}
 	leafTBS := cat(vec(bytes.Repeat([]byte{1}, 32)), vec(pub), u16(CredentialBasic), vec([]byte(identity)),
 		vec(u16(1)), vec(u16(1)), vec(), vec(), vec(u16(1)), // capabilities
-		[]byte{SourceKeyPackage}, u64(0), u64(1<<40), vec())
-	tbs := cat(u16(1), u16(1), vec(bytes.Repeat([]byte{2}, 32)), leafTBS, vec(sign(priv, "LeafNodeTBS", leafTBS)), vec())
+		[]byte{source}, lifetime, vec())
+	tbs := cat(u16(1), u16(1), vec(initKey), leafTBS, vec(sign(priv, "LeafNodeTBS", leafTBS)), vec())
 	return cat(tbs, vec(sign(priv, "KeyPackageTBS", tbs)))
 }
 
@@ -106,7 +116,8 @@ func TestParseHeaders(t *testing.T) {
 
 // TestKeyPackageAccessors: a KeyPackage's identity and signature key read
 // back as signed, Verify accepts it, and refuses it when a byte under either
-// signature changes, or its suite has no verifier here.
+// signature changes, when its leaf is not a key package's or its init key is
+// its encryption key (RFC 9420 §10.1), or when its suite has no verifier here.
 func TestKeyPackageAccessors(t *testing.T) {
 	raw := keyPackage(testKey, "c_0a1b")
 	kp, err := ParseKeyPackage(message(WireKeyPackage, raw))
@@ -140,6 +151,18 @@ func TestKeyPackageAccessors(t *testing.T) {
 	tamper(bytes.Index(raw, []byte("c_0a1b")), "leaf node signature does not verify")
 	tamper(6, "key package signature does not verify") // the init key
 	tamper(3, "unsupported cipher suite")              // suite 1 → 0
+	for name, raw := range map[string][]byte{
+		"leaf node is not from a key package":   keyPackageOf(testKey, "c_0a1b", bytes.Repeat([]byte{2}, 32), SourceUpdate),
+		"init key is the leaf's encryption key": keyPackageOf(testKey, "c_0a1b", bytes.Repeat([]byte{1}, 32), SourceKeyPackage),
+	} {
+		kp, err := ParseKeyPackage(message(WireKeyPackage, raw))
+		if err == nil {
+			err = kp.Verify()
+		}
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%v, want %q", err, name)
+		}
+	}
 	b := bytes.Clone(raw)
 	b[3] = 4 // Ed448: parsed, not verified
 	if kp, err := ParseKeyPackage(message(WireKeyPackage, b)); err != nil || !errors.Is(kp.Verify(), ErrUnsupportedSuite) {

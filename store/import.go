@@ -304,7 +304,7 @@ func (s *Store) buildImported(ctx context.Context, src *untrustedDB, tmp string,
 			err = cerr
 		}
 	}()
-	if err := migrate(ctx, dst, p, personMigrations); err != nil {
+	if err := migrate(ctx, dst, p, personMigrations, nil); err != nil {
 		return 0, err
 	}
 	latest := s.now().Add(time.Minute).UnixMilli()

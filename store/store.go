@@ -201,7 +201,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if s.w, err = openDB(path, false, 1, 2048, cfg.Sync, cfg.Replicator != nil); err != nil {
 		return nil, err
 	}
-	if err = migrate(ctx, s.w, path, directoryMigrations); err != nil {
+	if err = migrate(ctx, s.w, path, directoryMigrations, nil); err != nil {
 		s.w.Close()
 		if s.kindOf(err) == noSpace {
 			// Opening the directory makes its shared-memory index, which a

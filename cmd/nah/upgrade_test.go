@@ -314,3 +314,42 @@ func fileState(t *testing.T, path string) string {
 	}
 	return fmt.Sprintf("version %d, schema %s, rows %v", v, schema, testutil.Dump(t, path))
 }
+
+// TestOlderBinaryNamesTheWriter: a start that creates the data directory
+// records its version (nah version's), and a binary older than the
+// directory's schema refuses to start in one sentence naming the version
+// that wrote it, leaving the data as it was. The newer writer is made by
+// hand: its schema one past this binary's, its version the test's.
+func TestOlderBinaryNamesTheWriter(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	start(t, dir).stop(t)
+	directory := filepath.Join(dir, nah.DirectoryRel)
+	out, _, _ := nahRun(t, "version")
+	ours := strings.TrimPrefix(strings.SplitN(out, "\n", 2)[0], "nah ")
+	db, err := sql.Open("sqlite", directory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var writer string
+	var schema int
+	if err := db.QueryRow("SELECT value FROM meta WHERE key = 'written_by'").Scan(&writer); err != nil || writer != ours {
+		t.Errorf("the directory's writer: %q, %v; want this binary's %q", writer, err, ours)
+	}
+	if err := db.QueryRow("PRAGMA user_version").Scan(&schema); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	sqlExec(t, directory, "UPDATE meta SET value = 'v9.9.9' WHERE key = 'written_by'")
+	sqlExec(t, directory, fmt.Sprintf("PRAGMA user_version = %d", schema+1))
+	before := fileState(t, directory)
+
+	want := fmt.Sprintf("nah: the data in %s was written by nah v9.9.9 (directory schema %d); this binary is nah %s and reads schema up to %d: install nah v9.9.9 or newer\n",
+		dir, schema+1, ours, schema)
+	_, errOut, code := nahRunEnv(t, []string{"NAH_ADDR=127.0.0.1:0", "NAH_DATA_DIR=" + dir, "NAH_REPLICA_URL=" + dir + ".replica"}, "serve")
+	if code != 1 || !strings.HasSuffix(errOut, want) {
+		t.Errorf("this binary on newer data: exit %d\n%s\nwant it to end with:\n%s", code, errOut, want)
+	}
+	if after := fileState(t, directory); after != before {
+		t.Errorf("the refusal changed the directory:\nbefore %s\nafter  %s", before, after)
+	}
+}

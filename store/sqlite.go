@@ -285,6 +285,24 @@ func (e *tooNewError) Error() string {
 
 func (e *tooNewError) Unwrap() error { return ErrTooNew }
 
+// pendingFrom reads the file's schema version, the index in ms of its
+// first pending step (len(ms): none), and refuses one beyond ms or below 0.
+func pendingFrom(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}, file string, ms []migration) (int, error) {
+	var v int
+	if err := q.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
+		return 0, fmt.Errorf("%s: read schema version: %w", file, err)
+	}
+	if v > len(ms) {
+		return 0, &tooNewError{file, v, len(ms)}
+	}
+	if v < 0 {
+		return 0, fmt.Errorf("%s: schema version %d is none of nah's", file, v)
+	}
+	return v, nil
+}
+
 // migrate brings the file's PRAGMA user_version up to len(ms) in one
 // transaction: every pending step and the version commit together or not
 // at all, so a step that fails leaves the file as it was, readable by the
@@ -294,38 +312,19 @@ func (e *tooNewError) Unwrap() error { return ErrTooNew }
 // cannot know what it holds. record, when set, runs in the transaction of
 // a file that was migrated.
 func migrate(ctx context.Context, db migrator, file string, ms []migration, record func(*sql.Tx) error) error {
-	var v int
-	if err := db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
-		return fmt.Errorf("%s: read schema version: %w", file, err)
-	}
-	if v > len(ms) {
-		return &tooNewError{file, v, len(ms)}
-	}
-	if v < 0 {
-		return fmt.Errorf("%s: schema version %d is none of nah's", file, v)
-	}
-	if v == len(ms) {
-		return nil
+	if v, err := pendingFrom(ctx, db, file, ms); err != nil || v == len(ms) {
+		return err
 	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("%s: migrate: %w", file, err)
 	}
 	defer tx.Rollback()
-	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
-		return fmt.Errorf("%s: read schema version: %w", file, err)
+	from, err := pendingFrom(ctx, tx, file, ms)
+	if err != nil || from == len(ms) {
+		return err
 	}
-	if v > len(ms) {
-		return &tooNewError{file, v, len(ms)}
-	}
-	if v < 0 {
-		return fmt.Errorf("%s: schema version %d is none of nah's", file, v)
-	}
-	if v == len(ms) {
-		return nil
-	}
-	from := v
-	for _, m := range ms[v:] {
+	for _, m := range ms[from:] {
 		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
 			return fmt.Errorf("%s: the upgrade of its schema from version %d to %d failed at %s and changed nothing: %w", file, from, len(ms), m.name, err)
 		}

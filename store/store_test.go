@@ -117,6 +117,20 @@ func TestStoreRefusesNewerPersonFile(t *testing.T) {
 	if !errors.Is(err, ErrTooNew) {
 		t.Fatalf("post to a newer file: %v", err)
 	}
+	s2.Close()
+	// A negative version is no schema of ours: refused, not stepped from.
+	db, err = sql.Open("sqlite", file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("PRAGMA user_version = -1"); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	s3 := MustOpen(t, Config{Dir: dir})
+	if _, err = s3.CreateMoment(context.Background(), p.ID, []byte("hi")); err == nil || !strings.Contains(err.Error(), "schema version -1") {
+		t.Fatalf("post to a file of version -1: %v", err)
+	}
 }
 
 // TestFailedMigrationChangesNothing: a person file of schema 3 (the

@@ -134,7 +134,9 @@ func (f family) check(t *testing.T, p *proc) {
 // API by the previous release are served whole by this one (its schema
 // migrated), the replica carries on from where it was (its moments; media
 // reach the replica with the nightly sweep), and the previous binary then
-// refuses the migrated files instead of serving or changing them.
+// refuses the migrated files instead of serving or changing them. A
+// migration that fails changes nothing (failedMigrationChangesNothing),
+// and ann's export made by the previous release imports into this one.
 func TestUpgradeKeepsData(t *testing.T) {
 	old := previousBinary(t)
 	dir := filepath.Join(t.TempDir(), "data")
@@ -176,11 +178,11 @@ func TestUpgradeKeepsData(t *testing.T) {
 	if err == nil || ctx.Err() != nil || !strings.Contains(string(out), "newer than this binary") {
 		t.Errorf("the previous release on migrated data: %v (%v), want it to refuse to start saying why:\n%s", err, ctx.Err(), out)
 	}
+	link := importWith(t, dir, replica, export)
 	p = start(t, dir)
 	f.check(t, p)
+	f.imported(t, p, link)
 	p.stop(t)
-
-	f.importsWhole(t, dir, replica, export)
 }
 
 // exportOf downloads the export of the person signed in with token.
@@ -205,11 +207,10 @@ func exportOf(t *testing.T, p *proc, token string) string {
 	return file
 }
 
-// importsWhole imports ann's export, made by the previous release, into
-// dir with this one (nah person import, the server stopped), and finds
-// every one of her moments and her photo through the API, signed in with
-// the one-time link's password.
-func (f family) importsWhole(t *testing.T, dir, replica, export string) {
+// importWith imports ann's export, made by the previous release, into
+// dir with this one (nah person import, the server stopped) as ann.moved,
+// and returns her one-time link's token.
+func importWith(t *testing.T, dir, replica, export string) string {
 	t.Helper()
 	out, errOut, code := nahRunEnv(t, []string{"NAH_DATA_DIR=" + dir, "NAH_REPLICA_URL=" + replica},
 		"person", "import", "-handle", "ann.moved", export)
@@ -217,9 +218,14 @@ func (f family) importsWhole(t *testing.T, dir, replica, export string) {
 	if code != 0 || link == nil {
 		t.Fatalf("importing the previous release's export: exit %d\n%s%s", code, out, errOut)
 	}
-	p := start(t, dir)
-	defer p.stop(t)
-	res, err := client.PostForm("http://"+p.addr+"/reset/"+link[1], url.Values{"password": {"password-moved"}, "password2": {"password-moved"}})
+	return link[1]
+}
+
+// imported finds every moment of ann's export and her photo through the
+// API of p, signed in as ann.moved with a password set through link.
+func (f family) imported(t *testing.T, p *proc, link string) {
+	t.Helper()
+	res, err := client.PostForm("http://"+p.addr+"/reset/"+link, url.Values{"password": {"password-moved"}, "password2": {"password-moved"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -85,7 +85,7 @@ func openPerson(ctx context.Context, p string, create bool, mode Sync, replicate
 	v, err := schemaVersion(ctx, db, p, create)
 	if err == nil && v != len(personMigrations) {
 		migrated = v > 0 // a new file is written by what created it
-		err = migrate(ctx, db, p, personMigrations)
+		err = migrate(ctx, db, p, personMigrations, nil)
 	}
 	if err != nil {
 		db.Close()

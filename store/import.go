@@ -304,7 +304,7 @@ func (s *Store) buildImported(ctx context.Context, src *untrustedDB, tmp string,
 			err = cerr
 		}
 	}()
-	if err := migrate(ctx, dst, p, personMigrations); err != nil {
+	if err := migrate(ctx, dst, p, personMigrations, nil); err != nil {
 		return 0, err
 	}
 	latest := s.now().Add(time.Minute).UnixMilli()
@@ -609,7 +609,8 @@ func readEntries(ctx context.Context, r io.Reader, dir string, opts ImportOption
 	}
 	if m.SchemaVersion > len(personMigrations) {
 		return nil, nah.Errorf(nah.Invalid, "export_too_new",
-			"the export's schema version is %d and this server knows up to %d: upgrade this server first", m.SchemaVersion, len(personMigrations))
+			"the export was made by nah %s with person schema %d, and this server reads person schema up to %d: upgrade this server first",
+			short(m.ServerVersion), m.SchemaVersion, len(personMigrations))
 	}
 	if len(m.Files) == 0 || m.Files[0].Name != nah.PersonFileName {
 		return nil, badExport("the manifest must list person.db first")
@@ -647,14 +648,15 @@ func copyEntry(r io.Reader, p string, size int64, buf []byte) (int64, string, er
 
 // openExportedDB opens the copied person.db as an untrusted file
 // (untrusted.go) and checks it: SQLite at all, its own schema version (the
-// manifest's is not trusted), exactly our schema at that version, and
-// PRAGMA integrity_check. maxBody is the largest value read from it.
+// manifest's is not trusted), exactly our schema at that version, brought
+// to this binary's (migrateExported), and PRAGMA integrity_check. maxBody
+// is the largest value read from it.
 func openExportedDB(ctx context.Context, p string, maxBody int) (*untrustedDB, error) {
 	u, err := openUntrusted(ctx, p, maxBody)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := checkUntrustedSchema(ctx, u); err != nil {
+	if err := migrateExported(ctx, u, p, maxBody); err != nil {
 		u.Close()
 		return nil, err
 	}
@@ -678,6 +680,34 @@ func openExportedDB(ctx context.Context, p string, maxBody int) (*untrustedDB, e
 		return nil, badExport("person.db fails SQLite's integrity check: %s", short(check))
 	}
 	return u, nil
+}
+
+// migrateExported brings the copied person.db of an export made by an
+// older release up to this binary's schema, and checks it as untrusted
+// either way. Before a statement of ours writes it, its schema must be
+// exactly what our migrations made at its user_version (so no trigger,
+// view or generated column of its own runs on our statements) and every
+// value bounded (checkSizes); after, its schema must be exactly ours. p is
+// the copy in the import's temporary folder, removed with it.
+func migrateExported(ctx context.Context, u *untrustedDB, p string, maxBody int) error {
+	v, err := checkUntrustedSchema(ctx, u)
+	if err != nil || v == len(personMigrations) {
+		return err
+	}
+	if err := checkSizes(ctx, u, maxBody); err != nil {
+		return err
+	}
+	if _, err := u.ExecContext(ctx, "PRAGMA query_only = 0"); err != nil {
+		return err
+	}
+	if err := migrate(ctx, u.Conn, p, personMigrations, nil); err != nil {
+		return badExport("person.db of schema version %d cannot be brought to this server's %d: %v", v, len(personMigrations), err)
+	}
+	if _, err := u.ExecContext(ctx, "PRAGMA query_only = 1"); err != nil {
+		return err
+	}
+	_, err = checkUntrustedSchema(ctx, u)
+	return err
 }
 
 // untrustedValueMax bounds every value of an imported person.db but a

@@ -265,44 +265,80 @@ func mustLoad(fsys fs.FS, dir string) []migration {
 // ErrTooNew is wrapped by migrate when a file was written by a newer binary.
 var ErrTooNew = fmt.Errorf("database is newer than this binary")
 
-// migrate steps the file's PRAGMA user_version through ms, one transaction per
-// step, re-reading the version inside each transaction so that two processes
-// opening the same file never apply a step twice. A file whose version is
-// beyond ms refuses to open: this binary cannot know what it holds.
-func migrate(ctx context.Context, db *sql.DB, file string, ms []migration) error {
+// migrator is what migrate runs on: a *sql.DB, or the one *sql.Conn of an
+// untrusted file (untrusted.go).
+type migrator interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+}
+
+// tooNewError is migrate's refusal of a file whose schema version is past
+// what this binary knows.
+type tooNewError struct {
+	file           string
+	version, known int
+}
+
+func (e *tooNewError) Error() string {
+	return fmt.Sprintf("%s: schema version %d, this binary knows up to %d: %v", e.file, e.version, e.known, ErrTooNew)
+}
+
+func (e *tooNewError) Unwrap() error { return ErrTooNew }
+
+// pendingFrom reads the file's schema version, the index in ms of its
+// first pending step (len(ms): none), and refuses one beyond ms or below 0.
+func pendingFrom(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}, file string, ms []migration) (int, error) {
 	var v int
-	if err := db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
-		return fmt.Errorf("%s: read schema version: %w", file, err)
+	if err := q.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
+		return 0, fmt.Errorf("%s: read schema version: %w", file, err)
 	}
 	if v > len(ms) {
-		return fmt.Errorf("%s: schema version %d, this binary knows up to %d: %w", file, v, len(ms), ErrTooNew)
+		return 0, &tooNewError{file, v, len(ms)}
 	}
-	for v < len(ms) {
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
+	if v < 0 {
+		return 0, fmt.Errorf("%s: schema version %d is none of nah's", file, v)
+	}
+	return v, nil
+}
+
+// migrate brings the file's PRAGMA user_version up to len(ms) in one
+// transaction: every pending step and the version commit together or not
+// at all, so a step that fails leaves the file as it was, readable by the
+// binary that wrote it. The version is read again inside the transaction,
+// so two processes opening the same file never apply a step twice. A file
+// whose version is beyond ms refuses to open (*tooNewError): this binary
+// cannot know what it holds. record, when set, runs in the transaction of
+// a file that was migrated.
+func migrate(ctx context.Context, db migrator, file string, ms []migration, record func(*sql.Tx) error) error {
+	if v, err := pendingFrom(ctx, db, file, ms); err != nil || v == len(ms) {
+		return err
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("%s: migrate: %w", file, err)
+	}
+	defer tx.Rollback()
+	from, err := pendingFrom(ctx, tx, file, ms)
+	if err != nil || from == len(ms) {
+		return err
+	}
+	for _, m := range ms[from:] {
+		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+			return fmt.Errorf("%s: the upgrade of its schema from version %d to %d failed at %s and changed nothing: %w", file, from, len(ms), m.name, err)
+		}
+	}
+	if record != nil {
+		if err := record(tx); err != nil {
 			return fmt.Errorf("%s: migrate: %w", file, err)
 		}
-		if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
-			tx.Rollback()
-			return fmt.Errorf("%s: read schema version: %w", file, err)
-		}
-		if v >= len(ms) {
-			tx.Rollback()
-			break
-		}
-		m := ms[v]
-		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
-			tx.Rollback()
-			return fmt.Errorf("%s: migration %s: %w", file, m.name, err)
-		}
-		if _, err := tx.ExecContext(ctx, "PRAGMA user_version = "+strconv.Itoa(m.version)); err != nil {
-			tx.Rollback()
-			return fmt.Errorf("%s: migration %s: %w", file, m.name, err)
-		}
-		if err := tx.Commit(); err != nil {
-			return fmt.Errorf("%s: migration %s: %w", file, m.name, err)
-		}
-		v = m.version
+	}
+	if _, err := tx.ExecContext(ctx, "PRAGMA user_version = "+strconv.Itoa(len(ms))); err != nil {
+		return fmt.Errorf("%s: migrate: %w", file, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("%s: migrate: %w", file, err)
 	}
 	return nil
 }

@@ -71,6 +71,11 @@ type Config struct {
 
 	Logger *slog.Logger // default: discard
 
+	// Version is this binary's version (nah version), recorded in the
+	// directory by a start that creates or migrates it, so that an older
+	// binary refusing the data can say which version to install.
+	Version string
+
 	// beforeOpen runs before a person file is opened and may refuse it,
 	// afterClose after its handle is closed: for tests.
 	beforeOpen func(path string) error
@@ -201,7 +206,13 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if s.w, err = openDB(path, false, 1, 2048, cfg.Sync, cfg.Replicator != nil); err != nil {
 		return nil, err
 	}
-	if err = migrate(ctx, s.w, path, directoryMigrations); err != nil {
+	if err = migrate(ctx, s.w, path, directoryMigrations, func(tx *sql.Tx) error {
+		return recordWriter(ctx, tx, cfg.Version)
+	}); err != nil {
+		var tooNew *tooNewError
+		if errors.As(err, &tooNew) {
+			err = directoryTooNew(ctx, s.w, cfg.Dir, cfg.Version, tooNew)
+		}
 		s.w.Close()
 		if s.kindOf(err) == noSpace {
 			// Opening the directory makes its shared-memory index, which a
@@ -243,6 +254,45 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	return s, nil
 }
+
+// writtenByKey is the directory's meta row naming the version of nah that
+// created the directory or last migrated its schema: the oldest version
+// that reads it.
+const writtenByKey = "written_by"
+
+// recordWriter records version as the directory's writer, in the
+// transaction of its migration.
+func recordWriter(ctx context.Context, tx *sql.Tx, version string) error {
+	_, err := tx.ExecContext(ctx, `INSERT INTO meta(key, value) VALUES (?1, ?2)
+		ON CONFLICT(key) DO UPDATE SET value = excluded.value`, writtenByKey, cmp.Or(version, "dev"))
+	return err
+}
+
+// directoryTooNew is the refusal of a directory whose schema a newer
+// binary wrote, in one sentence naming that binary's version (its first
+// 64 bytes), when it recorded one.
+func directoryTooNew(ctx context.Context, db *sql.DB, dir, version string, e *tooNewError) error {
+	var writer string
+	err := db.QueryRowContext(ctx, `SELECT CAST(substr(value, 1, 64) AS TEXT) FROM meta WHERE key = ?`, writtenByKey).Scan(&writer)
+	install := "a newer nah"
+	if err == nil && writer != "" {
+		install = "nah " + writer + " or newer"
+		writer = "nah " + writer
+	} else {
+		writer = "a newer nah"
+	}
+	return sentence{fmt.Sprintf("the data in %s was written by %s (directory schema %d); this binary is nah %s and reads schema up to %d: install %s",
+		dir, writer, e.version, cmp.Or(version, "dev"), e.known, install), ErrTooNew}
+}
+
+// sentence is an error said in full by its text, which wraps err.
+type sentence struct {
+	text string
+	err  error
+}
+
+func (e sentence) Error() string { return e.text }
+func (e sentence) Unwrap() error { return e.err }
 
 // Nothing under the data directory is for other users. Every SQLite file is
 // created privateFile before SQLite opens it (openDB), so its -wal and -shm,

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nah-app/nah"
+	"github.com/nah-app/nah/internal/testutil"
 	"github.com/nah-app/nah/store/internal/personfile"
 )
 
@@ -59,14 +61,14 @@ func TestMigrateUpgradesAndRefusesNewer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := migrate(ctx, db, file, old); err != nil {
+	if err := migrate(ctx, db, file, old, nil); err != nil {
 		t.Fatal(err)
 	}
 	cur, err := loadMigrations(v2, "m")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := migrate(ctx, db, file, cur); err != nil {
+	if err := migrate(ctx, db, file, cur, nil); err != nil {
 		t.Fatalf("upgrade: %v", err)
 	}
 	var v, y int
@@ -75,11 +77,11 @@ func TestMigrateUpgradesAndRefusesNewer(t *testing.T) {
 		t.Fatalf("after upgrade: version %d, y %d, err %v", v, y, err)
 	}
 	// Opening again is a no-op.
-	if err := migrate(ctx, db, file, cur); err != nil {
+	if err := migrate(ctx, db, file, cur, nil); err != nil {
 		t.Fatal(err)
 	}
 	// The old binary refuses the newer file.
-	err = migrate(ctx, db, file, old)
+	err = migrate(ctx, db, file, old, nil)
 	if !errors.Is(err, ErrTooNew) || !strings.Contains(err.Error(), "schema version 2") {
 		t.Fatalf("old binary on new file: %v", err)
 	}
@@ -114,6 +116,98 @@ func TestStoreRefusesNewerPersonFile(t *testing.T) {
 	_, err = s2.CreateMoment(context.Background(), p.ID, []byte("hi"))
 	if !errors.Is(err, ErrTooNew) {
 		t.Fatalf("post to a newer file: %v", err)
+	}
+	s2.Close()
+	// A negative version is no schema of ours: refused, not stepped from.
+	db, err = sql.Open("sqlite", file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("PRAGMA user_version = -1"); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	s3 := MustOpen(t, Config{Dir: dir})
+	if _, err = s3.CreateMoment(context.Background(), p.ID, []byte("hi")); err == nil || !strings.Contains(err.Error(), "schema version -1") {
+		t.Fatalf("post to a file of version -1: %v", err)
+	}
+}
+
+// TestFailedMigrationChangesNothing: a person file of schema 3 (the
+// previous release's) whose own unique index on created_at makes person
+// migration 5 fail, after migration 4 ran in the same open: reading it
+// fails, and the file is as it was, schema version 3 and rows alike, so
+// the previous release still reads it; without the index the next read
+// migrates it.
+func TestFailedMigrationChangesNothing(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := MustOpen(t, Config{Dir: dir})
+	ann := mustPerson(t, s, "ann")
+	s.Close()
+	file := filepath.Join(dir, filepath.FromSlash(nah.PersonRel(ann.ID)))
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		os.Remove(file + suffix)
+	}
+	// Two moments of one millisecond, one stored a second early (as an
+	// import before migration 5 could): tying each to its id's time
+	// breaks the index.
+	at := int64(1_700_000_000_000)
+	var stmts []string
+	for _, m := range personMigrations[:3] {
+		stmts = append(stmts, m.sql)
+	}
+	stmts = append(stmts, "PRAGMA user_version = 3",
+		"CREATE UNIQUE INDEX one_a_millisecond ON moments(created_at)",
+		fmt.Sprintf("INSERT INTO moments VALUES ('%s', %d, x'61'), ('%s', %d, x'62')", nah.NewMomentID(at), at, nah.NewMomentID(at), at-1000))
+	db, err := openDB(file, false, 1, personCacheKiB, SyncFull, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range stmts {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+	state := func() string {
+		db, err := sql.Open("sqlite", "file:"+file+"?mode=ro")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		var v int
+		var schema string
+		db.QueryRow("PRAGMA user_version").Scan(&v)
+		db.QueryRow("SELECT group_concat(name, ' ') FROM (SELECT name FROM sqlite_schema ORDER BY name)").Scan(&schema)
+		return fmt.Sprintf("version %d, schema %s, rows %v", v, schema, testutil.Dump(t, file))
+	}
+	before := state()
+
+	s = MustOpen(t, Config{Dir: dir})
+	if _, err := s.Moments(ctx, ann.ID, nil, 10, nil); err == nil {
+		t.Fatal("read a file whose migration fails")
+	}
+	s.Close()
+	if after := state(); after != before {
+		t.Errorf("a failed migration changed the file:\nbefore %s\nafter  %s", before, after)
+	}
+
+	db, err = openDB(file, false, 1, personCacheKiB, SyncFull, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("DROP INDEX one_a_millisecond"); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	s = MustOpen(t, Config{Dir: dir})
+	if ms, err := s.Moments(ctx, ann.ID, nil, 10, nil); err != nil || len(ms) != 2 {
+		t.Fatalf("after the index went: %d moments, %v", len(ms), err)
+	}
+	s.Close()
+	if v := state(); !strings.HasPrefix(v, "version "+strconv.Itoa(len(personMigrations))+",") {
+		t.Errorf("after the index went: %s", v)
 	}
 }
 

@@ -147,6 +147,7 @@ func setup(getenv func(string) string, stderr io.Writer) (config, *slog.Logger, 
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
 	cfg.Store.Logger = log
+	cfg.Store.Version = version
 	return cfg, log, nil
 }
 

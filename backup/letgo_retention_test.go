@@ -23,7 +23,7 @@ import (
 // written again leaves Litestream's store, whose own retention then never
 // looks at it again: the policy's background visits must. 200 files on a
 // 6-second window are watched, written one to eight times (synced) and
-// let go of; 24 more are written all along. Once every let-go file's
+// let go of; 8 more are written all along. Once every let-go file's
 // last write is a window old (and a visit later), its history on the
 // target is what the policy keeps, a snapshot of all of it and the newest
 // level-0 file, and every file restores equal to the live data.
@@ -31,7 +31,7 @@ func TestLetGoFilesKeepOnlyThePolicy(t *testing.T) {
 	const (
 		window  = 6 * time.Second
 		letGo   = 200
-		busy    = 24
+		busy    = 8
 		workers = 4
 	)
 	ctx := context.Background()
@@ -146,7 +146,7 @@ func TestLetGoFilesKeepOnlyThePolicy(t *testing.T) {
 	// A file's snapshot is timed as its last transaction and becomes the
 	// base a second after it leaves the window; visits come window/28
 	// (0.2 s) apart, one file at a time and pausing as long as each took,
-	// so a pass over 224 files on a loaded machine takes a few seconds.
+	// so a pass over 208 files takes a few seconds.
 	last := time.Unix(0, lastWrite.Load())
 	type kept struct {
 		level    int
@@ -193,7 +193,10 @@ func TestLetGoFilesKeepOnlyThePolicy(t *testing.T) {
 	}
 	time.Sleep(time.Until(last.Add(window + time.Second)))
 	var bad []string
-	eventually(time.Until(last.Add(window+8*time.Second)), func() bool { bad = beyond(); return len(bad) == 0 })
+	// Under a loaded machine a pass over every file due took 15 s and more
+	// (the full package beside other work): the bound is generous, the
+	// wait ends as soon as every file is right.
+	eventually(time.Until(last.Add(window+40*time.Second)), func() bool { bad = beyond(); return len(bad) == 0 })
 	t.Logf("every let-go file's history was the policy's %v after the last let-go", time.Since(last).Round(100*time.Millisecond))
 	for i, b := range bad {
 		if i == 5 {

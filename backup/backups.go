@@ -118,12 +118,20 @@ func (b *Backups) sweep(ctx context.Context) {
 	}
 }
 
-// catchUp catches up the files left behind while the target failed. It
-// first checks the target (which also tells health why it is behind);
+// catchUp catches up the files left behind while the target failed, or
+// emptied under the server (CheckTarget, every round). It first checks
+// the target (which also tells health why it is behind);
 // then each watched file behind syncs now, past Litestream's own backoff
 // of up to five minutes, and files whose last sync failed come back into
 // the watched set, a few at a time.
 func (b *Backups) catchUp(ctx context.Context) {
+	var databases func(context.Context) ([]string, error)
+	if b.Drain != nil {
+		databases = b.Drain.Databases
+	}
+	if _, err := b.Repl.CheckTarget(ctx, databases); err != nil && ctx.Err() == nil {
+		b.Log.Warn("replication: check the target's mark", "err", err)
+	}
 	var behind []FileStatus
 	for _, f := range b.Repl.Status() {
 		if f.Behind() {
@@ -433,6 +441,9 @@ func (b *Backups) Health() Health {
 	if targetErr != nil {
 		h.Ok = false
 		h.LastErr = "target: " + targetErr.Error()
+	} else if at := b.Repl.Emptied(); !at.IsZero() {
+		h.Ok = false
+		h.LastErr = "target: emptied under the server at " + at.UTC().Format(time.RFC3339) + "; every file is being replicated afresh"
 	}
 	b.mu.Lock()
 	switch {

@@ -86,6 +86,12 @@ type Replicator struct {
 	// entering the watched set wait outside it, and files leaving it get no
 	// retries. Probe, which the catch-up loop calls, clears it.
 	down error
+	// marked: the target's mark (wiped.go) was there or written in this
+	// run; afresh is the files still to be started afresh since it was
+	// found gone (bounded by the databases).
+	marked  bool
+	afresh  map[string]bool
+	emptied time.Time // when it was found gone, until every file is in step again
 	// dirty is the watched files written since their last sync began, with
 	// the time of the oldest such write: what the syncers ship next, and
 	// the lag they owe. Bounded by the watched set.
@@ -164,6 +170,9 @@ func Open(ctx context.Context, cfg Config) (*Replicator, error) {
 	}
 	r := &Replicator{cfg: cfg, ls: ls, log: ls.Logger, started: time.Now(), files: make(map[string]*fileState),
 		dirty: make(map[string]time.Time), stop: make(chan struct{}), policy: policy, retainDue: make(map[string]time.Time)}
+	if _, err := r.CheckTarget(ctx, nil); err != nil {
+		r.log.Warn("replication: mark the target", "err", err)
+	}
 	r.stopped.Go(r.syncLoop)
 	r.stopped.Go(r.retainLoop)
 	return r, nil

@@ -165,6 +165,10 @@ func (r *Replicator) retainFile(ctx context.Context, rel string, now time.Time) 
 	}
 
 	del, next := expired(p, h, now)
+	// A history nobody writes again is looked at when its snapshot is due
+	// too: a file let go of (or shipped) once, its history younger than
+	// snapshotEvery, was never visited again and kept all of it for ever.
+	next = minTime(next, snapshotDueAt(p, h, h.newest(litestream.SnapshotLevel)))
 	if len(del) > 0 {
 		if err := client.DeleteLTXFiles(ctx, del); err != nil {
 			return now.Add(p.visitEvery), fmt.Errorf("delete %d expired LTX files: %w", len(del), err)
@@ -192,10 +196,17 @@ func (r *Replicator) retainFile(ctx context.Context, rel string, now time.Time) 
 	return next, nil
 }
 
-// snapshotDue says whether file h needs a new snapshot at now: it has
-// history after its newest snapshot snap (or has none), and snap is
-// window/2 old, or snapshotEvery old with its size written since.
+// snapshotDue says whether file h needs a new snapshot at now.
 func snapshotDue(p retention, h history, snap *ltx.FileInfo, now time.Time) bool {
+	at := snapshotDueAt(p, h, snap)
+	return !at.IsZero() && !now.Before(at)
+}
+
+// snapshotDueAt is when file h needs a new snapshot (zero: not until it
+// is written): it has history after its newest snapshot snap (or has
+// none), and snap is window/2 old, or snapshotEvery old with its size
+// written since; a history without one, snapshotEvery after its oldest file.
+func snapshotDueAt(p retention, h history, snap *ltx.FileInfo) time.Time {
 	top := h.maxTXID()
 	if snap == nil {
 		oldest := time.Time{}
@@ -204,17 +215,13 @@ func snapshotDue(p retention, h history, snap *ltx.FileInfo, now time.Time) bool
 				oldest = h[lvl][0].CreatedAt
 			}
 		}
-		return now.Sub(oldest) >= p.snapshotEvery
+		if oldest.IsZero() {
+			return time.Time{}
+		}
+		return oldest.Add(p.snapshotEvery)
 	}
 	if snap.MaxTXID >= top {
-		return false
-	}
-	age := now.Sub(snap.CreatedAt)
-	if age >= p.window/2 {
-		return true
-	}
-	if age < p.snapshotEvery {
-		return false
+		return time.Time{}
 	}
 	var since int64
 	l1 := ltx.TXID(0)
@@ -229,7 +236,10 @@ func snapshotDue(p retention, h history, snap *ltx.FileInfo, now time.Time) bool
 			since += f.Size
 		}
 	}
-	return since >= snap.Size
+	if since >= snap.Size {
+		return snap.CreatedAt.Add(min(p.snapshotEvery, p.window/2))
+	}
+	return snap.CreatedAt.Add(p.window / 2)
 }
 
 // expired is what the policy deletes of history h at now, and when the

@@ -164,8 +164,10 @@ func (r *run) handle(e event) {
 		fmt.Fprint(r.w, e.Output)
 	case "start":
 		r.started[e.Package] = true
-	case "run":
+	case "run", "cont":
 		r.live[k] = true
+	case "pause": // a parallel test waiting for the others: not running
+		delete(r.live, k)
 	case "output":
 		b := r.out[k]
 		if b == nil {

@@ -3,7 +3,7 @@ export CGO_ENABLED := 0
 # Every go command builds as the release does (-trimpath), so that vet, the
 # tests and the release share one build of each package, and a new clone or
 # worktree reuses the build cache: without it a package's cache key holds
-# its folder (go vet in a fresh clone on a warm cache: 44 s, with it 2.6 s).
+# its folder (make lint in a fresh clone on a warm cache: 87 s, with it 6 s).
 export GOFLAGS += -trimpath
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)

@@ -3,6 +3,10 @@ package backup_test
 import (
 	"context"
 	"database/sql"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -379,5 +383,141 @@ func TestDrillComparesMedia(t *testing.T) {
 	got := failuresByPerson(r)["pic"]
 	if r.Passed() || r.Media != 1 || r.MediaOK != 0 || len(got) != 1 || !strings.Contains(got[0], "media file "+m.ID+" differs on the mirror") {
 		t.Fatalf("changed mirror: %d of %d media equal, failures %+v", r.MediaOK, r.Media, r.Failures)
+	}
+}
+
+// heldPuts is a proxy in front of the S3 server that holds every PUT
+// under the folder of a held person until release, and passes every other
+// request at once: a target slow to take only their writes.
+type heldPuts struct {
+	url     string
+	entered chan string // a held PUT's path
+	release func()
+
+	mu   sync.Mutex
+	held []string // "/<bucket>/<prefix>/people/<id>/"
+}
+
+func newHeldPuts(t *testing.T, addr string) *heldPuts {
+	t.Helper()
+	p := &heldPuts{entered: make(chan string, 64)}
+	gate := make(chan struct{})
+	var once sync.Once
+	p.release = func() { once.Do(func() { close(gate) }) }
+	up := &url.URL{Scheme: "http", Host: addr}
+	proxy := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
+		r.SetURL(up)
+		r.Out.Host = r.In.Host // what the client signed
+	}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPut && p.holds(r.URL.Path) {
+			select {
+			case p.entered <- r.URL.Path:
+			default: // nobody counts them any more
+			}
+			<-gate
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	p.url = srv.URL
+	return p
+}
+
+// hold holds the PUTs under person id's folder of the target at prefix.
+func (p *heldPuts) hold(prefix, id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.held = append(p.held, "/"+tests3.Bucket+"/"+prefix+"/"+nah.PersonDirRel(id)+"/")
+}
+
+func (p *heldPuts) holds(path string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, h := range p.held {
+		if strings.HasPrefix(path, h) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestDrillDefersAFileWaitingForReplication: person x posts while the target
+// holds the writes of four other people, so that every replicator (two,
+// and two more once the queue lags) is busy with theirs and x's write
+// waits in the queue. The drill restores x's replica, which lacks that
+// post: x is deferred (compared next time), not failed; once the target
+// takes the writes, the next drill finds x equal.
+func TestDrillDefersAFileWaitingForReplication(t *testing.T) {
+	ctx := context.Background()
+	srv := tests3.Start(t)
+	p := newHeldPuts(t, srv.Addr)
+	tg := s3Target(t, srv, "held", p.url)
+	n := openNode(t, t.TempDir(), tg, nodeOpts{maxOpen: 8, maxWatched: 1})
+	t.Cleanup(p.release) // before the node's close, which waits for the replicators
+	var all []string
+	for _, h := range []string{"held1", "held2", "held3", "held4", "xena", "yann"} {
+		all = append(all, n.person(t, h))
+	}
+	for i, id := range all {
+		n.post(t, id, i)
+	}
+	settle(t, n)
+	// Five of the six are not watched (one may be, maxWatched): their next
+	// writes go through the queue.
+	var ids []string
+	for _, id := range all {
+		if f, ok := n.r.StatusOf(nah.PersonRel(id)); ok && !f.Watched && len(ids) < 5 {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) < 5 {
+		t.Fatalf("%d of 6 people not watched, want 5", len(ids))
+	}
+	blockers, x := ids[:4], ids[4]
+	for _, id := range blockers {
+		p.hold("held", id)
+	}
+	for i, id := range ids {
+		n.post(t, id, 100+i)
+	}
+	for range 2 {
+		select {
+		case <-p.entered:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no replicator shipped a held person's write")
+		}
+	}
+	if !n.s.ReplicationQueued(nah.PersonRel(x)) {
+		t.Fatal("x's write is not in the queue")
+	}
+
+	// The held people are left out: their checks would wait for their writes.
+	d := drillFor(n, tg)
+	d.List = func(context.Context) ([]string, error) { return []string{nah.DirectoryRel, nah.PersonRel(x)}, nil }
+	r, err := d.Once(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued := n.s.ReplicationQueued(nah.PersonRel(x))
+	p.release()
+	t.Logf("drill with x's write queued: %s", r.Summary())
+	if !queued {
+		t.Fatal("x left the queue during the drill: the check proves nothing")
+	}
+	if len(r.Failures) > 0 || r.Err != "" {
+		t.Fatalf("a file waiting for replication counted as a failure: %s: %+v", r.Summary(), r.Failures)
+	}
+	if len(r.Deferred) != 1 || !strings.Contains(r.Deferred[0], "still waiting for replication") || r.Directory != "equal" {
+		t.Fatalf("deferred %q, directory %q; want x still waiting for replication, the directory equal", r.Deferred, r.Directory)
+	}
+
+	settle(t, n)
+	r, err = d.Once(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Passed() || r.Equal != 1 || len(r.Deferred) != 0 {
+		t.Fatalf("drill once the target took the writes: %s: %+v", r.Summary(), r.Failures)
 	}
 }

@@ -19,7 +19,11 @@ import (
 // one digest that day: each device token reaches the relay under one
 // digest id only (a push in flight at the kill may reach it twice under
 // that same id, which the relay drops), and no device token is in the log.
+//
+// Parallel: it mostly waits for the due minute (55 s wall, 5 s of CPU,
+// measured alone), which the CPU-bound TestReplicaIntegrityAtScale fills.
 func TestDigestKill9MidMinute(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	ids := map[string]map[string]int{} // token -> digest id -> requests
 	requests := 0

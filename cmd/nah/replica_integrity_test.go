@@ -33,7 +33,10 @@ import (
 // replicas restored corrupt in every run.
 //
 // NAH_SOAK=10m runs it for ten minutes with 1,000 people.
+//
+// Parallel with TestDigestKill9MidMinute, which mostly waits on the clock.
 func TestReplicaIntegrityAtScale(t *testing.T) {
+	t.Parallel()
 	cli := litestreamCLI(t)
 	people, half := 240, 8*time.Second
 	if v := os.Getenv("NAH_SOAK"); v != "" {

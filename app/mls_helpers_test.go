@@ -58,12 +58,13 @@ func (c mlsClient) pub() []byte { return c.priv.Public().(ed25519.PublicKey) }
 // keyPackage is the raw KeyPackage (suite 1) of identity, signed by priv.
 func keyPackage(priv ed25519.PrivateKey, identity string) []byte {
 	pub := priv.Public().(ed25519.PublicKey)
-	hpke := make([]byte, 32)
+	hpke, init := make([]byte, 32), make([]byte, 32)
 	rand.Read(hpke)
+	rand.Read(init)
 	leafTBS := cat(vec(hpke), vec(pub), u16(1), vec([]byte(identity)),
 		vec(u16(1)), vec(u16(1)), vec(), vec(), vec(u16(1)), // capabilities
 		[]byte{1}, u64(0), u64(1<<40), vec()) // source key_package, lifetime, extensions
-	tbs := cat(u16(1), u16(1), vec(hpke), leafTBS, vec(mlsSign(priv, "LeafNodeTBS", leafTBS)), vec())
+	tbs := cat(u16(1), u16(1), vec(init), leafTBS, vec(mlsSign(priv, "LeafNodeTBS", leafTBS)), vec())
 	return cat(tbs, vec(mlsSign(priv, "KeyPackageTBS", tbs)))
 }
 

@@ -531,27 +531,6 @@ type Claimed struct {
 	} `json:"key_packages"`
 }
 
-// Client defines model for Client.
-type Client struct {
-	// CreatedAt UTC with exactly three digits of milliseconds: YYYY-MM-DDTHH:MM:SS.mmmZ (RFC 3339).
-	CreatedAt Time `json:"created_at"`
-
-	// Id An MLS client id, made by the server: `c_`, the owner's person id, `_` and 16 hex digits. It is the identity of the client's BasicCredential.
-	Id ClientID `json:"id"`
-
-	// KeyPackages Unclaimed KeyPackages left (one's own clients only).
-	KeyPackages *int `json:"key_packages,omitempty"`
-
-	// LastResort A last-resort KeyPackage is stored (one's own clients only).
-	LastResort *bool `json:"last_resort,omitempty"`
-
-	// Name What the person calls it.
-	Name string `json:"name"`
-
-	// SignatureKey The client's MLS signature public key (Ed25519: 32 bytes).
-	SignatureKey []byte `json:"signature_key"`
-}
-
 // ClientID An MLS client id, made by the server: `c_`, the owner's person id, `_` and 16 hex digits. It is the identity of the client's BasicCredential.
 type ClientID = string
 
@@ -888,6 +867,27 @@ type KeyPackageUpload struct {
 	LastResort *[]byte `json:"last_resort,omitempty"`
 }
 
+// MLSClient defines model for MLSClient.
+type MLSClient struct {
+	// CreatedAt UTC with exactly three digits of milliseconds: YYYY-MM-DDTHH:MM:SS.mmmZ (RFC 3339).
+	CreatedAt Time `json:"created_at"`
+
+	// Id An MLS client id, made by the server: `c_`, the owner's person id, `_` and 16 hex digits. It is the identity of the client's BasicCredential.
+	Id ClientID `json:"id"`
+
+	// KeyPackages Unclaimed KeyPackages left (one's own clients only).
+	KeyPackages *int `json:"key_packages,omitempty"`
+
+	// LastResort A last-resort KeyPackage is stored (one's own clients only).
+	LastResort *bool `json:"last_resort,omitempty"`
+
+	// Name What the person calls it.
+	Name string `json:"name"`
+
+	// SignatureKey The client's MLS signature public key (Ed25519: 32 bytes).
+	SignatureKey []byte `json:"signature_key"`
+}
+
 // Me defines model for Me.
 type Me struct {
 	// Connections How many people they are connected to (at most 150).
@@ -958,15 +958,6 @@ type Moment struct {
 // MomentID A moment id, made by the server: 48 bits of milliseconds then 80 random bits as 26 characters of lowercase base32hex (0-9, a-v), so one author's ids sort by time. The last character carries two zero bits.
 type MomentID = string
 
-// NewClient defines model for NewClient.
-type NewClient struct {
-	// Name What the person calls it; at most 100 bytes.
-	Name *string `json:"name,omitempty"`
-
-	// SignatureKey The client's MLS signature public key: 32 to 256 bytes.
-	SignatureKey []byte `json:"signature_key"`
-}
-
 // NewCommit defines model for NewCommit.
 type NewCommit struct {
 	// Commit An MLSMessage: a PublicMessage commit of the group at its current epoch, from a member leaf of one of the caller's clients, its proposals inline; at most 512 KiB.
@@ -986,6 +977,15 @@ type NewGroup struct {
 
 	// GroupId The UTF-8 bytes of `nah:` and the owner's person id.
 	GroupId []byte `json:"group_id"`
+}
+
+// NewMLSClient defines model for NewMLSClient.
+type NewMLSClient struct {
+	// Name What the person calls it; at most 100 bytes.
+	Name *string `json:"name,omitempty"`
+
+	// SignatureKey The client's MLS signature public key: 32 to 256 bytes.
+	SignatureKey []byte `json:"signature_key"`
 }
 
 // NewMoment defines model for NewMoment.
@@ -1349,7 +1349,7 @@ type RedeemInviteJSONRequestBody = Redeem
 type DeleteMeJSONRequestBody = DeleteMe
 
 // CreateClientJSONRequestBody defines body for CreateClient for application/json ContentType.
-type CreateClientJSONRequestBody = NewClient
+type CreateClientJSONRequestBody = NewMLSClient
 
 // AddKeyPackagesJSONRequestBody defines body for AddKeyPackages for application/json ContentType.
 type AddKeyPackagesJSONRequestBody = KeyPackageUpload
@@ -7848,7 +7848,7 @@ type ListClientsResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *struct {
-		Clients []Client `json:"clients"`
+		Clients []MLSClient `json:"clients"`
 	}
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
@@ -7864,7 +7864,7 @@ type ListClientsResponse struct {
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r ListClientsResponse) GetJSON200() *struct {
-	Clients []Client `json:"clients"`
+	Clients []MLSClient `json:"clients"`
 } {
 	return r.JSON200
 }
@@ -7968,7 +7968,7 @@ type CreateClientResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON201 the response for an HTTP 201 `application/json` response
-	JSON201 *Client
+	JSON201 *MLSClient
 	// JSON400 the response for an HTTP 400 `application/json` response
 	JSON400 *Error
 	// JSON401 the response for an HTTP 401 `application/json` response
@@ -7990,7 +7990,7 @@ type CreateClientResponse struct {
 }
 
 // GetJSON201 returns the response for an HTTP 201 `application/json` response
-func (r CreateClientResponse) GetJSON201() *Client {
+func (r CreateClientResponse) GetJSON201() *MLSClient {
 	return r.JSON201
 }
 
@@ -9509,8 +9509,8 @@ type GetPersonClientsResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *struct {
-		Clients []Client   `json:"clients"`
-		KeyLog  KeyLogHead `json:"key_log"`
+		Clients []MLSClient `json:"clients"`
+		KeyLog  KeyLogHead  `json:"key_log"`
 	}
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
@@ -9528,8 +9528,8 @@ type GetPersonClientsResponse struct {
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetPersonClientsResponse) GetJSON200() *struct {
-	Clients []Client   `json:"clients"`
-	KeyLog  KeyLogHead `json:"key_log"`
+	Clients []MLSClient `json:"clients"`
+	KeyLog  KeyLogHead  `json:"key_log"`
 } {
 	return r.JSON200
 }
@@ -14125,7 +14125,7 @@ func ParseListClientsResponse(rsp *http.Response) (*ListClientsResponse, error) 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
 		var dest struct {
-			Clients []Client `json:"clients"`
+			Clients []MLSClient `json:"clients"`
 		}
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
@@ -14222,7 +14222,7 @@ func ParseCreateClientResponse(rsp *http.Response) (*CreateClientResponse, error
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
-		var dest Client
+		var dest MLSClient
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -15654,8 +15654,8 @@ func ParseGetPersonClientsResponse(rsp *http.Response) (*GetPersonClientsRespons
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
 		var dest struct {
-			Clients []Client   `json:"clients"`
-			KeyLog  KeyLogHead `json:"key_log"`
+			Clients []MLSClient `json:"clients"`
+			KeyLog  KeyLogHead  `json:"key_log"`
 		}
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err

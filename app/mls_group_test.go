@@ -11,11 +11,11 @@ import (
 // mlsFamily is ann with a group whose leaf 0 is her client, and bob,
 // connected to her, with a client and KeyPackages.
 type mlsFamily struct {
-	ts             *testServer
-	ann, bob       account
-	annC, bobC     mlsClient
-	gid            string
-	commits, posts string
+	ts         *testServer
+	ann, bob   account
+	annC, bobC mlsClient
+	gid        string
+	commits    string
 }
 
 func newMLSFamily(t *testing.T) *mlsFamily {

@@ -8,17 +8,18 @@ DATE := $(shell git log -1 --format=%cI 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(DATE)
 GOFLAGS_BUILD := -trimpath -ldflags "$(LDFLAGS)"
 
-.PHONY: run test build build-all release image generate lint contract goclient axe tusjs fuzz bench bench-soak bench-media bench-digest bench-compare bench-baseline clean
+.PHONY: run test build build-all release image generate lint contract goclient axe tusjs mlsjs fuzz bench bench-soak bench-media bench-digest bench-compare bench-baseline clean
 
 ## run: the server with its embedded defaults (data in ./data, 127.0.0.1:8090)
 run:
 	go run $(GOFLAGS_BUILD) ./cmd/nah serve
 
 ## test: lint, the API contract, axe-core for the console's browser test,
-## tus-js-client for the resumable uploads' test, the release (whose Debian
-## package and image the tests install and run), then every test (the full
-## suite takes a few minutes on 2 cores)
-test: lint contract axe tusjs release
+## tus-js-client for the resumable uploads' test, ts-mls for the MLS
+## family's test, the release (whose Debian package and image the tests
+## install and run), then every test (the full suite takes a few minutes on
+## 2 cores)
+test: lint contract axe tusjs mlsjs release
 	go test -count=1 -timeout 20m ./...
 
 ## build: a static, stripped, version-stamped binary for this machine
@@ -122,6 +123,11 @@ axe:
 tusjs:
 	cd app/testdata/tus && npm ci --no-audit --no-fund --loglevel=error
 
+## mlsjs: ts-mls, pinned in app/testdata/mls, whose phones the MLS family's
+## test (cmd/nah) runs with node against the real server (needs the npm registry)
+mlsjs:
+	cd app/testdata/mls && npm ci --no-audit --no-fund --loglevel=error
+
 ## fuzz: a short run of each fuzz target (the seed corpus runs in make test)
 fuzz:
 	go test -run '^$$' -fuzz FuzzDecodeCursor -fuzztime 30s .
@@ -158,4 +164,4 @@ bench-baseline:
 	go run ./bench baseline
 
 clean:
-	rm -rf bin contract/node_modules contract/generated.ts app/testdata/axe/node_modules app/testdata/tus/node_modules
+	rm -rf bin contract/node_modules contract/generated.ts app/testdata/axe/node_modules app/testdata/tus/node_modules app/testdata/mls/node_modules

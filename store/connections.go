@@ -123,6 +123,22 @@ func (s *Store) Disconnect(ctx context.Context, a, b string) error {
 		return nah.Errorf(nah.NotFound, "", "no such connection")
 	}
 	s.graph.disconnect(a, b)
+	return s.removeFromGroups(ctx, a, b)
+}
+
+// removeFromGroups makes the clients of each of a and b that are members
+// of the other's group pending removals there (mls_group.go).
+func (s *Store) removeFromGroups(ctx context.Context, a, b string) error {
+	for _, p := range [][2]string{{a, b}, {b, a}} {
+		if s.graph.node(p[0]) == nil {
+			continue
+		}
+		if err := s.useFile(ctx, p[0], true, func(f *personFile) error {
+			return markRemovals(ctx, f.db, `person = ?`, p[1], s.now().UnixMilli())
+		}); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

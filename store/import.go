@@ -668,6 +668,10 @@ func openExportedDB(ctx context.Context, p string, maxBody int) (*untrustedDB, e
 		u.Close()
 		return nil, err
 	}
+	if err := checkMLS(ctx, u); err != nil {
+		u.Close()
+		return nil, err
+	}
 	var check string
 	if err := u.QueryRowContext(ctx, "PRAGMA integrity_check(1)").Scan(&check); err != nil {
 		u.Close()
@@ -738,6 +742,8 @@ func checkSizes(ctx context.Context, u *untrustedDB, maxBody int) error {
 			limit := untrustedValueMax
 			if t == "moments" && c == "body" {
 				limit = maxBody
+			} else if l, ok := mlsColumnMax[t+"."+c]; ok {
+				limit = l
 			}
 			test := fmt.Sprintf("octet_length(%s) > %d", quote(c), limit)
 			which = append(which, fmt.Sprintf("WHEN %s THEN '%s' || ' of ' || octet_length(%s) || ' bytes, over %d'", test, strings.ReplaceAll(c, "'", "''"), quote(c), limit))

@@ -6,8 +6,9 @@ import (
 	"sync"
 )
 
-// insertMoment is the post's one statement.
-const insertMoment = `INSERT INTO moments(id, created_at, body) VALUES (?, ?, ?)`
+// insertMoment is the post's one statement. It inserts nothing when the
+// person has an MLS group (mls_moment.go): such a moment is checked first.
+const insertMoment = `INSERT INTO moments(id, created_at, body) SELECT ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM mls_group)`
 
 // inserts keeps insertMoment prepared on each open person file: parsing it
 // again for every post was 5-7 % of the server's CPU in the 16-writer

@@ -35,8 +35,14 @@ func (s *Store) CreateMomentOnce(ctx context.Context, author string, body []byte
 		defer done()
 		m = nah.Moment{ID: nah.NewMomentID(now), Author: author, CreatedAt: now}
 		if idem == nil {
-			if _, err := ins.ExecContext(ctx, m.ID, m.CreatedAt, body); err != nil {
+			res, err := ins.ExecContext(ctx, m.ID, m.CreatedAt, body)
+			if err != nil {
 				return err
+			}
+			if n, _ := res.RowsAffected(); n == 0 {
+				if err := inTx(ctx, f, func(tx *sql.Tx) error { return mlsMoment(ctx, tx, m, body) }); err != nil {
+					return err
+				}
 			}
 		} else {
 			tx, err := f.db.BeginTx(ctx, nil)
@@ -47,8 +53,14 @@ func (s *Store) CreateMomentOnce(ctx context.Context, author string, body []byte
 			if replay, err = idemFind(ctx, tx, idem); err != nil || replay != nil {
 				return err
 			}
-			if _, err := tx.StmtContext(ctx, ins).ExecContext(ctx, m.ID, m.CreatedAt, body); err != nil {
+			res, err := tx.StmtContext(ctx, ins).ExecContext(ctx, m.ID, m.CreatedAt, body)
+			if err != nil {
 				return err
+			}
+			if n, _ := res.RowsAffected(); n == 0 {
+				if err := mlsMoment(ctx, tx, m, body); err != nil {
+					return err
+				}
 			}
 			if err := idemSave(ctx, tx, idem, m, now); err != nil {
 				return err

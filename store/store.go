@@ -9,6 +9,7 @@ package store
 import (
 	"cmp"
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
 	"database/sql"
 	"errors"
@@ -101,8 +102,9 @@ type Store struct {
 	repl      Replicator
 	graph     *graph
 	cursorKey []byte
-	fileReads atomic.Int64 // looks into a person file on the feed path
-	settle    settling     // posts between their clock read and their visibility
+	keyLogKey ed25519.PrivateKey // signs key log heads (mls_keylog.go)
+	fileReads atomic.Int64       // looks into a person file on the feed path
+	settle    settling           // posts between their clock read and their visibility
 
 	headBudget int64
 	headBytes  atomic.Int64
@@ -295,6 +297,9 @@ func (s *Store) load(ctx context.Context, crashed bool) error {
 	}
 	if err := s.w.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'cursor_key'`).Scan(&s.cursorKey); err != nil {
 		return fmt.Errorf("store: cursor key: %w", err)
+	}
+	if err := s.loadKeyLogKey(ctx); err != nil {
+		return err
 	}
 	now := s.now().UnixMilli()
 	rows, err := s.r.QueryContext(ctx, `SELECT id, newest_at FROM people WHERE deleted_at IS NULL`)

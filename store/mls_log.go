@@ -1,0 +1,168 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+
+	"github.com/nah-app/nah"
+)
+
+// MLSPageBytes bounds the bytes of one page of commits or of an inbox
+// (each holds at least one entry): a page of 100 commits at
+// MLSCommitMaxBytes would be 50 MiB in memory.
+const MLSPageBytes = 2 << 20
+
+// MLSCommitsPage is the most commits a page has.
+const MLSCommitsPage = 100
+
+// MLSCommitEntry is one commit of a group's log, by the epoch it made.
+type MLSCommitEntry struct {
+	Epoch uint64
+	Body  []byte
+}
+
+// Commits returns owner's commits that made the epochs after after, oldest
+// first, at most MLSCommitsPage and MLSPageBytes, with the group's epoch.
+// more says whether there are more after the page.
+func (s *Store) Commits(ctx context.Context, owner string, after uint64) (cs []MLSCommitEntry, epoch uint64, more bool, err error) {
+	if s.graph.node(owner) == nil {
+		return nil, 0, false, nah.ErrNoPerson()
+	}
+	err = s.useFile(ctx, owner, false, func(f *personFile) error {
+		return inReadTx(ctx, f, func(tx *sql.Tx) error {
+			if err := tx.QueryRowContext(ctx, `SELECT epoch FROM mls_group`).Scan(&epoch); errors.Is(err, sql.ErrNoRows) {
+				return errNoGroup()
+			} else if err != nil {
+				return err
+			}
+			rows, err := tx.QueryContext(ctx, `SELECT epoch, body FROM mls_commits WHERE epoch > ? ORDER BY epoch LIMIT ?`, int64(min(after, 1<<62)), MLSCommitsPage)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			size := 0
+			for rows.Next() {
+				var c MLSCommitEntry
+				if err := rows.Scan(&c.Epoch, &c.Body); err != nil {
+					return err
+				}
+				if size += len(c.Body); size > MLSPageBytes && len(cs) > 0 {
+					break
+				}
+				cs = append(cs, c)
+			}
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			more = len(cs) > 0 && cs[len(cs)-1].Epoch < epoch
+			return nil
+		})
+	})
+	return cs, epoch, more, err
+}
+
+// GroupInfo returns the newest GroupInfo given with a commit of owner's
+// group, and the group's epoch.
+func (s *Store) GroupInfo(ctx context.Context, owner string) (info []byte, epoch uint64, err error) {
+	if s.graph.node(owner) == nil {
+		return nil, 0, nah.ErrNoPerson()
+	}
+	err = s.useFile(ctx, owner, false, func(f *personFile) error {
+		err := f.db.QueryRowContext(ctx, `SELECT group_info, epoch FROM mls_group`).Scan(&info, &epoch)
+		if errors.Is(err, sql.ErrNoRows) {
+			return errNoGroup()
+		}
+		if err == nil && info == nil {
+			return nah.Errorf(nah.NotFound, "no_group_info", "no commit of this group came with a GroupInfo")
+		}
+		return err
+	})
+	return info, epoch, err
+}
+
+// MLSWelcome is a Welcome waiting in a client's inbox.
+type MLSWelcome struct {
+	ID      int64
+	Group   string // the owner of the group it is into
+	Epoch   uint64
+	Welcome []byte
+}
+
+// deliverWelcome puts a Welcome into owner's group, at epoch, into the
+// inbox of client (in its person's file). It replaces an older one into
+// the same group; past MLSInboxMax the oldest goes.
+func (s *Store) deliverWelcome(ctx context.Context, client, owner string, epoch uint64, welcome []byte) error {
+	person, ok := ClientPerson(client)
+	if !ok || s.graph.node(person) == nil {
+		return errNoClient()
+	}
+	return s.useFile(ctx, person, true, func(f *personFile) error {
+		return inTx(ctx, f, func(tx *sql.Tx) error {
+			if _, err := clientKey(ctx, tx, client); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, `DELETE FROM mls_inbox WHERE client = ? AND group_of = ?`, client, owner); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO mls_inbox(client, group_of, epoch, welcome, created_at) VALUES (?, ?, ?, ?, ?)`,
+				client, owner, epoch, welcome, s.now().UnixMilli()); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, `DELETE FROM mls_inbox WHERE client = ?1 AND id NOT IN
+				(SELECT id FROM mls_inbox WHERE client = ?1 ORDER BY id DESC LIMIT ?2)`, client, MLSInboxMax)
+			return err
+		})
+	})
+}
+
+// Inbox returns the Welcomes waiting for person's client, oldest first,
+// at most MLSPageBytes of them (and at least one).
+func (s *Store) Inbox(ctx context.Context, person, client string) ([]MLSWelcome, error) {
+	if s.graph.node(person) == nil {
+		return nil, nah.ErrNoPerson()
+	}
+	var ws []MLSWelcome
+	err := s.useFile(ctx, person, false, func(f *personFile) error {
+		return inReadTx(ctx, f, func(tx *sql.Tx) error {
+			if _, err := clientKey(ctx, tx, client); err != nil {
+				return err
+			}
+			rows, err := tx.QueryContext(ctx, `SELECT id, group_of, epoch, welcome FROM mls_inbox WHERE client = ? ORDER BY id`, client)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			size := 0
+			for rows.Next() {
+				var w MLSWelcome
+				if err := rows.Scan(&w.ID, &w.Group, &w.Epoch, &w.Welcome); err != nil {
+					return err
+				}
+				if size += len(w.Welcome); size > MLSPageBytes && len(ws) > 0 {
+					break
+				}
+				ws = append(ws, w)
+			}
+			return rows.Err()
+		})
+	})
+	return ws, err
+}
+
+// DeleteWelcome deletes Welcome id from person's client's inbox.
+func (s *Store) DeleteWelcome(ctx context.Context, person, client string, id int64) error {
+	if s.graph.node(person) == nil {
+		return nah.ErrNoPerson()
+	}
+	return s.useFile(ctx, person, true, func(f *personFile) error {
+		res, err := f.db.ExecContext(ctx, `DELETE FROM mls_inbox WHERE client = ? AND id = ?`, client, id)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return nah.Errorf(nah.NotFound, "", "no such Welcome")
+		}
+		return nil
+	})
+}

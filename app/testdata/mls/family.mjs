@@ -10,6 +10,7 @@ import { Person, Phone, Server } from './phone.mjs'
 
 const server = new Server('')
 const people = []
+const byID = new Map() // person id → Person
 const phones = [] // every phone; .offline ones do not sync until they come back
 const edges = [[0, 1], [0, 2], [0, 3], [0, 4], [0, 5], [1, 2], [2, 3], [3, 4], [5, 6], [6, 7], [1, 7]]
 const connected = new Set()
@@ -19,7 +20,11 @@ const expected = new Map() // phone → Set of moment ids it must read
 let acked = []
 let n = 0
 
+// check ends the step at once; expect notes a failure and lets the step
+// go on, so that one planted bug shows every check it breaks.
 const check = (ok, why) => { if (!ok) throw new Error(why) }
+let failed = []
+const expect = (ok, why) => { if (!ok) failed.push(why) }
 const phonesOf = (p) => phones.filter((x) => x.person === p)
 const audience = (p) => phones.filter((x) => x.admitted &&
   (x.person === p || connected.has(key(x.person, p))))
@@ -58,6 +63,7 @@ function verifyReading () {
 
 async function newPhone (p, name) {
   const x = new Phone(p, name)
+  x.people = byID
   await x.register()
   await x.uploadKeyPackages(10)
   phones.push(x)
@@ -71,6 +77,7 @@ const steps = {
       const p = new Person(server, `fam${i}`)
       await p.signup()
       people.push(p)
+      byID.set(p.id, p)
     }
     for (const p of people) for (const name of ['phone', 'tablet']) await newPhone(p, name)
     for (const [a, b] of edges) {
@@ -116,25 +123,25 @@ const steps = {
     const pb = phonesOf(b)[0]
     for (const x of [pa, pb]) {
       const res = await post(x)
-      check(res.status === 409 && res.body.error.code === 'removal_pending',
+      expect(res.status === 409 && res.body.error.code === 'removal_pending',
         `${x.person.handle}'s moment before the Remove commit: ${res.status} ${JSON.stringify(res.body)}, want 409 removal_pending`)
     }
     const ra = await pa.tend(a.id)
     const rb = await pb.tend(b.id)
-    check(ra.removed === 2 && rb.removed === 2, `the Remove commits removed ${ra.removed} and ${rb.removed} leaves, want 2 and 2`)
+    expect(ra.removed === 2 && rb.removed === 2, `the Remove commits removed ${ra.removed} and ${rb.removed} leaves, want 2 and 2`)
     await syncEveryone()
     const res = await post(pa)
-    check(res.status === 201, `fam0's moment after the Remove: ${res.status}`)
-    check((await post(pb)).status === 201, 'fam1\'s moment after its Remove')
-    const body = (await a.moments(a.id)).find((m) => m.id === res.body.id).body
+    expect(res.status === 201, `fam0's moment after the Remove: ${res.status}`)
+    expect((await post(pb)).status === 201, 'fam1\'s moment after its Remove')
+    const body = (await a.moments(a.id)).find((m) => m.id === (res.body || {}).id)?.body || ''
     let tried = 0
     for (const [i, x] of phonesOf(b).entries()) {
-      check(await x.tryDecrypt(a.id, body) === null, `${b.handle}/${x.name} read fam0's moment posted after the disconnect`)
+      expect(await x.tryDecrypt(a.id, body) === null, `${b.handle}/${x.name} read fam0's moment posted after the disconnect`)
       tried++
       const kept = [...x.groups.get(a.id).plain.keys()].length
-      check(kept === before[i] && kept > 0, `${b.handle}/${x.name} kept ${kept} of fam0's ${before[i]} old moments`)
+      expect(kept === before[i] && kept > 0, `${b.handle}/${x.name} kept ${kept} of fam0's ${before[i]} old moments`)
     }
-    check(await b.moments(a.id) === null, 'fam1 still lists fam0\'s moments after the disconnect')
+    expect(await b.moments(a.id) === null, 'fam1 still lists fam0\'s moments after the disconnect')
     return { removed: ra.removed + rb.removed, tried }
   },
 
@@ -269,10 +276,12 @@ for await (const line of rl) {
   if (base) server.base = base
   const t0 = Date.now()
   let out
+  failed = []
   try {
     out = { step, ok: true, ...(await steps[step]()) }
+    if (failed.length) out = { step, error: failed.join('\n') }
   } catch (e) {
-    out = { step, error: String(e && e.stack ? e.stack : e) }
+    out = { step, error: [...failed, String(e && e.stack ? e.stack : e)].join('\n') }
   }
   out.ms = Date.now() - t0
   process.stdout.write(JSON.stringify(out) + '\n')

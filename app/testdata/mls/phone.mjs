@@ -124,6 +124,7 @@ export class Phone {
     this.pins = new Map() // person id → {size, hash}: the key log heads this phone saw
     this.serverKey = null // the server's key log key, pinned at the first audit
     this.stats = { decrypted: 0, commits: 0, refused: {} }
+    this.people = new Map() // person id → Person, for names in audit failures
   }
 
   call (method, path, body, want) { return this.person.call(method, path, body, want) }
@@ -203,7 +204,8 @@ export class Phone {
 
   // tend is what the phone does for a group it can commit to when it comes
   // online: remove the leaves nah says are pending removal and add the
-  // clients it says are waiting, in one commit (retried after catching up
+  // clients it says are waiting, each KeyPackage signed with the key its
+  // person's audited key log holds, in one commit (retried after catching up
   // when another client committed first). It answers how many it added
   // and removed.
   async tend (owner) {
@@ -220,6 +222,7 @@ export class Phone {
         for (const p of [owner, ...conns.connections.map((c) => c.id)]) {
           const { body: list } = await this.call('GET', `/api/v1/people/${p}/clients`, undefined, 200)
           if (!list.clients.some((c) => waiting.has(c.id))) continue
+          const keys = await this.audit(this.people.get(p) || { id: p, handle: p })
           const { body: claimed } = await this.call('POST', `/api/v1/people/${p}/key_packages/claim`, undefined, 200)
           for (const kp of claimed.key_packages) {
             if (!waiting.has(kp.client)) continue
@@ -227,6 +230,9 @@ export class Phone {
             if (msg.wireformat !== 'mls_key_package') throw new Error(`claimed a ${msg.wireformat} for ${kp.client}`)
             if (text.decode(msg.keyPackage.leafNode.credential.identity) !== kp.client) {
               throw new Error(`the KeyPackage claimed for ${kp.client} names another client`)
+            }
+            if (keys.get(kp.client) !== b64(msg.keyPackage.leafNode.signaturePublicKey)) {
+              throw new Error(`the KeyPackage claimed for ${kp.client} is signed with a key its person's log does not have`)
             }
             keyPackages.push(msg.keyPackage)
             waiting.delete(kp.client)
@@ -378,7 +384,8 @@ export class Phone {
   // that the head it pinned before is a prefix of this one, that the
   // clients nah lists for p are exactly the log's live ones with the
   // log's keys, and, for the phone's own person, that every live client
-  // is one its phones registered. A failure throws an error naming p.
+  // is one its phones registered. A failure throws an error naming p;
+  // else it answers the live clients, id → signature key (base64).
   async audit (p) {
     const fail = (why) => { throw new Error(`key log of ${p.handle} (${p.id}): ${why}`) }
     if (!this.serverKey) {
@@ -413,10 +420,11 @@ export class Phone {
       live.delete(c.id)
     }
     if (live.size) fail(`the log's clients ${[...live.keys()]} are not listed`)
-    if (p === this.person) {
+    if (p.id === this.person.id) {
       for (const c of list.clients) if (!p.registered.has(c.id)) fail(`client ${c.id} was not added by ${p.handle}'s phones`)
     }
     this.pins.set(p.id, { size: head.size, hash: head.hash })
-    return head.size
+    for (const c of list.clients) live.set(c.id, c.signature_key)
+    return live
   }
 }

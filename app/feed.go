@@ -195,6 +195,7 @@ const (
 	itemTime     = `","created_at":"`
 	itemBody     = `","body":"`
 	itemEnd      = `"}`
+	itemEpoch    = `","epoch":`
 	pageNext     = `],"next":`
 	pageNoNext   = `null`
 	pageRefresh  = `,"refresh":`
@@ -220,6 +221,9 @@ func pageLen(p *store.Page, cursor, refresh []byte) int {
 			n++
 		}
 		n += itemFixedLen + len(m.ID) + len(m.Author) + base64.StdEncoding.EncodedLen(len(m.Body))
+		if e, ok := store.MomentEpoch(m.Author, m.Body); ok {
+			n += len(itemEpoch) + len(strconv.AppendUint(nil, e, 10)) - 1 // "} is }
+		}
 	}
 	return n
 }
@@ -244,6 +248,14 @@ func writePage(w *pageWriter, p *store.Page, cursor, refresh []byte) {
 			w.scratch = base64.StdEncoding.AppendEncode(w.scratch[:0], b[:k])
 			w.Write(w.scratch)
 			b = b[k:]
+		}
+		if e, ok := store.MomentEpoch(m.Author, m.Body); ok {
+			// An MLS moment (store/mls_moment.go): the epoch whose
+			// secret opens it.
+			w.WriteString(itemEpoch)
+			w.Write(strconv.AppendUint(t[:0], e, 10))
+			w.WriteByte('}')
+			continue
 		}
 		w.WriteString(itemEnd)
 	}

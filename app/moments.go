@@ -67,7 +67,7 @@ func (a *App) handleMomentCreate(w http.ResponseWriter, r *http.Request) {
 	if idem == nil {
 		m, err := a.store.CreateMoment(r.Context(), p.ID, body)
 		if err != nil {
-			a.writeError(w, r, err)
+			a.writeMLSError(w, r, err)
 			return
 		}
 		writeJSON(w, http.StatusCreated, postedMoment(m))
@@ -76,7 +76,7 @@ func (a *App) handleMomentCreate(w http.ResponseWriter, r *http.Request) {
 	idem.Hash = idemHash("POST /moments", body)
 	m, replay, err := a.store.CreateMomentOnce(r.Context(), p.ID, body, idem)
 	if err != nil {
-		a.writeError(w, r, err)
+		a.writeMLSError(w, r, err)
 		return
 	}
 	if replay != nil {

@@ -89,6 +89,24 @@ func (a *App) routes() http.Handler {
 			// paths, and a token is a secret).
 			r.Put("/me/devices/{token}", a.handleDevicePut)
 			r.Delete("/me/devices/{token}", a.handleDeviceDelete)
+
+			// MLS: clients, KeyPackages, the key log and each person's
+			// group (README, "End-to-end encryption").
+			r.Post("/me/clients", a.handleClientCreate)
+			r.Get("/me/clients", a.handleClients)
+			r.Delete("/me/clients/{id}", a.handleClientDelete)
+			r.Post("/me/clients/{id}/key_packages", a.handleKeyPackagesAdd)
+			r.Get("/me/clients/{id}/inbox", a.handleInbox)
+			r.Delete("/me/clients/{id}/inbox/{n}", a.handleInboxDelete)
+			r.Get("/people/{id}/clients", a.handlePersonClients)
+			r.Post("/people/{id}/key_packages/claim", a.handleClaim)
+			r.Get("/people/{id}/key_log", a.handleKeyLog)
+			r.Get("/key_log/key", a.handleKeyLogKey)
+			r.Post("/people/{id}/group", a.handleGroupCreate)
+			r.Get("/people/{id}/group", a.handleGroup)
+			r.Post("/people/{id}/group/commits", a.handleCommit)
+			r.Get("/people/{id}/group/commits", a.handleCommits)
+			r.Get("/people/{id}/group/info", a.handleGroupInfo)
 		})
 	})
 	a.metrics.setRoutes(r)

@@ -168,6 +168,11 @@ type MLSCommit struct {
 	GroupInfo  []byte // the GroupInfo of the new epoch, or nil
 	Welcome    []byte // or nil
 	WelcomeTo  []string
+	// PathClient and PathKey are the identity and signature key of the
+	// committer's new LeafNode when the commit has an UpdatePath: they
+	// must be the sender's client and its registered key.
+	PathClient string
+	PathKey    []byte
 }
 
 // Commit applies commit c of caller to owner's group: accepted only at
@@ -183,6 +188,13 @@ func (s *Store) Commit(ctx context.Context, owner, caller string, c MLSCommit) (
 	}
 	if err := s.checkAdds(ctx, owner, c.Adds); err != nil {
 		return 0, err
+	}
+	var callerKeys map[string][]byte
+	if c.PathKey != nil {
+		var err error
+		if callerKeys, err = s.ClientKeys(ctx, caller); err != nil {
+			return 0, err
+		}
 	}
 	var epoch uint64
 	err := s.useFile(ctx, owner, true, func(f *personFile) error {
@@ -201,6 +213,9 @@ func (s *Store) Commit(ctx context.Context, owner, caller string, c MLSCommit) (
 			sender, ok := leaves[c.SenderLeaf]
 			if !ok || sender.Person != caller || slices.Contains(g.PendingRemovals, sender.Client) {
 				return nah.Errorf(nah.Forbidden, "not_your_leaf", "leaf %d of this group is not one of your clients", c.SenderLeaf)
+			}
+			if c.PathKey != nil && (c.PathClient != sender.Client || string(callerKeys[sender.Client]) != string(c.PathKey)) {
+				return nah.Errorf(nah.Invalid, "wrong_signature_key", "the commit's new leaf is not client %s with its registered key", sender.Client)
 			}
 			for _, l := range c.Removes {
 				if _, ok := leaves[l]; !ok {

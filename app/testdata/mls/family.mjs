@@ -87,13 +87,14 @@ const steps = {
     for (const p of people) await phonesOf(p)[0].createGroup()
     let added = 0
     for (const p of people) added += (await phonesOf(p)[0].tend(p.id)).added
-    for (const x of phones) { await x.inbox(); x.admitted = true }
+    for (const x of phones) {
+      await x.inbox()
+      x.admitted = true
+      const groups = 1 + edges.filter(([a, b]) => people[a] === x.person || people[b] === x.person).length
+      check(x.groups.size === groups, `${x.person.handle}/${x.name} joined ${x.groups.size} groups from its inbox, want ${groups}`)
+    }
     for (const x of phones) check((await post(x)).status === 201, `${x.name} of ${x.person.handle} could not post`)
     await syncEveryone()
-    for (const x of phones) {
-      const groups = 1 + edges.filter(([a, b]) => people[a] === x.person || people[b] === x.person).length
-      check(x.groups.size === groups, `${x.person.handle}/${x.name} is in ${x.groups.size} groups, want ${groups}`)
-    }
     return { added, reads: verifyReading() }
   },
 

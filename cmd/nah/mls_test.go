@@ -133,15 +133,19 @@ func TestMLSFamily(t *testing.T) {
 	ph.step(t, "post", nil)
 	ph.step(t, "check", nil)
 
-	// kill -9 in the middle of a burst of posts: every acknowledged moment
-	// is there after the restart, and every phone reads it.
+	// kill -9 in the middle of a burst of posts and commits, right after a
+	// commit's acknowledgement: every acknowledged moment is there after
+	// the restart, every phone reads it, and the next posts at the phones'
+	// epochs show no acknowledged commit was lost.
 	ph.send(t, "burst", nil)
-	for acks := 0; acks < 10; {
+	for acks := 0; ; acks++ {
 		m := ph.next(t)
 		if m["event"] != "acked" {
 			t.Fatalf("burst: %v", m)
 		}
-		acks++
+		if acks >= 10 && m["commit"] == true {
+			break
+		}
 	}
 	p.cmd.Process.Signal(syscall.SIGKILL)
 	<-p.done
@@ -152,7 +156,7 @@ func TestMLSFamily(t *testing.T) {
 	if m["error"] != nil || m["step"] != "burst" {
 		t.Fatalf("burst: %v", m)
 	}
-	t.Logf("burst: %v acknowledged before kill -9, %v posts failed after it", m["acked"], m["failed"])
+	t.Logf("burst: %v moments and %v commits acknowledged before kill -9, %v requests failed after it", m["acked"], m["commits"], m["failed"])
 	p = start(t, dir)
 	ph.step(t, "acked", p)
 	ph.step(t, "post", nil)

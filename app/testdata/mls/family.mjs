@@ -107,7 +107,11 @@ const steps = {
   // post: every phone not offline posts one moment at its epoch.
   async post () {
     await syncEveryone()
-    for (const x of phones) if (!x.offline) check((await post(x)).status === 201, `${x.person.handle}/${x.name} could not post`)
+    for (const x of phones) {
+      if (x.offline) continue
+      const res = await post(x)
+      check(res.status === 201, `${x.person.handle}/${x.name} could not post: ${res.status} ${JSON.stringify(res.body)}`)
+    }
     return { posts: posts.length }
   },
 
@@ -207,24 +211,31 @@ const steps = {
     return { groups }
   },
 
-  // burst: phones post in turn, one acknowledgement line each, until the
-  // server is gone (the test kills it in the middle) or 300 moments.
+  // burst: phones post in turn, and each person's first phone commits to
+  // its group every third turn, one acknowledgement line each, until the
+  // server is gone (the test kills it in the middle) or 300 turns. A
+  // commit acknowledged and lost shows in the next post step (409
+  // stale_epoch), a moment in the acked step.
   async burst () {
     await syncEveryone()
     acked = []
     const live = phones.filter((x) => !x.offline)
     let failed = 0
+    let commits = 0
     for (let i = 0; i < 300 && failed < 3; i++) {
       const x = live[i % live.length]
+      const commit = i % 3 === 0 && phonesOf(x.person)[0] === x
       let res
       try {
-        res = await post(x)
+        await x.sync(x.person.id)
+        res = commit ? await x.commit(x.person.id) : await post(x)
       } catch { failed++; continue }
       check(res.status === 201, `burst: ${res.status} ${JSON.stringify(res.body)}`)
-      acked.push(posts[posts.length - 1])
-      process.stdout.write(JSON.stringify({ event: 'acked', n: acked.length }) + '\n')
+      if (commit) commits++
+      else acked.push(posts[posts.length - 1])
+      process.stdout.write(JSON.stringify({ event: 'acked', n: acked.length + commits, commit }) + '\n')
     }
-    return { acked: acked.length, failed }
+    return { acked: acked.length, commits, failed }
   },
 
   // acked: every moment acknowledged in the burst is on the restarted server.

@@ -192,7 +192,11 @@ export class Phone {
     if (r.welcome) body.welcome = b64(mls.encodeMlsMessage({ version: 'mls10', wireformat: 'mls_welcome', welcome: r.welcome }))
     const gi = await mls.createGroupInfoWithExternalPubAndRatchetTree(r.newState, [], suite)
     body.group_info = b64(mls.encodeMlsMessage({ version: 'mls10', wireformat: 'mls_group_info', groupInfo: gi }))
+    // A commit whose answer was lost may stand: sync applies its state when
+    // it finds the same bytes in the log.
+    g.unsure = { commit: body.commit, state: r.newState }
     const res = await this.call('POST', `/api/v1/people/${owner}/group/commits`, body)
+    g.unsure = null
     if (res.status === 201) {
       g.state = r.newState
       this.stats.commits++
@@ -323,6 +327,11 @@ export class Phone {
       byEpoch.delete(e)
       const c = commits.get(e)
       if (!c) break
+      if (g.unsure && g.unsure.commit === b64(mls.encodeMlsMessage(c))) {
+        g.state = g.unsure.state
+        g.unsure = null
+        continue
+      }
       const r = await mls.processMessage(c, g.state, mls.emptyPskIndex, mls.acceptAll, suite)
       g.state = r.newState
       if (g.state.groupActiveState.kind === 'removedFromGroup') break

@@ -98,12 +98,12 @@ func (a *App) handleClientDelete(w http.ResponseWriter, r *http.Request) {
 // client's registered key, with the client's id as its identity.
 func (a *App) handleKeyPackagesAdd(w http.ResponseWriter, r *http.Request) {
 	me, id := sessionOf(r).person.ID, pathParam(r, "id")
-	// Held as the request, its JSON decoding and the decoded bytes.
-	if err := a.takeBulkOrOverloaded(3 * mlsKeyPackagesBody); err != nil {
+	held := heldFor(r, mlsKeyPackagesBody)
+	if err := a.takeBulkOrOverloaded(held); err != nil {
 		a.writeError(w, r, err)
 		return
 	}
-	defer a.mem.give(3 * mlsKeyPackagesBody)
+	defer a.mem.give(int64(held))
 	var in struct {
 		KeyPackages [][]byte `json:"key_packages"`
 		LastResort  []byte   `json:"last_resort"`

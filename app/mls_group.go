@@ -2,8 +2,10 @@ package app
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 
@@ -18,6 +20,32 @@ import (
 // mlsCommitBody bounds a commit's request: the commit, a Welcome and a
 // GroupInfo at their bounds in base64, with room for the JSON.
 const mlsCommitBody = (store.MLSCommitMaxBytes+store.MLSWelcomeMaxBytes+store.MLSGroupInfoMaxBytes)*4/3 + 1024
+
+// heldFor is the memory a JSON request of at most limit bytes holds while
+// it is decoded: the body, the base64 strings and the decoded bytes, 3
+// times its Content-Length (the server reads no more than that), or the
+// limit's when it has none.
+func heldFor(r *http.Request, limit int) int {
+	n := int64(limit)
+	if r.ContentLength >= 0 && r.ContentLength < n {
+		n = r.ContentLength
+	}
+	return 3*int(n) + 4096
+}
+
+// pageTake takes the memory of a page of commits or Welcomes from the
+// budget as the store reads it (store.Take), and give returns it all.
+func (a *App) pageTake() (take store.Take, give func()) {
+	taken := 0
+	take = func(n int) error {
+		if err := a.takeBulkOrOverloaded(n); err != nil {
+			return err
+		}
+		taken += n
+		return nil
+	}
+	return take, func() { a.mem.give(int64(taken)) }
+}
 
 // writeMLSError is writeError with an EpochError's epoch beside the
 // SPEC's error body, so that a phone knows where the group is.
@@ -104,12 +132,12 @@ func (a *App) handleCommit(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	// Held as the request, its decoding and the decoded bytes.
-	if err := a.takeBulkOrOverloaded(3 * mlsCommitBody); err != nil {
+	held := heldFor(r, mlsCommitBody)
+	if err := a.takeBulkOrOverloaded(held); err != nil {
 		a.writeError(w, r, err)
 		return
 	}
-	defer a.mem.give(3 * mlsCommitBody)
+	defer a.mem.give(int64(held))
 	var in struct {
 		Commit    []byte `json:"commit"`
 		Welcome   []byte `json:"welcome"`
@@ -224,22 +252,17 @@ func (a *App) handleCommits(w http.ResponseWriter, r *http.Request) {
 		}
 		after = n
 	}
-	// A page is at most store.MLSPageBytes and one commit: with its base64
-	// and JSON, 4 times that is a bound with room.
-	const held = 4 * (store.MLSPageBytes + store.MLSCommitMaxBytes)
-	if err := a.takeBulkOrOverloaded(held); err != nil {
-		a.writeError(w, r, err)
-		return
-	}
-	defer a.mem.give(held)
-	cs, epoch, more, err := a.store.Commits(r.Context(), id, after)
+	take, give := a.pageTake()
+	defer give()
+	cs, epoch, more, err := a.store.Commits(r.Context(), id, after, take)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
 	}
 	// The page is named by where it starts and the group's epoch: a
 	// commit never changes, and pruning follows the epoch.
-	etag := `"` + strconv.FormatUint(after, 10) + "-" + strconv.FormatUint(epoch, 10) + `"`
+	sum := sha256.Sum256(fmt.Appendf(nil, "%d-%d", after, epoch))
+	etag := `"` + base64.RawURLEncoding.EncodeToString(sum[:18]) + `"`
 	w.Header().Set("ETag", etag)
 	w.Header().Set("Cache-Control", "private, no-cache")
 	if etagMatches(r.Header.Get("If-None-Match"), etag) {
@@ -278,13 +301,9 @@ func (a *App) handleGroupInfo(w http.ResponseWriter, r *http.Request) {
 
 // handleInbox returns the Welcomes waiting for one of the caller's clients.
 func (a *App) handleInbox(w http.ResponseWriter, r *http.Request) {
-	const held = 4 * (store.MLSPageBytes + store.MLSWelcomeMaxBytes)
-	if err := a.takeBulkOrOverloaded(held); err != nil {
-		a.writeError(w, r, err)
-		return
-	}
-	defer a.mem.give(held)
-	ws, err := a.store.Inbox(r.Context(), sessionOf(r).person.ID, pathParam(r, "id"))
+	take, give := a.pageTake()
+	defer give()
+	ws, err := a.store.Inbox(r.Context(), sessionOf(r).person.ID, pathParam(r, "id"), take)
 	if err != nil {
 		a.writeError(w, r, err)
 		return

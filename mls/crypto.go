@@ -1,6 +1,7 @@
 package mls
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/ed25519"
 	"crypto/elliptic"
@@ -40,8 +41,8 @@ func (kp *KeyPackage) Ref() ([]byte, error) {
 }
 
 // Verify checks the LeafNode's signature (LeafNodeTBS, source key_package)
-// and the KeyPackage's signature (KeyPackageTBS) with Leaf.SignatureKey
-// (RFC 9420 §10.1). Suites 1, 2, 3, 5 and 7 are verified; 4 and 6 (Ed448)
+// and the KeyPackage's signature (KeyPackageTBS) with Leaf.SignatureKey,
+// and that the init key is not the leaf's encryption key (RFC 9420 §10.1). Suites 1, 2, 3, 5 and 7 are verified; 4 and 6 (Ed448)
 // and unknown suites give ErrUnsupportedSuite.
 func (kp *KeyPackage) Verify() error {
 	s, ok := suites[kp.CipherSuite]
@@ -53,6 +54,9 @@ func (kp *KeyPackage) Verify() error {
 	}
 	if kp.Leaf.Source != SourceKeyPackage {
 		return errors.New("mls: key package's leaf node is not from a key package")
+	}
+	if bytes.Equal(kp.InitKey, kp.Leaf.EncryptionKey) {
+		return errors.New("mls: key package's init key is the leaf's encryption key")
 	}
 	if !verifyWithLabel(s, kp.Leaf.SignatureKey, "LeafNodeTBS", kp.Leaf.tbs, kp.Leaf.Signature) {
 		return errors.New("mls: leaf node signature does not verify")

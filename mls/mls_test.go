@@ -40,20 +40,33 @@ func sign(priv ed25519.PrivateKey, label string, content []byte) []byte {
 
 // keyPackage builds a suite 1 KeyPackage for identity, signed by priv.
 func keyPackage(priv ed25519.PrivateKey, identity string) []byte {
+	return keyPackageOf(priv, identity, bytes.Repeat([]byte{2}, 32), SourceKeyPackage)
+}
+
+// keyPackageOf builds a suite 1 KeyPackage with the given init key and leaf
+// source; its leaf's encryption key is 32 bytes of 1.
+func keyPackageOf(priv ed25519.PrivateKey, identity string, initKey []byte, source uint8) []byte {
 	pub := priv.Public().(ed25519.PublicKey)
+	lifetime := cat(u64(0), u64(1<<40))
+	if source != SourceKeyPackage {
+		lifetime = nil
+	}
 	leafTBS := cat(vec(bytes.Repeat([]byte{1}, 32)), vec(pub), u16(CredentialBasic), vec([]byte(identity)),
 		vec(u16(1)), vec(u16(1)), vec(), vec(), vec(u16(1)), // capabilities
-		[]byte{SourceKeyPackage}, u64(0), u64(1<<40), vec())
-	tbs := cat(u16(1), u16(1), vec(bytes.Repeat([]byte{2}, 32)), leafTBS, vec(sign(priv, "LeafNodeTBS", leafTBS)), vec())
+		[]byte{source}, lifetime, vec())
+	tbs := cat(u16(1), u16(1), vec(initKey), leafTBS, vec(sign(priv, "LeafNodeTBS", leafTBS)), vec())
 	return cat(tbs, vec(sign(priv, "KeyPackageTBS", tbs)))
 }
 
 func message(wire uint16, body ...[]byte) []byte { return cat(u16(1), u16(wire), cat(body...)) }
 
-// commit is a PublicMessage commit for group "nah:p1" at epoch 7 from leaf 3,
+// epoch is one whose halves differ, so that reading it as 32 bits shows.
+const epoch = 0x0102030405060708
+
+// commit is a PublicMessage commit for group "nah:p1" at epoch from leaf 3,
 // without a path.
 func commit(proposals ...[]byte) []byte {
-	return message(WirePublicMessage, vec([]byte("nah:p1")), u64(7), []byte{SenderMember}, u32(3), vec(), []byte{ContentCommit},
+	return message(WirePublicMessage, vec([]byte("nah:p1")), u64(epoch), []byte{SenderMember}, u32(3), vec(), []byte{ContentCommit},
 		vec(proposals...), []byte{0}, vec(make([]byte, 64)), vec(make([]byte, 32)), vec(make([]byte, 32)))
 }
 
@@ -71,7 +84,7 @@ func TestParseCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.WireFormat != WirePublicMessage || string(m.GroupID) != "nah:p1" || m.Epoch != 7 || m.ContentType != ContentCommit ||
+	if m.WireFormat != WirePublicMessage || string(m.GroupID) != "nah:p1" || m.Epoch != epoch || m.ContentType != ContentCommit ||
 		m.Sender != (Sender{Type: SenderMember, LeafIndex: 3}) || m.Commit == nil || m.Commit.Path != nil || len(m.Commit.Proposals) != 3 {
 		t.Fatalf("got %+v", m)
 	}
@@ -87,9 +100,24 @@ func TestParseCommit(t *testing.T) {
 	}
 }
 
+// TestParseHeaders: a PrivateMessage's clear header and a GroupInfo's group
+// and epoch read back as written (the vectors' are all at epoch 0).
+func TestParseHeaders(t *testing.T) {
+	for _, b := range [][]byte{
+		message(WirePrivateMessage, vec([]byte("nah:p1")), u64(epoch), []byte{ContentApplication}, vec(), vec([]byte("sender")), vec([]byte("ciphertext"))),
+		message(WireGroupInfo, u16(1), u16(1), vec([]byte("nah:p1")), u64(epoch), vec(make([]byte, 32)), vec(make([]byte, 32)), vec(), vec(), vec(make([]byte, 32)), u32(0), vec(make([]byte, 64))),
+	} {
+		m, err := Parse(b)
+		if err != nil || string(m.GroupID) != "nah:p1" || m.Epoch != epoch || (m.WireFormat == WirePrivateMessage) != (m.ContentType == ContentApplication) {
+			t.Errorf("%v %+v", err, m)
+		}
+	}
+}
+
 // TestKeyPackageAccessors: a KeyPackage's identity and signature key read
 // back as signed, Verify accepts it, and refuses it when a byte under either
-// signature changes, or its suite has no verifier here.
+// signature changes, when its leaf is not a key package's or its init key is
+// its encryption key (RFC 9420 §10.1), or when its suite has no verifier here.
 func TestKeyPackageAccessors(t *testing.T) {
 	raw := keyPackage(testKey, "c_0a1b")
 	kp, err := ParseKeyPackage(message(WireKeyPackage, raw))
@@ -123,6 +151,18 @@ func TestKeyPackageAccessors(t *testing.T) {
 	tamper(bytes.Index(raw, []byte("c_0a1b")), "leaf node signature does not verify")
 	tamper(6, "key package signature does not verify") // the init key
 	tamper(3, "unsupported cipher suite")              // suite 1 → 0
+	for name, raw := range map[string][]byte{
+		"leaf node is not from a key package":   keyPackageOf(testKey, "c_0a1b", bytes.Repeat([]byte{2}, 32), SourceUpdate),
+		"init key is the leaf's encryption key": keyPackageOf(testKey, "c_0a1b", bytes.Repeat([]byte{1}, 32), SourceKeyPackage),
+	} {
+		kp, err := ParseKeyPackage(message(WireKeyPackage, raw))
+		if err == nil {
+			err = kp.Verify()
+		}
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%v, want %q", err, name)
+		}
+	}
 	b := bytes.Clone(raw)
 	b[3] = 4 // Ed448: parsed, not verified
 	if kp, err := ParseKeyPackage(message(WireKeyPackage, b)); err != nil || !errors.Is(kp.Verify(), ErrUnsupportedSuite) {

@@ -66,10 +66,20 @@ func (r *reader) u64(what string) uint64 {
 	return 0
 }
 
-// length reads a vector's variable-length size (RFC 9420 §2.1.2): the top two
-// bits of the first byte give 1, 2 or 4 bytes; 0b11 is invalid, and a length
-// not in its shortest form is refused (the RFC requires minimal encoding).
+// length reads a vector's length and bounds it by the bytes left.
 func (r *reader) length(what string) int {
+	n := r.varint(what)
+	if r.err == nil && n > r.end-r.off {
+		r.fail("%s: length %d beyond the %d bytes left", what, n, r.end-r.off)
+		return 0
+	}
+	return n
+}
+
+// varint reads a variable-length size (RFC 9420 §2.1.2): the top two bits of
+// the first byte give 1, 2 or 4 bytes; 0b11 is invalid, and a size not in its
+// shortest form is refused (the RFC requires minimal encoding).
+func (r *reader) varint(what string) int {
 	first := r.take(1, what)
 	if first == nil {
 		return 0
@@ -79,22 +89,17 @@ func (r *reader) length(what string) int {
 		r.fail("%s: invalid length prefix 0b11", what)
 		return 0
 	}
-	v := uint32(first[0] & 0x3f)
+	v := int(first[0] & 0x3f)
 	for _, c := range r.take(n-1, what) {
-		v = v<<8 | uint32(c)
+		v = v<<8 | int(c)
+	}
+	if r.err == nil && ((n == 2 && v < 1<<6) || (n == 4 && v < 1<<14)) {
+		r.fail("%s: length %d not minimally encoded", what, v)
 	}
 	if r.err != nil {
 		return 0
 	}
-	if (n == 2 && v < 1<<6) || (n == 4 && v < 1<<14) {
-		r.fail("%s: length %d not minimally encoded", what, v)
-		return 0
-	}
-	if int(v) > r.end-r.off {
-		r.fail("%s: length %d beyond the %d bytes left", what, v, r.end-r.off)
-		return 0
-	}
-	return int(v)
+	return v
 }
 
 // vec reads opaque data<V> as a sub-slice of the input.

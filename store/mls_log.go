@@ -13,6 +13,10 @@ import (
 // MLSCommitMaxBytes would be 50 MiB in memory.
 const MLSPageBytes = 2 << 20
 
+// MLSHeld is how many times its size a row of a page holds until the page
+// is written: the bytes read, their base64 and the JSON around it.
+const MLSHeld = 3
+
 // MLSCommitsPage is the most commits a page has.
 const MLSCommitsPage = 100
 
@@ -22,10 +26,16 @@ type MLSCommitEntry struct {
 	Body  []byte
 }
 
+// Take is asked for the memory of each row a page reads before the row is
+// kept (the caller gives it back once the page is written); its error
+// ends the read.
+type Take func(n int) error
+
 // Commits returns owner's commits that made the epochs after after, oldest
 // first, at most MLSCommitsPage and MLSPageBytes, with the group's epoch.
-// more says whether there are more after the page.
-func (s *Store) Commits(ctx context.Context, owner string, after uint64) (cs []MLSCommitEntry, epoch uint64, more bool, err error) {
+// more says whether there are more after the page. take is asked for
+// mlsHeld times each commit's size.
+func (s *Store) Commits(ctx context.Context, owner string, after uint64, take Take) (cs []MLSCommitEntry, epoch uint64, more bool, err error) {
 	if s.graph.node(owner) == nil {
 		return nil, 0, false, nah.ErrNoPerson()
 	}
@@ -49,6 +59,9 @@ func (s *Store) Commits(ctx context.Context, owner string, after uint64) (cs []M
 				}
 				if size += len(c.Body); size > MLSPageBytes && len(cs) > 0 {
 					break
+				}
+				if err := take(MLSHeld * len(c.Body)); err != nil {
+					return err
 				}
 				cs = append(cs, c)
 			}
@@ -117,8 +130,8 @@ func (s *Store) deliverWelcome(ctx context.Context, client, owner string, epoch 
 }
 
 // Inbox returns the Welcomes waiting for person's client, oldest first,
-// at most MLSPageBytes of them (and at least one).
-func (s *Store) Inbox(ctx context.Context, person, client string) ([]MLSWelcome, error) {
+// at most MLSPageBytes of them (and at least one); take as Commits'.
+func (s *Store) Inbox(ctx context.Context, person, client string, take Take) ([]MLSWelcome, error) {
 	if s.graph.node(person) == nil {
 		return nil, nah.ErrNoPerson()
 	}
@@ -141,6 +154,9 @@ func (s *Store) Inbox(ctx context.Context, person, client string) ([]MLSWelcome,
 				}
 				if size += len(w.Welcome); size > MLSPageBytes && len(ws) > 0 {
 					break
+				}
+				if err := take(MLSHeld * len(w.Welcome)); err != nil {
+					return err
 				}
 				ws = append(ws, w)
 			}

@@ -56,16 +56,23 @@ func (e DeviceRegistrationPlatform) Valid() bool {
 // Defines values for ErrorCode0.
 const (
 	ErrorCode0AlreadyConnected         ErrorCode0 = "already_connected"
+	ErrorCode0AlreadyMember            ErrorCode0 = "already_member"
+	ErrorCode0BadRemove                ErrorCode0 = "bad_remove"
 	ErrorCode0BodyTooLarge             ErrorCode0 = "body_too_large"
 	ErrorCode0Canceled                 ErrorCode0 = "canceled"
 	ErrorCode0ChecksumAlgorithm        ErrorCode0 = "checksum_algorithm"
 	ErrorCode0ChecksumMismatch         ErrorCode0 = "checksum_mismatch"
+	ErrorCode0CommitTooLarge           ErrorCode0 = "commit_too_large"
 	ErrorCode0ConcatenationUnsupported ErrorCode0 = "concatenation_unsupported"
 	ErrorCode0Conflict                 ErrorCode0 = "conflict"
 	ErrorCode0ConnectionLimit          ErrorCode0 = "connection_limit"
 	ErrorCode0EmptyMedia               ErrorCode0 = "empty_media"
+	ErrorCode0EpochConflict            ErrorCode0 = "epoch_conflict"
 	ErrorCode0ExportInFlight           ErrorCode0 = "export_in_flight"
 	ErrorCode0Forbidden                ErrorCode0 = "forbidden"
+	ErrorCode0GroupExists              ErrorCode0 = "group_exists"
+	ErrorCode0GroupFull                ErrorCode0 = "group_full"
+	ErrorCode0GroupInfoTooLarge        ErrorCode0 = "group_info_too_large"
 	ErrorCode0HandleTaken              ErrorCode0 = "handle_taken"
 	ErrorCode0HeadersTooLarge          ErrorCode0 = "headers_too_large"
 	ErrorCode0IdempotencyKeyInUse      ErrorCode0 = "idempotency_key_in_use"
@@ -73,18 +80,24 @@ const (
 	ErrorCode0InsufficientStorage      ErrorCode0 = "insufficient_storage"
 	ErrorCode0Internal                 ErrorCode0 = "internal"
 	ErrorCode0Invalid                  ErrorCode0 = "invalid"
+	ErrorCode0InvalidAfter             ErrorCode0 = "invalid_after"
 	ErrorCode0InvalidBody              ErrorCode0 = "invalid_body"
+	ErrorCode0InvalidCommit            ErrorCode0 = "invalid_commit"
 	ErrorCode0InvalidContentType       ErrorCode0 = "invalid_content_type"
 	ErrorCode0InvalidCredentials       ErrorCode0 = "invalid_credentials"
 	ErrorCode0InvalidCursor            ErrorCode0 = "invalid_cursor"
 	ErrorCode0InvalidEnabled           ErrorCode0 = "invalid_enabled"
+	ErrorCode0InvalidGroupInfo         ErrorCode0 = "invalid_group_info"
 	ErrorCode0InvalidHandle            ErrorCode0 = "invalid_handle"
 	ErrorCode0InvalidIdempotencyKey    ErrorCode0 = "invalid_idempotency_key"
 	ErrorCode0InvalidJoinCode          ErrorCode0 = "invalid_join_code"
 	ErrorCode0InvalidJson              ErrorCode0 = "invalid_json"
+	ErrorCode0InvalidKeyPackage        ErrorCode0 = "invalid_key_package"
 	ErrorCode0InvalidLimit             ErrorCode0 = "invalid_limit"
+	ErrorCode0InvalidName              ErrorCode0 = "invalid_name"
 	ErrorCode0InvalidPassword          ErrorCode0 = "invalid_password"
 	ErrorCode0InvalidPlatform          ErrorCode0 = "invalid_platform"
+	ErrorCode0InvalidSignatureKey      ErrorCode0 = "invalid_signature_key"
 	ErrorCode0InvalidTime              ErrorCode0 = "invalid_time"
 	ErrorCode0InvalidTimezone          ErrorCode0 = "invalid_timezone"
 	ErrorCode0InvalidToken             ErrorCode0 = "invalid_token"
@@ -92,41 +105,65 @@ const (
 	ErrorCode0InvalidUploadLength      ErrorCode0 = "invalid_upload_length"
 	ErrorCode0InvalidUploadMetadata    ErrorCode0 = "invalid_upload_metadata"
 	ErrorCode0InvalidUploadOffset      ErrorCode0 = "invalid_upload_offset"
+	ErrorCode0InvalidWelcome           ErrorCode0 = "invalid_welcome"
 	ErrorCode0InviteLimit              ErrorCode0 = "invite_limit"
 	ErrorCode0InviteNotFound           ErrorCode0 = "invite_not_found"
 	ErrorCode0JoinCodeRequired         ErrorCode0 = "join_code_required"
+	ErrorCode0KeyLogFull               ErrorCode0 = "key_log_full"
+	ErrorCode0KeyPackageTooLarge       ErrorCode0 = "key_package_too_large"
 	ErrorCode0MethodNotAllowed         ErrorCode0 = "method_not_allowed"
 	ErrorCode0MissingBody              ErrorCode0 = "missing_body"
 	ErrorCode0MissingCode              ErrorCode0 = "missing_code"
 	ErrorCode0MissingToken             ErrorCode0 = "missing_token"
+	ErrorCode0NoGroup                  ErrorCode0 = "no_group"
+	ErrorCode0NoGroupInfo              ErrorCode0 = "no_group_info"
+	ErrorCode0NotAConnection           ErrorCode0 = "not_a_connection"
 	ErrorCode0NotFound                 ErrorCode0 = "not_found"
+	ErrorCode0NotOwner                 ErrorCode0 = "not_owner"
+	ErrorCode0NotPrivateMessage        ErrorCode0 = "not_private_message"
+	ErrorCode0NotYourLeaf              ErrorCode0 = "not_your_leaf"
 	ErrorCode0OffsetMismatch           ErrorCode0 = "offset_mismatch"
 	ErrorCode0Overloaded               ErrorCode0 = "overloaded"
 	ErrorCode0OwnInvite                ErrorCode0 = "own_invite"
 	ErrorCode0PasswordRequired         ErrorCode0 = "password_required"
 	ErrorCode0PieceTooLarge            ErrorCode0 = "piece_too_large"
 	ErrorCode0PreconditionFailed       ErrorCode0 = "precondition_failed"
+	ErrorCode0ProposalByReference      ErrorCode0 = "proposal_by_reference"
 	ErrorCode0QuotaExceeded            ErrorCode0 = "quota_exceeded"
 	ErrorCode0RangeNotSatisfiable      ErrorCode0 = "range_not_satisfiable"
 	ErrorCode0RateLimited              ErrorCode0 = "rate_limited"
+	ErrorCode0RemovalPending           ErrorCode0 = "removal_pending"
 	ErrorCode0ShuttingDown             ErrorCode0 = "shutting_down"
+	ErrorCode0StaleEpoch               ErrorCode0 = "stale_epoch"
 	ErrorCode0StorageUnavailable       ErrorCode0 = "storage_unavailable"
 	ErrorCode0TooLarge                 ErrorCode0 = "too_large"
+	ErrorCode0TooManyClients           ErrorCode0 = "too_many_clients"
+	ErrorCode0TooManyKeyPackages       ErrorCode0 = "too_many_key_packages"
 	ErrorCode0TooManyUploads           ErrorCode0 = "too_many_uploads"
 	ErrorCode0TusVersion               ErrorCode0 = "tus_version"
 	ErrorCode0Unauthorized             ErrorCode0 = "unauthorized"
 	ErrorCode0Unavailable              ErrorCode0 = "unavailable"
+	ErrorCode0UnknownClient            ErrorCode0 = "unknown_client"
 	ErrorCode0Unprocessable            ErrorCode0 = "unprocessable"
+	ErrorCode0UnsupportedCipherSuite   ErrorCode0 = "unsupported_cipher_suite"
 	ErrorCode0UnsupportedMediaType     ErrorCode0 = "unsupported_media_type"
 	ErrorCode0UploadBusy               ErrorCode0 = "upload_busy"
 	ErrorCode0UploadChecksumMismatch   ErrorCode0 = "upload_checksum_mismatch"
+	ErrorCode0WelcomeTooLarge          ErrorCode0 = "welcome_too_large"
+	ErrorCode0WrongGroup               ErrorCode0 = "wrong_group"
+	ErrorCode0WrongIdentity            ErrorCode0 = "wrong_identity"
 	ErrorCode0WrongPassword            ErrorCode0 = "wrong_password"
+	ErrorCode0WrongSignatureKey        ErrorCode0 = "wrong_signature_key"
 )
 
 // Valid indicates whether the value is a known member of the ErrorCode0 enum.
 func (e ErrorCode0) Valid() bool {
 	switch e {
 	case ErrorCode0AlreadyConnected:
+		return true
+	case ErrorCode0AlreadyMember:
+		return true
+	case ErrorCode0BadRemove:
 		return true
 	case ErrorCode0BodyTooLarge:
 		return true
@@ -136,6 +173,8 @@ func (e ErrorCode0) Valid() bool {
 		return true
 	case ErrorCode0ChecksumMismatch:
 		return true
+	case ErrorCode0CommitTooLarge:
+		return true
 	case ErrorCode0ConcatenationUnsupported:
 		return true
 	case ErrorCode0Conflict:
@@ -144,9 +183,17 @@ func (e ErrorCode0) Valid() bool {
 		return true
 	case ErrorCode0EmptyMedia:
 		return true
+	case ErrorCode0EpochConflict:
+		return true
 	case ErrorCode0ExportInFlight:
 		return true
 	case ErrorCode0Forbidden:
+		return true
+	case ErrorCode0GroupExists:
+		return true
+	case ErrorCode0GroupFull:
+		return true
+	case ErrorCode0GroupInfoTooLarge:
 		return true
 	case ErrorCode0HandleTaken:
 		return true
@@ -162,7 +209,11 @@ func (e ErrorCode0) Valid() bool {
 		return true
 	case ErrorCode0Invalid:
 		return true
+	case ErrorCode0InvalidAfter:
+		return true
 	case ErrorCode0InvalidBody:
+		return true
+	case ErrorCode0InvalidCommit:
 		return true
 	case ErrorCode0InvalidContentType:
 		return true
@@ -172,6 +223,8 @@ func (e ErrorCode0) Valid() bool {
 		return true
 	case ErrorCode0InvalidEnabled:
 		return true
+	case ErrorCode0InvalidGroupInfo:
+		return true
 	case ErrorCode0InvalidHandle:
 		return true
 	case ErrorCode0InvalidIdempotencyKey:
@@ -180,11 +233,17 @@ func (e ErrorCode0) Valid() bool {
 		return true
 	case ErrorCode0InvalidJson:
 		return true
+	case ErrorCode0InvalidKeyPackage:
+		return true
 	case ErrorCode0InvalidLimit:
+		return true
+	case ErrorCode0InvalidName:
 		return true
 	case ErrorCode0InvalidPassword:
 		return true
 	case ErrorCode0InvalidPlatform:
+		return true
+	case ErrorCode0InvalidSignatureKey:
 		return true
 	case ErrorCode0InvalidTime:
 		return true
@@ -200,11 +259,17 @@ func (e ErrorCode0) Valid() bool {
 		return true
 	case ErrorCode0InvalidUploadOffset:
 		return true
+	case ErrorCode0InvalidWelcome:
+		return true
 	case ErrorCode0InviteLimit:
 		return true
 	case ErrorCode0InviteNotFound:
 		return true
 	case ErrorCode0JoinCodeRequired:
+		return true
+	case ErrorCode0KeyLogFull:
+		return true
+	case ErrorCode0KeyPackageTooLarge:
 		return true
 	case ErrorCode0MethodNotAllowed:
 		return true
@@ -214,7 +279,19 @@ func (e ErrorCode0) Valid() bool {
 		return true
 	case ErrorCode0MissingToken:
 		return true
+	case ErrorCode0NoGroup:
+		return true
+	case ErrorCode0NoGroupInfo:
+		return true
+	case ErrorCode0NotAConnection:
+		return true
 	case ErrorCode0NotFound:
+		return true
+	case ErrorCode0NotOwner:
+		return true
+	case ErrorCode0NotPrivateMessage:
+		return true
+	case ErrorCode0NotYourLeaf:
 		return true
 	case ErrorCode0OffsetMismatch:
 		return true
@@ -228,17 +305,27 @@ func (e ErrorCode0) Valid() bool {
 		return true
 	case ErrorCode0PreconditionFailed:
 		return true
+	case ErrorCode0ProposalByReference:
+		return true
 	case ErrorCode0QuotaExceeded:
 		return true
 	case ErrorCode0RangeNotSatisfiable:
 		return true
 	case ErrorCode0RateLimited:
 		return true
+	case ErrorCode0RemovalPending:
+		return true
 	case ErrorCode0ShuttingDown:
+		return true
+	case ErrorCode0StaleEpoch:
 		return true
 	case ErrorCode0StorageUnavailable:
 		return true
 	case ErrorCode0TooLarge:
+		return true
+	case ErrorCode0TooManyClients:
+		return true
+	case ErrorCode0TooManyKeyPackages:
 		return true
 	case ErrorCode0TooManyUploads:
 		return true
@@ -248,7 +335,11 @@ func (e ErrorCode0) Valid() bool {
 		return true
 	case ErrorCode0Unavailable:
 		return true
+	case ErrorCode0UnknownClient:
+		return true
 	case ErrorCode0Unprocessable:
+		return true
+	case ErrorCode0UnsupportedCipherSuite:
 		return true
 	case ErrorCode0UnsupportedMediaType:
 		return true
@@ -256,7 +347,15 @@ func (e ErrorCode0) Valid() bool {
 		return true
 	case ErrorCode0UploadChecksumMismatch:
 		return true
+	case ErrorCode0WelcomeTooLarge:
+		return true
+	case ErrorCode0WrongGroup:
+		return true
+	case ErrorCode0WrongIdentity:
+		return true
 	case ErrorCode0WrongPassword:
+		return true
+	case ErrorCode0WrongSignatureKey:
 		return true
 	default:
 		return false
@@ -311,6 +410,24 @@ func (e HealthStatus) Valid() bool {
 	case HealthStatusDegraded:
 		return true
 	case HealthStatusOk:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for KeyLogEntriesKind.
+const (
+	ClientAdded   KeyLogEntriesKind = "client_added"
+	ClientRemoved KeyLogEntriesKind = "client_removed"
+)
+
+// Valid indicates whether the value is a known member of the KeyLogEntriesKind enum.
+func (e KeyLogEntriesKind) Valid() bool {
+	switch e {
+	case ClientAdded:
+		return true
+	case ClientRemoved:
 		return true
 	default:
 		return false
@@ -400,8 +517,42 @@ type Auth struct {
 	Token Token `json:"token"`
 }
 
+// Claimed defines model for Claimed.
+type Claimed struct {
+	KeyPackages []struct {
+		// Client An MLS client id, made by the server: `c_`, the owner's person id, `_` and 16 hex digits. It is the identity of the client's BasicCredential.
+		Client ClientID `json:"client"`
+
+		// KeyPackage An MLSMessage holding the client's KeyPackage.
+		KeyPackage []byte `json:"key_package"`
+
+		// LastResort The client's last-resort KeyPackage: none other was left.
+		LastResort bool `json:"last_resort"`
+	} `json:"key_packages"`
+}
+
+// ClientID An MLS client id, made by the server: `c_`, the owner's person id, `_` and 16 hex digits. It is the identity of the client's BasicCredential.
+type ClientID = string
+
 // Code A single-use code as the server makes it: 80 random bits as 16 characters of Crockford-style base32 (0-9 and a-z without i, l, o, u), meant to be typed.
 type Code = string
+
+// CommitPage defines model for CommitPage.
+type CommitPage struct {
+	Commits []struct {
+		// Commit The commit as it was posted.
+		Commit []byte `json:"commit"`
+
+		// Epoch The epoch this commit made (it was sent at epoch - 1).
+		Epoch int `json:"epoch"`
+	} `json:"commits"`
+
+	// Epoch The group's epoch.
+	Epoch int `json:"epoch"`
+
+	// Next Pass as `after` for the next page; null when this is the last.
+	Next *int `json:"next"`
+}
 
 // Connection defines model for Connection.
 type Connection struct {
@@ -474,6 +625,25 @@ type Digest struct {
 	Timezone string `json:"timezone"`
 }
 
+// Epoch defines model for Epoch.
+type Epoch struct {
+	// Epoch The group's epoch now.
+	Epoch int `json:"epoch"`
+}
+
+// EpochError The error body with the group's epoch beside it where the error is about an epoch.
+type EpochError struct {
+	// Epoch The group's current epoch: with epoch_conflict and stale_epoch.
+	Epoch *int `json:"epoch,omitempty"`
+	Error struct {
+		// Code snake_case, for programs: each response lists the codes it carries. An open set: the known values are listed, and new ones may be added, so treat an unknown one by its status.
+		Code ErrorCode `json:"code"`
+
+		// Message A sentence for people; never parse it.
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
 // Error defines model for Error.
 type Error struct {
 	Error struct {
@@ -495,6 +665,36 @@ type ErrorCode0 string
 
 // ErrorCode1 defines model for ErrorCode.1.
 type ErrorCode1 = string
+
+// Group defines model for Group.
+type Group struct {
+	Epoch int `json:"epoch"`
+
+	// GroupId `nah:` and the owner's id.
+	GroupId []byte `json:"group_id"`
+	Members []struct {
+		// Client An MLS client id, made by the server: `c_`, the owner's person id, `_` and 16 hex digits. It is the identity of the client's BasicCredential.
+		Client ClientID `json:"client"`
+		Leaf   int      `json:"leaf"`
+
+		// Person A person id, made by the server: 128 random bits as 26 characters of lowercase base32 (a-z, 2-7). The last character carries two zero bits, so each id has one spelling.
+		Person PersonID `json:"person"`
+	} `json:"members"`
+
+	// PendingRemovals Members a commit must remove (a client removed, a disconnect) before the owner's next moment.
+	PendingRemovals []ClientID `json:"pending_removals"`
+
+	// Waiting Clients of the owner and their connections that are not members: what a member's device should Add.
+	Waiting []ClientID `json:"waiting"`
+}
+
+// GroupInfo defines model for GroupInfo.
+type GroupInfo struct {
+	Epoch int `json:"epoch"`
+
+	// GroupInfo An MLSMessage holding the GroupInfo.
+	GroupInfo []byte `json:"group_info"`
+}
 
 // Handle A login name: 3 to 32 characters of a-z, 0-9, '.', '_' and '-'. Unique.
 type Handle = string
@@ -595,6 +795,20 @@ type HealthRestoreDrill string
 // HealthStatus degraded when the disk is full, some person files cannot be read, replication is behind, the replica is over its budget (NAH_REPLICA_BUDGET), or the last restore drill failed. The server still serves: restarting it would mend none of them, so a load balancer should keep it in rotation.
 type HealthStatus string
 
+// Inbox defines model for Inbox.
+type Inbox struct {
+	Welcomes []struct {
+		Epoch int `json:"epoch"`
+
+		// Group A person id, made by the server: 128 random bits as 26 characters of lowercase base32 (a-z, 2-7). The last character carries two zero bits, so each id has one spelling.
+		Group PersonID `json:"group"`
+		Id    int      `json:"id"`
+
+		// Welcome An MLSMessage holding the Welcome.
+		Welcome []byte `json:"welcome"`
+	} `json:"welcomes"`
+}
+
 // Invite defines model for Invite.
 type Invite struct {
 	// Code A single-use code as the server makes it: 80 random bits as 16 characters of Crockford-style base32 (0-9 and a-z without i, l, o, u), meant to be typed.
@@ -602,6 +816,76 @@ type Invite struct {
 
 	// ExpiresAt UTC with exactly three digits of milliseconds: YYYY-MM-DDTHH:MM:SS.mmmZ (RFC 3339).
 	ExpiresAt Time `json:"expires_at"`
+}
+
+// KeyLog defines model for KeyLog.
+type KeyLog struct {
+	Entries []struct {
+		// At UTC with exactly three digits of milliseconds: YYYY-MM-DDTHH:MM:SS.mmmZ (RFC 3339).
+		At Time `json:"at"`
+
+		// Client An MLS client id, made by the server: `c_`, the owner's person id, `_` and 16 hex digits. It is the identity of the client's BasicCredential.
+		Client ClientID `json:"client"`
+
+		// Hash hash_pos: SHA-256(hash_{pos-1} || kind (1 byte: 1 added, 2 removed) || client id (1-byte length) || signature key (2-byte big-endian length) || at (unix milliseconds, 8 bytes big-endian)).
+		Hash string            `json:"hash"`
+		Kind KeyLogEntriesKind `json:"kind"`
+		Pos  int               `json:"pos"`
+
+		// SignatureKey The client's signature key.
+		SignatureKey []byte `json:"signature_key"`
+	} `json:"entries"`
+	Head KeyLogHead `json:"head"`
+}
+
+// KeyLogEntriesKind defines model for KeyLog.Entries.Kind.
+type KeyLogEntriesKind string
+
+// KeyLogHead defines model for KeyLogHead.
+type KeyLogHead struct {
+	// Hash hash_size in hex: hash_n = SHA-256(hash_{n-1} || entry n's canonical bytes), hash_0 = 32 zero bytes.
+	Hash string `json:"hash"`
+
+	// Signature Ed25519 of the server's key (GET /key_log/key) over "nah key log v1" || person id || size (8 bytes big-endian) || hash (32 bytes).
+	Signature *[]byte `json:"signature,omitempty"`
+
+	// Size Entries in the log.
+	Size int `json:"size"`
+}
+
+// KeyLogKey defines model for KeyLogKey.
+type KeyLogKey struct {
+	// PublicKey The server's Ed25519 public key (32 bytes), the same across restarts and restores.
+	PublicKey []byte `json:"public_key"`
+}
+
+// KeyPackageUpload defines model for KeyPackageUpload.
+type KeyPackageUpload struct {
+	KeyPackages [][]byte `json:"key_packages"`
+
+	// LastResort A KeyPackage handed out when none is left, and never used up; replaces the one stored.
+	LastResort *[]byte `json:"last_resort,omitempty"`
+}
+
+// MLSClient defines model for MLSClient.
+type MLSClient struct {
+	// CreatedAt UTC with exactly three digits of milliseconds: YYYY-MM-DDTHH:MM:SS.mmmZ (RFC 3339).
+	CreatedAt Time `json:"created_at"`
+
+	// Id An MLS client id, made by the server: `c_`, the owner's person id, `_` and 16 hex digits. It is the identity of the client's BasicCredential.
+	Id ClientID `json:"id"`
+
+	// KeyPackages Unclaimed KeyPackages left (one's own clients only).
+	KeyPackages *int `json:"key_packages,omitempty"`
+
+	// LastResort A last-resort KeyPackage is stored (one's own clients only).
+	LastResort *bool `json:"last_resort,omitempty"`
+
+	// Name What the person calls it.
+	Name string `json:"name"`
+
+	// SignatureKey The client's MLS signature public key (Ed25519: 32 bytes).
+	SignatureKey []byte `json:"signature_key"`
 }
 
 // Me defines model for Me.
@@ -664,12 +948,45 @@ type Moment struct {
 	// CreatedAt UTC with exactly three digits of milliseconds: YYYY-MM-DDTHH:MM:SS.mmmZ (RFC 3339).
 	CreatedAt Time `json:"created_at"`
 
+	// Epoch When the body is an MLS PrivateMessage of the author's group: the epoch it was sent in, whose secret opens it.
+	Epoch *int `json:"epoch,omitempty"`
+
 	// Id A moment id, made by the server: 48 bits of milliseconds then 80 random bits as 26 characters of lowercase base32hex (0-9, a-v), so one author's ids sort by time. The last character carries two zero bits.
 	Id MomentID `json:"id"`
 }
 
 // MomentID A moment id, made by the server: 48 bits of milliseconds then 80 random bits as 26 characters of lowercase base32hex (0-9, a-v), so one author's ids sort by time. The last character carries two zero bits.
 type MomentID = string
+
+// NewCommit defines model for NewCommit.
+type NewCommit struct {
+	// Commit An MLSMessage: a PublicMessage commit of the group at its current epoch, from a member leaf of one of the caller's clients, its proposals inline; at most 512 KiB.
+	Commit []byte `json:"commit"`
+
+	// GroupInfo The GroupInfo of the new epoch, for members that fall behind the kept log; at most 512 KiB.
+	GroupInfo *[]byte `json:"group_info,omitempty"`
+
+	// Welcome The Welcome for the clients the commit adds, delivered to each one's inbox; at most 512 KiB.
+	Welcome *[]byte `json:"welcome,omitempty"`
+}
+
+// NewGroup defines model for NewGroup.
+type NewGroup struct {
+	// Client An MLS client id, made by the server: `c_`, the owner's person id, `_` and 16 hex digits. It is the identity of the client's BasicCredential.
+	Client ClientID `json:"client"`
+
+	// GroupId The UTF-8 bytes of `nah:` and the owner's person id.
+	GroupId []byte `json:"group_id"`
+}
+
+// NewMLSClient defines model for NewMLSClient.
+type NewMLSClient struct {
+	// Name What the person calls it; at most 100 bytes.
+	Name *string `json:"name,omitempty"`
+
+	// SignatureKey The client's MLS signature public key: 32 to 256 bytes.
+	SignatureKey []byte `json:"signature_key"`
+}
 
 // NewMoment defines model for NewMoment.
 type NewMoment struct {
@@ -878,6 +1195,36 @@ type PostMomentParams struct {
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
+// GetCommitsParams defines parameters for GetCommits.
+type GetCommitsParams struct {
+	// After The epoch the member is at; absent means 0.
+	After *int `form:"after,omitempty" json:"after,omitempty"`
+
+	// IfNoneMatch The ETag of the page the app holds: the answer is then 304 with no body when the page is the same.
+	IfNoneMatch *IfNoneMatch `json:"If-None-Match,omitempty"`
+}
+
+// HeadCommitsParams defines parameters for HeadCommits.
+type HeadCommitsParams struct {
+	// After The epoch the member is at; absent means 0.
+	After *int `form:"after,omitempty" json:"after,omitempty"`
+
+	// IfNoneMatch The ETag of the page the app holds: the answer is then 304 with no body when the page is the same.
+	IfNoneMatch *IfNoneMatch `json:"If-None-Match,omitempty"`
+}
+
+// GetKeyLogParams defines parameters for GetKeyLog.
+type GetKeyLogParams struct {
+	// After A position: only entries after it; absent means 0.
+	After *int `form:"after,omitempty" json:"after,omitempty"`
+}
+
+// HeadKeyLogParams defines parameters for HeadKeyLog.
+type HeadKeyLogParams struct {
+	// After A position: only entries after it; absent means 0.
+	After *int `form:"after,omitempty" json:"after,omitempty"`
+}
+
 // GetMediaParams defines parameters for GetMedia.
 type GetMediaParams struct {
 	// Range `bytes=` ranges (RFC 9110): one range is 206 with that part; several are 206 `multipart/byteranges`, unless together they are larger than the file, when the whole file is sent (200); none that overlap the file (a zero-length suffix `-0` overlaps nothing) is 416.
@@ -1001,6 +1348,12 @@ type RedeemInviteJSONRequestBody = Redeem
 // DeleteMeJSONRequestBody defines body for DeleteMe for application/json ContentType.
 type DeleteMeJSONRequestBody = DeleteMe
 
+// CreateClientJSONRequestBody defines body for CreateClient for application/json ContentType.
+type CreateClientJSONRequestBody = NewMLSClient
+
+// AddKeyPackagesJSONRequestBody defines body for AddKeyPackages for application/json ContentType.
+type AddKeyPackagesJSONRequestBody = KeyPackageUpload
+
 // UnregisterDeviceJSONRequestBody defines body for UnregisterDevice for application/json ContentType.
 type UnregisterDeviceJSONRequestBody = DeviceRef
 
@@ -1017,6 +1370,12 @@ type PutDigestJSONRequestBody = Digest
 
 // PostMomentJSONRequestBody defines body for PostMoment for application/json ContentType.
 type PostMomentJSONRequestBody = NewMoment
+
+// CreateGroupJSONRequestBody defines body for CreateGroup for application/json ContentType.
+type CreateGroupJSONRequestBody = NewGroup
+
+// PostCommitJSONRequestBody defines body for PostCommit for application/json ContentType.
+type PostCommitJSONRequestBody = NewCommit
 
 // SignInJSONRequestBody defines body for SignIn for application/json ContentType.
 type SignInJSONRequestBody = SignIn
@@ -1233,6 +1592,20 @@ type ClientInterface interface {
 	// Corresponds with POST /api/v1/invites (the `CreateInvite` operationId).
 	CreateInvite(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetKeyLogKey The key that signs key logs
+	//
+	// The server's Ed25519 public key; it is kept in the directory database, so the same across restarts and restores.
+	//
+	// Corresponds with GET /api/v1/key_log/key (the `GetKeyLogKey` operationId).
+	GetKeyLogKey(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// HeadKeyLogKey The key that signs key logs (headers only)
+	//
+	// As GET, with the same status and headers, and no body.
+	//
+	// Corresponds with HEAD /api/v1/key_log/key (the `HeadKeyLogKey` operationId).
+	HeadKeyLogKey(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// DeleteMeWithBody Delete my account
 	//
 	// Deletes the signed-in person, who confirms with their password. At once: every session of theirs is revoked, their connections are gone on both sides, their unused invites are void, and their handle no longer signs in. Their moments are kept out of reach for the server's grace period (`NAH_DELETE_GRACE`, 7 days by default), during which only the server's operator can undo the deletion; then they are purged with every trace of the person, and the handle is free again. The password check counts against the sign-in limits (10 per handle and 50 per client address in 15 minutes); a right password gives its attempt back.
@@ -1264,6 +1637,84 @@ type ClientInterface interface {
 	//
 	// Corresponds with HEAD /api/v1/me (the `HeadMe` operationId).
 	HeadMe(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListClients The caller's MLS clients
+	//
+	// Each with its KeyPackages left and whether it has a last-resort one.
+	//
+	// Corresponds with GET /api/v1/me/clients (the `ListClients` operationId).
+	ListClients(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// HeadtClients The caller's MLS clients (headers only)
+	//
+	// As GET, with the same status and headers, and no body.
+	//
+	// Corresponds with HEAD /api/v1/me/clients (the `HeadtClients` operationId).
+	HeadtClients(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateClientWithBody Register an MLS client
+	//
+	// Registers one of the caller's phones or tablets as an MLS client with its signature key, and appends `client_added` to the caller's key log. A person has at most 8 clients.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/me/clients (the `CreateClient` operationId).
+	CreateClientWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateClient Register an MLS client
+	//
+	// Registers one of the caller's phones or tablets as an MLS client with its signature key, and appends `client_added` to the caller's key log. A person has at most 8 clients.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/me/clients (the `CreateClient` operationId).
+	CreateClient(ctx context.Context, body CreateClientJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteClient Remove an MLS client
+	//
+	// Removes the client and its KeyPackages, appends `client_removed` to the key log, and makes its leaf a pending removal in every group it is a member of: that group's owner posts no moment until a commit removes it.
+	//
+	// Corresponds with DELETE /api/v1/me/clients/{id} (the `DeleteClient` operationId).
+	DeleteClient(ctx context.Context, id ClientID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetInbox Welcomes for a client
+	//
+	// The Welcomes waiting for one of the caller's clients, oldest first (at most 2 MiB of them a page: delete what you joined with and ask again). A newer Welcome into a group replaces an older one; at most 64 wait.
+	//
+	// Corresponds with GET /api/v1/me/clients/{id}/inbox (the `GetInbox` operationId).
+	GetInbox(ctx context.Context, id ClientID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// HeadInbox Welcomes for a client (headers only)
+	//
+	// As GET, with the same status and headers, and no body.
+	//
+	// Corresponds with HEAD /api/v1/me/clients/{id}/inbox (the `HeadInbox` operationId).
+	HeadInbox(ctx context.Context, id ClientID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteWelcome Delete a Welcome
+	//
+	// Once the client has joined with it.
+	//
+	// Corresponds with DELETE /api/v1/me/clients/{id}/inbox/{n} (the `DeleteWelcome` operationId).
+	DeleteWelcome(ctx context.Context, id ClientID, n int, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AddKeyPackagesWithBody Upload KeyPackages
+	//
+	// Stores KeyPackages of one of the caller's clients, each verified: its signatures, a basic credential whose identity is the client id, and the client's registered signature key. At most 100 unclaimed ones a client; `last_resort` replaces the client's last-resort one.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/me/clients/{id}/key_packages (the `AddKeyPackages` operationId).
+	AddKeyPackagesWithBody(ctx context.Context, id ClientID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AddKeyPackages Upload KeyPackages
+	//
+	// Stores KeyPackages of one of the caller's clients, each verified: its signatures, a basic credential whose identity is the client id, and the client's registered signature key. At most 100 unclaimed ones a client; `last_resort` replaces the client's last-resort one.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/me/clients/{id}/key_packages (the `AddKeyPackages` operationId).
+	AddKeyPackages(ctx context.Context, id ClientID, body AddKeyPackagesJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// UnregisterDeviceWithBody Unregister a device
 	//
@@ -1404,6 +1855,119 @@ type ClientInterface interface {
 	//
 	// Corresponds with DELETE /api/v1/moments/{id} (the `DeleteMoment` operationId).
 	DeleteMoment(ctx context.Context, id MomentID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetPersonClients A person's MLS clients
+	//
+	// The person themselves or a connection only (anyone else is 404); with the head of their key log, which a phone checks against the log it audited.
+	//
+	// Corresponds with GET /api/v1/people/{id}/clients (the `GetPersonClients` operationId).
+	GetPersonClients(ctx context.Context, id PersonID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// HeadPersonClients A person's MLS clients (headers only)
+	//
+	// As GET, with the same status and headers, and no body.
+	//
+	// Corresponds with HEAD /api/v1/people/{id}/clients (the `HeadPersonClients` operationId).
+	HeadPersonClients(ctx context.Context, id PersonID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetGroup A person's group
+	//
+	// Its epoch, who is at which leaf, the removals pending and the clients waiting to be added. The owner or a connection only.
+	//
+	// Corresponds with GET /api/v1/people/{id}/group (the `GetGroup` operationId).
+	GetGroup(ctx context.Context, id PersonID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// HeadGroup A person's group (headers only)
+	//
+	// As GET, with the same status and headers, and no body.
+	//
+	// Corresponds with HEAD /api/v1/people/{id}/group (the `HeadGroup` operationId).
+	HeadGroup(ctx context.Context, id PersonID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateGroupWithBody Register one's group
+	//
+	// The owner's first client creates the group at epoch 0 locally and registers it here, at leaf 0. Once a person has a group, their moments must be PrivateMessages of it.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/people/{id}/group (the `CreateGroup` operationId).
+	CreateGroupWithBody(ctx context.Context, id PersonID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateGroup Register one's group
+	//
+	// The owner's first client creates the group at epoch 0 locally and registers it here, at leaf 0. Once a person has a group, their moments must be PrivateMessages of it.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/people/{id}/group (the `CreateGroup` operationId).
+	CreateGroup(ctx context.Context, id PersonID, body CreateGroupJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetCommits A group's commits
+	//
+	// The commits that made the epochs after `after`, oldest first: a member at epoch e asks with after=e. At most 100 a page and 2 MiB (at least one). A member further behind than the kept log starts from the GroupInfo.
+	//
+	// Corresponds with GET /api/v1/people/{id}/group/commits (the `GetCommits` operationId).
+	GetCommits(ctx context.Context, id PersonID, params *GetCommitsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// HeadCommits A group's commits (headers only)
+	//
+	// As GET, with the same status and headers, and no body.
+	//
+	// Corresponds with HEAD /api/v1/people/{id}/group/commits (the `HeadCommits` operationId).
+	HeadCommits(ctx context.Context, id PersonID, params *HeadCommitsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostCommitWithBody Commit to a group
+	//
+	// Accepted only at the group's current epoch: the first commit for an epoch wins, any other is 409 epoch_conflict with the current epoch. The sender must be a member leaf of one of the caller's clients; Removes are applied, then each Add at the leftmost free leaf (RFC 9420 section 12.1); an Add must name a client of the owner or of a connection, with its registered key; the Welcome goes to the inbox of each client whose KeyPackageRef it names. The group keeps its newest 1,000 commits.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/people/{id}/group/commits (the `PostCommit` operationId).
+	PostCommitWithBody(ctx context.Context, id PersonID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostCommit Commit to a group
+	//
+	// Accepted only at the group's current epoch: the first commit for an epoch wins, any other is 409 epoch_conflict with the current epoch. The sender must be a member leaf of one of the caller's clients; Removes are applied, then each Add at the leftmost free leaf (RFC 9420 section 12.1); an Add must name a client of the owner or of a connection, with its registered key; the Welcome goes to the inbox of each client whose KeyPackageRef it names. The group keeps its newest 1,000 commits.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/people/{id}/group/commits (the `PostCommit` operationId).
+	PostCommit(ctx context.Context, id PersonID, body PostCommitJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetGroupInfo A group's newest GroupInfo
+	//
+	// The GroupInfo given with the newest commit that had one: for a member that fell further behind than the kept log (an external join is not accepted; ask a member to Add you again).
+	//
+	// Corresponds with GET /api/v1/people/{id}/group/info (the `GetGroupInfo` operationId).
+	GetGroupInfo(ctx context.Context, id PersonID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// HeadGroupInfo A group's newest GroupInfo (headers only)
+	//
+	// As GET, with the same status and headers, and no body.
+	//
+	// Corresponds with HEAD /api/v1/people/{id}/group/info (the `HeadGroupInfo` operationId).
+	HeadGroupInfo(ctx context.Context, id PersonID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetKeyLog A person's key log
+	//
+	// Entries after a position (500 a page) and the signed head. A phone pins (size, hash) and checks that the next head extends it by recomputing the chain from the entries after its pin.
+	//
+	// Corresponds with GET /api/v1/people/{id}/key_log (the `GetKeyLog` operationId).
+	GetKeyLog(ctx context.Context, id PersonID, params *GetKeyLogParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// HeadKeyLog A person's key log (headers only)
+	//
+	// As GET, with the same status and headers, and no body.
+	//
+	// Corresponds with HEAD /api/v1/people/{id}/key_log (the `HeadKeyLog` operationId).
+	HeadKeyLog(ctx context.Context, id PersonID, params *HeadKeyLogParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ClaimKeyPackages Claim KeyPackages
+	//
+	// One KeyPackage of each of the person's clients, atomically: a claimed one is never handed out again; a client with none left hands out its last-resort one, which stays. The person themselves or a connection only.
+	//
+	// Corresponds with POST /api/v1/people/{id}/key_packages/claim (the `ClaimKeyPackages` operationId).
+	ClaimKeyPackages(ctx context.Context, id PersonID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetMedia Download a media file
 	//
@@ -1707,6 +2271,40 @@ func (c *Client) CreateInvite(ctx context.Context, reqEditors ...RequestEditorFn
 	return c.Client.Do(req)
 }
 
+// GetKeyLogKey The key that signs key logs
+//
+// The server's Ed25519 public key; it is kept in the directory database, so the same across restarts and restores.
+//
+// Corresponds with GET /api/v1/key_log/key (the `GetKeyLogKey` operationId).
+func (c *Client) GetKeyLogKey(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetKeyLogKeyRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// HeadKeyLogKey The key that signs key logs (headers only)
+//
+// As GET, with the same status and headers, and no body.
+//
+// Corresponds with HEAD /api/v1/key_log/key (the `HeadKeyLogKey` operationId).
+func (c *Client) HeadKeyLogKey(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewHeadKeyLogKeyRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // DeleteMeWithBody Delete my account
 //
 // Deletes the signed-in person, who confirms with their password. At once: every session of theirs is revoked, their connections are gone on both sides, their unused invites are void, and their handle no longer signs in. Their moments are kept out of reach for the server's grace period (`NAH_DELETE_GRACE`, 7 days by default), during which only the server's operator can undo the deletion; then they are purged with every trace of the person, and the handle is free again. The password check counts against the sign-in limits (10 per handle and 50 per client address in 15 minutes); a right password gives its attempt back.
@@ -1769,6 +2367,184 @@ func (c *Client) GetMe(ctx context.Context, reqEditors ...RequestEditorFn) (*htt
 // Corresponds with HEAD /api/v1/me (the `HeadMe` operationId).
 func (c *Client) HeadMe(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewHeadMeRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListClients The caller's MLS clients
+//
+// Each with its KeyPackages left and whether it has a last-resort one.
+//
+// Corresponds with GET /api/v1/me/clients (the `ListClients` operationId).
+func (c *Client) ListClients(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListClientsRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// HeadtClients The caller's MLS clients (headers only)
+//
+// As GET, with the same status and headers, and no body.
+//
+// Corresponds with HEAD /api/v1/me/clients (the `HeadtClients` operationId).
+func (c *Client) HeadtClients(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewHeadtClientsRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateClientWithBody Register an MLS client
+//
+// Registers one of the caller's phones or tablets as an MLS client with its signature key, and appends `client_added` to the caller's key log. A person has at most 8 clients.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/me/clients (the `CreateClient` operationId).
+func (c *Client) CreateClientWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateClientRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateClient Register an MLS client
+//
+// Registers one of the caller's phones or tablets as an MLS client with its signature key, and appends `client_added` to the caller's key log. A person has at most 8 clients.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/me/clients (the `CreateClient` operationId).
+func (c *Client) CreateClient(ctx context.Context, body CreateClientJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateClientRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteClient Remove an MLS client
+//
+// Removes the client and its KeyPackages, appends `client_removed` to the key log, and makes its leaf a pending removal in every group it is a member of: that group's owner posts no moment until a commit removes it.
+//
+// Corresponds with DELETE /api/v1/me/clients/{id} (the `DeleteClient` operationId).
+func (c *Client) DeleteClient(ctx context.Context, id ClientID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteClientRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetInbox Welcomes for a client
+//
+// The Welcomes waiting for one of the caller's clients, oldest first (at most 2 MiB of them a page: delete what you joined with and ask again). A newer Welcome into a group replaces an older one; at most 64 wait.
+//
+// Corresponds with GET /api/v1/me/clients/{id}/inbox (the `GetInbox` operationId).
+func (c *Client) GetInbox(ctx context.Context, id ClientID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetInboxRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// HeadInbox Welcomes for a client (headers only)
+//
+// As GET, with the same status and headers, and no body.
+//
+// Corresponds with HEAD /api/v1/me/clients/{id}/inbox (the `HeadInbox` operationId).
+func (c *Client) HeadInbox(ctx context.Context, id ClientID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewHeadInboxRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteWelcome Delete a Welcome
+//
+// Once the client has joined with it.
+//
+// Corresponds with DELETE /api/v1/me/clients/{id}/inbox/{n} (the `DeleteWelcome` operationId).
+func (c *Client) DeleteWelcome(ctx context.Context, id ClientID, n int, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteWelcomeRequest(c.Server, id, n)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AddKeyPackagesWithBody Upload KeyPackages
+//
+// Stores KeyPackages of one of the caller's clients, each verified: its signatures, a basic credential whose identity is the client id, and the client's registered signature key. At most 100 unclaimed ones a client; `last_resort` replaces the client's last-resort one.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/me/clients/{id}/key_packages (the `AddKeyPackages` operationId).
+func (c *Client) AddKeyPackagesWithBody(ctx context.Context, id ClientID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAddKeyPackagesRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AddKeyPackages Upload KeyPackages
+//
+// Stores KeyPackages of one of the caller's clients, each verified: its signatures, a basic credential whose identity is the client id, and the client's registered signature key. At most 100 unclaimed ones a client; `last_resort` replaces the client's last-resort one.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/me/clients/{id}/key_packages (the `AddKeyPackages` operationId).
+func (c *Client) AddKeyPackages(ctx context.Context, id ClientID, body AddKeyPackagesJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAddKeyPackagesRequest(c.Server, id, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2066,6 +2842,269 @@ func (c *Client) PostMoment(ctx context.Context, params *PostMomentParams, body 
 // Corresponds with DELETE /api/v1/moments/{id} (the `DeleteMoment` operationId).
 func (c *Client) DeleteMoment(ctx context.Context, id MomentID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewDeleteMomentRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetPersonClients A person's MLS clients
+//
+// The person themselves or a connection only (anyone else is 404); with the head of their key log, which a phone checks against the log it audited.
+//
+// Corresponds with GET /api/v1/people/{id}/clients (the `GetPersonClients` operationId).
+func (c *Client) GetPersonClients(ctx context.Context, id PersonID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetPersonClientsRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// HeadPersonClients A person's MLS clients (headers only)
+//
+// As GET, with the same status and headers, and no body.
+//
+// Corresponds with HEAD /api/v1/people/{id}/clients (the `HeadPersonClients` operationId).
+func (c *Client) HeadPersonClients(ctx context.Context, id PersonID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewHeadPersonClientsRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetGroup A person's group
+//
+// Its epoch, who is at which leaf, the removals pending and the clients waiting to be added. The owner or a connection only.
+//
+// Corresponds with GET /api/v1/people/{id}/group (the `GetGroup` operationId).
+func (c *Client) GetGroup(ctx context.Context, id PersonID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetGroupRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// HeadGroup A person's group (headers only)
+//
+// As GET, with the same status and headers, and no body.
+//
+// Corresponds with HEAD /api/v1/people/{id}/group (the `HeadGroup` operationId).
+func (c *Client) HeadGroup(ctx context.Context, id PersonID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewHeadGroupRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateGroupWithBody Register one's group
+//
+// The owner's first client creates the group at epoch 0 locally and registers it here, at leaf 0. Once a person has a group, their moments must be PrivateMessages of it.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/people/{id}/group (the `CreateGroup` operationId).
+func (c *Client) CreateGroupWithBody(ctx context.Context, id PersonID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateGroupRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateGroup Register one's group
+//
+// The owner's first client creates the group at epoch 0 locally and registers it here, at leaf 0. Once a person has a group, their moments must be PrivateMessages of it.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/people/{id}/group (the `CreateGroup` operationId).
+func (c *Client) CreateGroup(ctx context.Context, id PersonID, body CreateGroupJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateGroupRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetCommits A group's commits
+//
+// The commits that made the epochs after `after`, oldest first: a member at epoch e asks with after=e. At most 100 a page and 2 MiB (at least one). A member further behind than the kept log starts from the GroupInfo.
+//
+// Corresponds with GET /api/v1/people/{id}/group/commits (the `GetCommits` operationId).
+func (c *Client) GetCommits(ctx context.Context, id PersonID, params *GetCommitsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetCommitsRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// HeadCommits A group's commits (headers only)
+//
+// As GET, with the same status and headers, and no body.
+//
+// Corresponds with HEAD /api/v1/people/{id}/group/commits (the `HeadCommits` operationId).
+func (c *Client) HeadCommits(ctx context.Context, id PersonID, params *HeadCommitsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewHeadCommitsRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostCommitWithBody Commit to a group
+//
+// Accepted only at the group's current epoch: the first commit for an epoch wins, any other is 409 epoch_conflict with the current epoch. The sender must be a member leaf of one of the caller's clients; Removes are applied, then each Add at the leftmost free leaf (RFC 9420 section 12.1); an Add must name a client of the owner or of a connection, with its registered key; the Welcome goes to the inbox of each client whose KeyPackageRef it names. The group keeps its newest 1,000 commits.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/people/{id}/group/commits (the `PostCommit` operationId).
+func (c *Client) PostCommitWithBody(ctx context.Context, id PersonID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostCommitRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostCommit Commit to a group
+//
+// Accepted only at the group's current epoch: the first commit for an epoch wins, any other is 409 epoch_conflict with the current epoch. The sender must be a member leaf of one of the caller's clients; Removes are applied, then each Add at the leftmost free leaf (RFC 9420 section 12.1); an Add must name a client of the owner or of a connection, with its registered key; the Welcome goes to the inbox of each client whose KeyPackageRef it names. The group keeps its newest 1,000 commits.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/people/{id}/group/commits (the `PostCommit` operationId).
+func (c *Client) PostCommit(ctx context.Context, id PersonID, body PostCommitJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostCommitRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetGroupInfo A group's newest GroupInfo
+//
+// The GroupInfo given with the newest commit that had one: for a member that fell further behind than the kept log (an external join is not accepted; ask a member to Add you again).
+//
+// Corresponds with GET /api/v1/people/{id}/group/info (the `GetGroupInfo` operationId).
+func (c *Client) GetGroupInfo(ctx context.Context, id PersonID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetGroupInfoRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// HeadGroupInfo A group's newest GroupInfo (headers only)
+//
+// As GET, with the same status and headers, and no body.
+//
+// Corresponds with HEAD /api/v1/people/{id}/group/info (the `HeadGroupInfo` operationId).
+func (c *Client) HeadGroupInfo(ctx context.Context, id PersonID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewHeadGroupInfoRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetKeyLog A person's key log
+//
+// Entries after a position (500 a page) and the signed head. A phone pins (size, hash) and checks that the next head extends it by recomputing the chain from the entries after its pin.
+//
+// Corresponds with GET /api/v1/people/{id}/key_log (the `GetKeyLog` operationId).
+func (c *Client) GetKeyLog(ctx context.Context, id PersonID, params *GetKeyLogParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetKeyLogRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// HeadKeyLog A person's key log (headers only)
+//
+// As GET, with the same status and headers, and no body.
+//
+// Corresponds with HEAD /api/v1/people/{id}/key_log (the `HeadKeyLog` operationId).
+func (c *Client) HeadKeyLog(ctx context.Context, id PersonID, params *HeadKeyLogParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewHeadKeyLogRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ClaimKeyPackages Claim KeyPackages
+//
+// One KeyPackage of each of the person's clients, atomically: a claimed one is never handed out again; a client with none left hands out its last-resort one, which stays. The person themselves or a connection only.
+//
+// Corresponds with POST /api/v1/people/{id}/key_packages/claim (the `ClaimKeyPackages` operationId).
+func (c *Client) ClaimKeyPackages(ctx context.Context, id PersonID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewClaimKeyPackagesRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -2752,6 +3791,60 @@ func NewCreateInviteRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewGetKeyLogKeyRequest constructs an http.Request for the GetKeyLogKey method
+func NewGetKeyLogKeyRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/key_log/key")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewHeadKeyLogKeyRequest constructs an http.Request for the HeadKeyLogKey method
+func NewHeadKeyLogKeyRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/key_log/key")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodHead, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewDeleteMeRequest calls the generic DeleteMe builder with application/json body
 func NewDeleteMeRequest(server string, body DeleteMeJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -2842,6 +3935,290 @@ func NewHeadMeRequest(server string) (*http.Request, error) {
 	if err != nil {
 		return nil, err
 	}
+
+	return req, nil
+}
+
+// NewListClientsRequest constructs an http.Request for the ListClients method
+func NewListClientsRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/me/clients")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewHeadtClientsRequest constructs an http.Request for the HeadtClients method
+func NewHeadtClientsRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/me/clients")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodHead, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreateClientRequest calls the generic CreateClient builder with application/json body
+func NewCreateClientRequest(server string, body CreateClientJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateClientRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewCreateClientRequestWithBody constructs an http.Request for the CreateClient method, with any body, and a specified content type
+func NewCreateClientRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/me/clients")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewDeleteClientRequest constructs an http.Request for the DeleteClient method
+func NewDeleteClientRequest(server string, id ClientID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/me/clients/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetInboxRequest constructs an http.Request for the GetInbox method
+func NewGetInboxRequest(server string, id ClientID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/me/clients/%s/inbox", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewHeadInboxRequest constructs an http.Request for the HeadInbox method
+func NewHeadInboxRequest(server string, id ClientID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/me/clients/%s/inbox", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodHead, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewDeleteWelcomeRequest constructs an http.Request for the DeleteWelcome method
+func NewDeleteWelcomeRequest(server string, id ClientID, n int) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "n", n, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/me/clients/%s/inbox/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewAddKeyPackagesRequest calls the generic AddKeyPackages builder with application/json body
+func NewAddKeyPackagesRequest(server string, id ClientID, body AddKeyPackagesJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewAddKeyPackagesRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewAddKeyPackagesRequestWithBody constructs an http.Request for the AddKeyPackages method, with any body, and a specified content type
+func NewAddKeyPackagesRequestWithBody(server string, id ClientID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/me/clients/%s/key_packages", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	return req, nil
 }
@@ -3261,6 +4638,612 @@ func NewDeleteMomentRequest(server string, id MomentID) (*http.Request, error) {
 	}
 
 	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetPersonClientsRequest constructs an http.Request for the GetPersonClients method
+func NewGetPersonClientsRequest(server string, id PersonID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/people/%s/clients", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewHeadPersonClientsRequest constructs an http.Request for the HeadPersonClients method
+func NewHeadPersonClientsRequest(server string, id PersonID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/people/%s/clients", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodHead, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetGroupRequest constructs an http.Request for the GetGroup method
+func NewGetGroupRequest(server string, id PersonID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/people/%s/group", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewHeadGroupRequest constructs an http.Request for the HeadGroup method
+func NewHeadGroupRequest(server string, id PersonID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/people/%s/group", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodHead, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreateGroupRequest calls the generic CreateGroup builder with application/json body
+func NewCreateGroupRequest(server string, id PersonID, body CreateGroupJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateGroupRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewCreateGroupRequestWithBody constructs an http.Request for the CreateGroup method, with any body, and a specified content type
+func NewCreateGroupRequestWithBody(server string, id PersonID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/people/%s/group", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewGetCommitsRequest constructs an http.Request for the GetCommits method
+func NewGetCommitsRequest(server string, id PersonID, params *GetCommitsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/people/%s/group/commits", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.After != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "after", *params.After, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.IfNoneMatch != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "If-None-Match", *params.IfNoneMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("If-None-Match", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewHeadCommitsRequest constructs an http.Request for the HeadCommits method
+func NewHeadCommitsRequest(server string, id PersonID, params *HeadCommitsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/people/%s/group/commits", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.After != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "after", *params.After, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodHead, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.IfNoneMatch != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "If-None-Match", *params.IfNoneMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("If-None-Match", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewPostCommitRequest calls the generic PostCommit builder with application/json body
+func NewPostCommitRequest(server string, id PersonID, body PostCommitJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPostCommitRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewPostCommitRequestWithBody constructs an http.Request for the PostCommit method, with any body, and a specified content type
+func NewPostCommitRequestWithBody(server string, id PersonID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/people/%s/group/commits", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewGetGroupInfoRequest constructs an http.Request for the GetGroupInfo method
+func NewGetGroupInfoRequest(server string, id PersonID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/people/%s/group/info", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewHeadGroupInfoRequest constructs an http.Request for the HeadGroupInfo method
+func NewHeadGroupInfoRequest(server string, id PersonID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/people/%s/group/info", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodHead, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetKeyLogRequest constructs an http.Request for the GetKeyLog method
+func NewGetKeyLogRequest(server string, id PersonID, params *GetKeyLogParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/people/%s/key_log", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.After != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "after", *params.After, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewHeadKeyLogRequest constructs an http.Request for the HeadKeyLog method
+func NewHeadKeyLogRequest(server string, id PersonID, params *HeadKeyLogParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/people/%s/key_log", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.After != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "after", *params.After, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodHead, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewClaimKeyPackagesRequest constructs an http.Request for the ClaimKeyPackages method
+func NewClaimKeyPackagesRequest(server string, id PersonID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/people/%s/key_packages/claim", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -4259,6 +6242,24 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /api/v1/invites (the `CreateInvite` operationId).
 	CreateInviteWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*CreateInviteResponse, error)
 
+	// GetKeyLogKeyWithResponse The key that signs key logs
+	//
+	// The server's Ed25519 public key; it is kept in the directory database, so the same across restarts and restores.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/key_log/key (the `GetKeyLogKey` operationId).
+	GetKeyLogKeyWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetKeyLogKeyResponse, error)
+
+	// HeadKeyLogKeyWithResponse The key that signs key logs (headers only)
+	//
+	// As GET, with the same status and headers, and no body.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with HEAD /api/v1/key_log/key (the `HeadKeyLogKey` operationId).
+	HeadKeyLogKeyWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*HeadKeyLogKeyResponse, error)
+
 	// DeleteMeWithBodyWithResponse Delete my account
 	//
 	// Deletes the signed-in person, who confirms with their password. At once: every session of theirs is revoked, their connections are gone on both sides, their unused invites are void, and their handle no longer signs in. Their moments are kept out of reach for the server's grace period (`NAH_DELETE_GRACE`, 7 days by default), during which only the server's operator can undo the deletion; then they are purged with every trace of the person, and the handle is free again. The password check counts against the sign-in limits (10 per handle and 50 per client address in 15 minutes); a right password gives its attempt back.
@@ -4294,6 +6295,96 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with HEAD /api/v1/me (the `HeadMe` operationId).
 	HeadMeWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*HeadMeResponse, error)
+
+	// ListClientsWithResponse The caller's MLS clients
+	//
+	// Each with its KeyPackages left and whether it has a last-resort one.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/me/clients (the `ListClients` operationId).
+	ListClientsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListClientsResponse, error)
+
+	// HeadtClientsWithResponse The caller's MLS clients (headers only)
+	//
+	// As GET, with the same status and headers, and no body.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with HEAD /api/v1/me/clients (the `HeadtClients` operationId).
+	HeadtClientsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*HeadtClientsResponse, error)
+
+	// CreateClientWithBodyWithResponse Register an MLS client
+	//
+	// Registers one of the caller's phones or tablets as an MLS client with its signature key, and appends `client_added` to the caller's key log. A person has at most 8 clients.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/me/clients (the `CreateClient` operationId).
+	CreateClientWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateClientResponse, error)
+
+	// CreateClientWithResponse Register an MLS client
+	//
+	// Registers one of the caller's phones or tablets as an MLS client with its signature key, and appends `client_added` to the caller's key log. A person has at most 8 clients.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/me/clients (the `CreateClient` operationId).
+	CreateClientWithResponse(ctx context.Context, body CreateClientJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateClientResponse, error)
+
+	// DeleteClientWithResponse Remove an MLS client
+	//
+	// Removes the client and its KeyPackages, appends `client_removed` to the key log, and makes its leaf a pending removal in every group it is a member of: that group's owner posts no moment until a commit removes it.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /api/v1/me/clients/{id} (the `DeleteClient` operationId).
+	DeleteClientWithResponse(ctx context.Context, id ClientID, reqEditors ...RequestEditorFn) (*DeleteClientResponse, error)
+
+	// GetInboxWithResponse Welcomes for a client
+	//
+	// The Welcomes waiting for one of the caller's clients, oldest first (at most 2 MiB of them a page: delete what you joined with and ask again). A newer Welcome into a group replaces an older one; at most 64 wait.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/me/clients/{id}/inbox (the `GetInbox` operationId).
+	GetInboxWithResponse(ctx context.Context, id ClientID, reqEditors ...RequestEditorFn) (*GetInboxResponse, error)
+
+	// HeadInboxWithResponse Welcomes for a client (headers only)
+	//
+	// As GET, with the same status and headers, and no body.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with HEAD /api/v1/me/clients/{id}/inbox (the `HeadInbox` operationId).
+	HeadInboxWithResponse(ctx context.Context, id ClientID, reqEditors ...RequestEditorFn) (*HeadInboxResponse, error)
+
+	// DeleteWelcomeWithResponse Delete a Welcome
+	//
+	// Once the client has joined with it.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /api/v1/me/clients/{id}/inbox/{n} (the `DeleteWelcome` operationId).
+	DeleteWelcomeWithResponse(ctx context.Context, id ClientID, n int, reqEditors ...RequestEditorFn) (*DeleteWelcomeResponse, error)
+
+	// AddKeyPackagesWithBodyWithResponse Upload KeyPackages
+	//
+	// Stores KeyPackages of one of the caller's clients, each verified: its signatures, a basic credential whose identity is the client id, and the client's registered signature key. At most 100 unclaimed ones a client; `last_resort` replaces the client's last-resort one.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/me/clients/{id}/key_packages (the `AddKeyPackages` operationId).
+	AddKeyPackagesWithBodyWithResponse(ctx context.Context, id ClientID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AddKeyPackagesResponse, error)
+
+	// AddKeyPackagesWithResponse Upload KeyPackages
+	//
+	// Stores KeyPackages of one of the caller's clients, each verified: its signatures, a basic credential whose identity is the client id, and the client's registered signature key. At most 100 unclaimed ones a client; `last_resort` replaces the client's last-resort one.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/me/clients/{id}/key_packages (the `AddKeyPackages` operationId).
+	AddKeyPackagesWithResponse(ctx context.Context, id ClientID, body AddKeyPackagesJSONRequestBody, reqEditors ...RequestEditorFn) (*AddKeyPackagesResponse, error)
 
 	// UnregisterDeviceWithBodyWithResponse Unregister a device
 	//
@@ -4444,6 +6535,141 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with DELETE /api/v1/moments/{id} (the `DeleteMoment` operationId).
 	DeleteMomentWithResponse(ctx context.Context, id MomentID, reqEditors ...RequestEditorFn) (*DeleteMomentResponse, error)
+
+	// GetPersonClientsWithResponse A person's MLS clients
+	//
+	// The person themselves or a connection only (anyone else is 404); with the head of their key log, which a phone checks against the log it audited.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/people/{id}/clients (the `GetPersonClients` operationId).
+	GetPersonClientsWithResponse(ctx context.Context, id PersonID, reqEditors ...RequestEditorFn) (*GetPersonClientsResponse, error)
+
+	// HeadPersonClientsWithResponse A person's MLS clients (headers only)
+	//
+	// As GET, with the same status and headers, and no body.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with HEAD /api/v1/people/{id}/clients (the `HeadPersonClients` operationId).
+	HeadPersonClientsWithResponse(ctx context.Context, id PersonID, reqEditors ...RequestEditorFn) (*HeadPersonClientsResponse, error)
+
+	// GetGroupWithResponse A person's group
+	//
+	// Its epoch, who is at which leaf, the removals pending and the clients waiting to be added. The owner or a connection only.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/people/{id}/group (the `GetGroup` operationId).
+	GetGroupWithResponse(ctx context.Context, id PersonID, reqEditors ...RequestEditorFn) (*GetGroupResponse, error)
+
+	// HeadGroupWithResponse A person's group (headers only)
+	//
+	// As GET, with the same status and headers, and no body.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with HEAD /api/v1/people/{id}/group (the `HeadGroup` operationId).
+	HeadGroupWithResponse(ctx context.Context, id PersonID, reqEditors ...RequestEditorFn) (*HeadGroupResponse, error)
+
+	// CreateGroupWithBodyWithResponse Register one's group
+	//
+	// The owner's first client creates the group at epoch 0 locally and registers it here, at leaf 0. Once a person has a group, their moments must be PrivateMessages of it.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/people/{id}/group (the `CreateGroup` operationId).
+	CreateGroupWithBodyWithResponse(ctx context.Context, id PersonID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateGroupResponse, error)
+
+	// CreateGroupWithResponse Register one's group
+	//
+	// The owner's first client creates the group at epoch 0 locally and registers it here, at leaf 0. Once a person has a group, their moments must be PrivateMessages of it.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/people/{id}/group (the `CreateGroup` operationId).
+	CreateGroupWithResponse(ctx context.Context, id PersonID, body CreateGroupJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateGroupResponse, error)
+
+	// GetCommitsWithResponse A group's commits
+	//
+	// The commits that made the epochs after `after`, oldest first: a member at epoch e asks with after=e. At most 100 a page and 2 MiB (at least one). A member further behind than the kept log starts from the GroupInfo.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/people/{id}/group/commits (the `GetCommits` operationId).
+	GetCommitsWithResponse(ctx context.Context, id PersonID, params *GetCommitsParams, reqEditors ...RequestEditorFn) (*GetCommitsResponse, error)
+
+	// HeadCommitsWithResponse A group's commits (headers only)
+	//
+	// As GET, with the same status and headers, and no body.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with HEAD /api/v1/people/{id}/group/commits (the `HeadCommits` operationId).
+	HeadCommitsWithResponse(ctx context.Context, id PersonID, params *HeadCommitsParams, reqEditors ...RequestEditorFn) (*HeadCommitsResponse, error)
+
+	// PostCommitWithBodyWithResponse Commit to a group
+	//
+	// Accepted only at the group's current epoch: the first commit for an epoch wins, any other is 409 epoch_conflict with the current epoch. The sender must be a member leaf of one of the caller's clients; Removes are applied, then each Add at the leftmost free leaf (RFC 9420 section 12.1); an Add must name a client of the owner or of a connection, with its registered key; the Welcome goes to the inbox of each client whose KeyPackageRef it names. The group keeps its newest 1,000 commits.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/people/{id}/group/commits (the `PostCommit` operationId).
+	PostCommitWithBodyWithResponse(ctx context.Context, id PersonID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostCommitResponse, error)
+
+	// PostCommitWithResponse Commit to a group
+	//
+	// Accepted only at the group's current epoch: the first commit for an epoch wins, any other is 409 epoch_conflict with the current epoch. The sender must be a member leaf of one of the caller's clients; Removes are applied, then each Add at the leftmost free leaf (RFC 9420 section 12.1); an Add must name a client of the owner or of a connection, with its registered key; the Welcome goes to the inbox of each client whose KeyPackageRef it names. The group keeps its newest 1,000 commits.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/people/{id}/group/commits (the `PostCommit` operationId).
+	PostCommitWithResponse(ctx context.Context, id PersonID, body PostCommitJSONRequestBody, reqEditors ...RequestEditorFn) (*PostCommitResponse, error)
+
+	// GetGroupInfoWithResponse A group's newest GroupInfo
+	//
+	// The GroupInfo given with the newest commit that had one: for a member that fell further behind than the kept log (an external join is not accepted; ask a member to Add you again).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/people/{id}/group/info (the `GetGroupInfo` operationId).
+	GetGroupInfoWithResponse(ctx context.Context, id PersonID, reqEditors ...RequestEditorFn) (*GetGroupInfoResponse, error)
+
+	// HeadGroupInfoWithResponse A group's newest GroupInfo (headers only)
+	//
+	// As GET, with the same status and headers, and no body.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with HEAD /api/v1/people/{id}/group/info (the `HeadGroupInfo` operationId).
+	HeadGroupInfoWithResponse(ctx context.Context, id PersonID, reqEditors ...RequestEditorFn) (*HeadGroupInfoResponse, error)
+
+	// GetKeyLogWithResponse A person's key log
+	//
+	// Entries after a position (500 a page) and the signed head. A phone pins (size, hash) and checks that the next head extends it by recomputing the chain from the entries after its pin.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/people/{id}/key_log (the `GetKeyLog` operationId).
+	GetKeyLogWithResponse(ctx context.Context, id PersonID, params *GetKeyLogParams, reqEditors ...RequestEditorFn) (*GetKeyLogResponse, error)
+
+	// HeadKeyLogWithResponse A person's key log (headers only)
+	//
+	// As GET, with the same status and headers, and no body.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with HEAD /api/v1/people/{id}/key_log (the `HeadKeyLog` operationId).
+	HeadKeyLogWithResponse(ctx context.Context, id PersonID, params *HeadKeyLogParams, reqEditors ...RequestEditorFn) (*HeadKeyLogResponse, error)
+
+	// ClaimKeyPackagesWithResponse Claim KeyPackages
+	//
+	// One KeyPackage of each of the person's clients, atomically: a claimed one is never handed out again; a client with none left hands out its last-resort one, which stays. The person themselves or a connection only.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/people/{id}/key_packages/claim (the `ClaimKeyPackages` operationId).
+	ClaimKeyPackagesWithResponse(ctx context.Context, id PersonID, reqEditors ...RequestEditorFn) (*ClaimKeyPackagesResponse, error)
 
 	// GetMediaWithResponse Download a media file
 	//
@@ -5267,6 +7493,123 @@ func (r CreateInviteResponse) ContentType() string {
 	return ""
 }
 
+// GetKeyLogKeyResponse503Headers the declared response headers of an HTTP 503 response for GetKeyLogKey
+type GetKeyLogKeyResponse503Headers struct {
+	RetryAfter int
+}
+
+type GetKeyLogKeyResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *KeyLogKey
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON431 the response for an HTTP 431 `application/json` response
+	JSON431 *HeadersTooLarge
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Default
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetKeyLogKeyResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetKeyLogKeyResponse) GetJSON200() *KeyLogKey {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetKeyLogKeyResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON431 returns the response for an HTTP 431 `application/json` response
+func (r GetKeyLogKeyResponse) GetJSON431() *HeadersTooLarge {
+	return r.JSON431
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetKeyLogKeyResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetKeyLogKeyResponse) GetJSONDefault() *Default {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetKeyLogKeyResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetKeyLogKeyResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetKeyLogKeyResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetKeyLogKeyResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// HeadKeyLogKeyResponse503Headers the declared response headers of an HTTP 503 response for HeadKeyLogKey
+type HeadKeyLogKeyResponse503Headers struct {
+	RetryAfter int
+}
+
+type HeadKeyLogKeyResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *HeadKeyLogKeyResponse503Headers
+}
+
+// GetBody returns the raw response body bytes
+func (r HeadKeyLogKeyResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r HeadKeyLogKeyResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r HeadKeyLogKeyResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r HeadKeyLogKeyResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // DeleteMeResponse429Headers the declared response headers of an HTTP 429 response for DeleteMe
 type DeleteMeResponse429Headers struct {
 	RetryAfter int
@@ -5489,6 +7832,640 @@ func (r HeadMeResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r HeadMeResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListClientsResponse503Headers the declared response headers of an HTTP 503 response for ListClients
+type ListClientsResponse503Headers struct {
+	RetryAfter int
+}
+
+type ListClientsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *struct {
+		Clients []MLSClient `json:"clients"`
+	}
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON431 the response for an HTTP 431 `application/json` response
+	JSON431 *HeadersTooLarge
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Default
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListClientsResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListClientsResponse) GetJSON200() *struct {
+	Clients []MLSClient `json:"clients"`
+} {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ListClientsResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON431 returns the response for an HTTP 431 `application/json` response
+func (r ListClientsResponse) GetJSON431() *HeadersTooLarge {
+	return r.JSON431
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ListClientsResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ListClientsResponse) GetJSONDefault() *Default {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListClientsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListClientsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListClientsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListClientsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// HeadtClientsResponse503Headers the declared response headers of an HTTP 503 response for HeadtClients
+type HeadtClientsResponse503Headers struct {
+	RetryAfter int
+}
+
+type HeadtClientsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *HeadtClientsResponse503Headers
+}
+
+// GetBody returns the raw response body bytes
+func (r HeadtClientsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r HeadtClientsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r HeadtClientsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r HeadtClientsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// CreateClientResponse503Headers the declared response headers of an HTTP 503 response for CreateClient
+type CreateClientResponse503Headers struct {
+	RetryAfter int
+}
+
+type CreateClientResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *MLSClient
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Error
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Error
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *PayloadTooLarge
+	// JSON431 the response for an HTTP 431 `application/json` response
+	JSON431 *HeadersTooLarge
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// JSON507 the response for an HTTP 507 `application/json` response
+	JSON507 *InsufficientStorage
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Default
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *CreateClientResponse503Headers
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateClientResponse) GetJSON201() *MLSClient {
+	return r.JSON201
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r CreateClientResponse) GetJSON400() *Error {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r CreateClientResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r CreateClientResponse) GetJSON409() *Error {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r CreateClientResponse) GetJSON413() *PayloadTooLarge {
+	return r.JSON413
+}
+
+// GetJSON431 returns the response for an HTTP 431 `application/json` response
+func (r CreateClientResponse) GetJSON431() *HeadersTooLarge {
+	return r.JSON431
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r CreateClientResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetJSON507 returns the response for an HTTP 507 `application/json` response
+func (r CreateClientResponse) GetJSON507() *InsufficientStorage {
+	return r.JSON507
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r CreateClientResponse) GetJSONDefault() *Default {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateClientResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateClientResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateClientResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateClientResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// DeleteClientResponse503Headers the declared response headers of an HTTP 503 response for DeleteClient
+type DeleteClientResponse503Headers struct {
+	RetryAfter int
+}
+
+type DeleteClientResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON431 the response for an HTTP 431 `application/json` response
+	JSON431 *HeadersTooLarge
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// JSON507 the response for an HTTP 507 `application/json` response
+	JSON507 *InsufficientStorage
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Default
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *DeleteClientResponse503Headers
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r DeleteClientResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r DeleteClientResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON431 returns the response for an HTTP 431 `application/json` response
+func (r DeleteClientResponse) GetJSON431() *HeadersTooLarge {
+	return r.JSON431
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r DeleteClientResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetJSON507 returns the response for an HTTP 507 `application/json` response
+func (r DeleteClientResponse) GetJSON507() *InsufficientStorage {
+	return r.JSON507
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r DeleteClientResponse) GetJSONDefault() *Default {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteClientResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteClientResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteClientResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteClientResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetInboxResponse503Headers the declared response headers of an HTTP 503 response for GetInbox
+type GetInboxResponse503Headers struct {
+	RetryAfter int
+}
+
+type GetInboxResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Inbox
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON431 the response for an HTTP 431 `application/json` response
+	JSON431 *HeadersTooLarge
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Default
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetInboxResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetInboxResponse) GetJSON200() *Inbox {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetInboxResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetInboxResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON431 returns the response for an HTTP 431 `application/json` response
+func (r GetInboxResponse) GetJSON431() *HeadersTooLarge {
+	return r.JSON431
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetInboxResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetInboxResponse) GetJSONDefault() *Default {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetInboxResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetInboxResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetInboxResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetInboxResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// HeadInboxResponse503Headers the declared response headers of an HTTP 503 response for HeadInbox
+type HeadInboxResponse503Headers struct {
+	RetryAfter int
+}
+
+type HeadInboxResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *HeadInboxResponse503Headers
+}
+
+// GetBody returns the raw response body bytes
+func (r HeadInboxResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r HeadInboxResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r HeadInboxResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r HeadInboxResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// DeleteWelcomeResponse503Headers the declared response headers of an HTTP 503 response for DeleteWelcome
+type DeleteWelcomeResponse503Headers struct {
+	RetryAfter int
+}
+
+type DeleteWelcomeResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON431 the response for an HTTP 431 `application/json` response
+	JSON431 *HeadersTooLarge
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// JSON507 the response for an HTTP 507 `application/json` response
+	JSON507 *InsufficientStorage
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Default
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *DeleteWelcomeResponse503Headers
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r DeleteWelcomeResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r DeleteWelcomeResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON431 returns the response for an HTTP 431 `application/json` response
+func (r DeleteWelcomeResponse) GetJSON431() *HeadersTooLarge {
+	return r.JSON431
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r DeleteWelcomeResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetJSON507 returns the response for an HTTP 507 `application/json` response
+func (r DeleteWelcomeResponse) GetJSON507() *InsufficientStorage {
+	return r.JSON507
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r DeleteWelcomeResponse) GetJSONDefault() *Default {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteWelcomeResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteWelcomeResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteWelcomeResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteWelcomeResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// AddKeyPackagesResponse503Headers the declared response headers of an HTTP 503 response for AddKeyPackages
+type AddKeyPackagesResponse503Headers struct {
+	RetryAfter int
+}
+
+type AddKeyPackagesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *struct {
+		// KeyPackages Unclaimed KeyPackages now.
+		KeyPackages int  `json:"key_packages"`
+		LastResort  bool `json:"last_resort"`
+	}
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Error
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Error
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *Error
+	// JSON431 the response for an HTTP 431 `application/json` response
+	JSON431 *HeadersTooLarge
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// JSON507 the response for an HTTP 507 `application/json` response
+	JSON507 *InsufficientStorage
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Default
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *AddKeyPackagesResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r AddKeyPackagesResponse) GetJSON200() *struct {
+	// KeyPackages Unclaimed KeyPackages now.
+	KeyPackages int  `json:"key_packages"`
+	LastResort  bool `json:"last_resort"`
+} {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r AddKeyPackagesResponse) GetJSON400() *Error {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r AddKeyPackagesResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r AddKeyPackagesResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r AddKeyPackagesResponse) GetJSON409() *Error {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r AddKeyPackagesResponse) GetJSON413() *Error {
+	return r.JSON413
+}
+
+// GetJSON431 returns the response for an HTTP 431 `application/json` response
+func (r AddKeyPackagesResponse) GetJSON431() *HeadersTooLarge {
+	return r.JSON431
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r AddKeyPackagesResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetJSON507 returns the response for an HTTP 507 `application/json` response
+func (r AddKeyPackagesResponse) GetJSON507() *InsufficientStorage {
+	return r.JSON507
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r AddKeyPackagesResponse) GetJSONDefault() *Default {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r AddKeyPackagesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r AddKeyPackagesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r AddKeyPackagesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r AddKeyPackagesResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -6335,6 +9312,8 @@ type PostMomentResponse struct {
 	JSON401 *Unauthorized
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *Error
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *EpochError
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *PayloadTooLarge
 	// JSON422 the response for an HTTP 422 `application/json` response
@@ -6371,6 +9350,11 @@ func (r PostMomentResponse) GetJSON401() *Unauthorized {
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
 func (r PostMomentResponse) GetJSON404() *Error {
 	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r PostMomentResponse) GetJSON409() *EpochError {
+	return r.JSON409
 }
 
 // GetJSON413 returns the response for an HTTP 413 `application/json` response
@@ -6509,6 +9493,1010 @@ func (r DeleteMomentResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r DeleteMomentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetPersonClientsResponse503Headers the declared response headers of an HTTP 503 response for GetPersonClients
+type GetPersonClientsResponse503Headers struct {
+	RetryAfter int
+}
+
+type GetPersonClientsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *struct {
+		Clients []MLSClient `json:"clients"`
+		KeyLog  KeyLogHead  `json:"key_log"`
+	}
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON431 the response for an HTTP 431 `application/json` response
+	JSON431 *HeadersTooLarge
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Default
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetPersonClientsResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetPersonClientsResponse) GetJSON200() *struct {
+	Clients []MLSClient `json:"clients"`
+	KeyLog  KeyLogHead  `json:"key_log"`
+} {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetPersonClientsResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetPersonClientsResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON431 returns the response for an HTTP 431 `application/json` response
+func (r GetPersonClientsResponse) GetJSON431() *HeadersTooLarge {
+	return r.JSON431
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetPersonClientsResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetPersonClientsResponse) GetJSONDefault() *Default {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetPersonClientsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetPersonClientsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetPersonClientsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetPersonClientsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// HeadPersonClientsResponse503Headers the declared response headers of an HTTP 503 response for HeadPersonClients
+type HeadPersonClientsResponse503Headers struct {
+	RetryAfter int
+}
+
+type HeadPersonClientsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *HeadPersonClientsResponse503Headers
+}
+
+// GetBody returns the raw response body bytes
+func (r HeadPersonClientsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r HeadPersonClientsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r HeadPersonClientsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r HeadPersonClientsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetGroupResponse503Headers the declared response headers of an HTTP 503 response for GetGroup
+type GetGroupResponse503Headers struct {
+	RetryAfter int
+}
+
+type GetGroupResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Group
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON431 the response for an HTTP 431 `application/json` response
+	JSON431 *HeadersTooLarge
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Default
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetGroupResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetGroupResponse) GetJSON200() *Group {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetGroupResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetGroupResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON431 returns the response for an HTTP 431 `application/json` response
+func (r GetGroupResponse) GetJSON431() *HeadersTooLarge {
+	return r.JSON431
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetGroupResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetGroupResponse) GetJSONDefault() *Default {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetGroupResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetGroupResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetGroupResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetGroupResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// HeadGroupResponse503Headers the declared response headers of an HTTP 503 response for HeadGroup
+type HeadGroupResponse503Headers struct {
+	RetryAfter int
+}
+
+type HeadGroupResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *HeadGroupResponse503Headers
+}
+
+// GetBody returns the raw response body bytes
+func (r HeadGroupResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r HeadGroupResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r HeadGroupResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r HeadGroupResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// CreateGroupResponse503Headers the declared response headers of an HTTP 503 response for CreateGroup
+type CreateGroupResponse503Headers struct {
+	RetryAfter int
+}
+
+type CreateGroupResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *struct {
+		Epoch   int    `json:"epoch"`
+		GroupId []byte `json:"group_id"`
+	}
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Error
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Error
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Error
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *PayloadTooLarge
+	// JSON431 the response for an HTTP 431 `application/json` response
+	JSON431 *HeadersTooLarge
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// JSON507 the response for an HTTP 507 `application/json` response
+	JSON507 *InsufficientStorage
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Default
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *CreateGroupResponse503Headers
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateGroupResponse) GetJSON201() *struct {
+	Epoch   int    `json:"epoch"`
+	GroupId []byte `json:"group_id"`
+} {
+	return r.JSON201
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r CreateGroupResponse) GetJSON400() *Error {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r CreateGroupResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r CreateGroupResponse) GetJSON403() *Error {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r CreateGroupResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r CreateGroupResponse) GetJSON409() *Error {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r CreateGroupResponse) GetJSON413() *PayloadTooLarge {
+	return r.JSON413
+}
+
+// GetJSON431 returns the response for an HTTP 431 `application/json` response
+func (r CreateGroupResponse) GetJSON431() *HeadersTooLarge {
+	return r.JSON431
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r CreateGroupResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetJSON507 returns the response for an HTTP 507 `application/json` response
+func (r CreateGroupResponse) GetJSON507() *InsufficientStorage {
+	return r.JSON507
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r CreateGroupResponse) GetJSONDefault() *Default {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateGroupResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateGroupResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateGroupResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateGroupResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetCommitsResponse200Headers the declared response headers of an HTTP 200 response for GetCommits
+type GetCommitsResponse200Headers struct {
+	CacheControl string
+	ETag         string
+}
+
+// GetCommitsResponse304Headers the declared response headers of an HTTP 304 response for GetCommits
+type GetCommitsResponse304Headers struct {
+	CacheControl string
+	ETag         string
+}
+
+// GetCommitsResponse503Headers the declared response headers of an HTTP 503 response for GetCommits
+type GetCommitsResponse503Headers struct {
+	RetryAfter int
+}
+
+type GetCommitsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *CommitPage
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Error
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON431 the response for an HTTP 431 `application/json` response
+	JSON431 *HeadersTooLarge
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Default
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetCommitsResponse200Headers
+	// Headers304 the parsed response headers for an HTTP 304 response
+	Headers304 *GetCommitsResponse304Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetCommitsResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetCommitsResponse) GetJSON200() *CommitPage {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetCommitsResponse) GetJSON400() *Error {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetCommitsResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetCommitsResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON431 returns the response for an HTTP 431 `application/json` response
+func (r GetCommitsResponse) GetJSON431() *HeadersTooLarge {
+	return r.JSON431
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetCommitsResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetCommitsResponse) GetJSONDefault() *Default {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetCommitsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetCommitsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetCommitsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetCommitsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// HeadCommitsResponse200Headers the declared response headers of an HTTP 200 response for HeadCommits
+type HeadCommitsResponse200Headers struct {
+	CacheControl string
+	ETag         string
+}
+
+// HeadCommitsResponse304Headers the declared response headers of an HTTP 304 response for HeadCommits
+type HeadCommitsResponse304Headers struct {
+	CacheControl string
+	ETag         string
+}
+
+// HeadCommitsResponse503Headers the declared response headers of an HTTP 503 response for HeadCommits
+type HeadCommitsResponse503Headers struct {
+	RetryAfter int
+}
+
+type HeadCommitsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *HeadCommitsResponse200Headers
+	// Headers304 the parsed response headers for an HTTP 304 response
+	Headers304 *HeadCommitsResponse304Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *HeadCommitsResponse503Headers
+}
+
+// GetBody returns the raw response body bytes
+func (r HeadCommitsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r HeadCommitsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r HeadCommitsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r HeadCommitsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PostCommitResponse503Headers the declared response headers of an HTTP 503 response for PostCommit
+type PostCommitResponse503Headers struct {
+	RetryAfter int
+}
+
+type PostCommitResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Epoch
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Error
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Error
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *EpochError
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *Error
+	// JSON431 the response for an HTTP 431 `application/json` response
+	JSON431 *HeadersTooLarge
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// JSON507 the response for an HTTP 507 `application/json` response
+	JSON507 *InsufficientStorage
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Default
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *PostCommitResponse503Headers
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r PostCommitResponse) GetJSON201() *Epoch {
+	return r.JSON201
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PostCommitResponse) GetJSON400() *Error {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r PostCommitResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r PostCommitResponse) GetJSON403() *Error {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r PostCommitResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r PostCommitResponse) GetJSON409() *EpochError {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r PostCommitResponse) GetJSON413() *Error {
+	return r.JSON413
+}
+
+// GetJSON431 returns the response for an HTTP 431 `application/json` response
+func (r PostCommitResponse) GetJSON431() *HeadersTooLarge {
+	return r.JSON431
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r PostCommitResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetJSON507 returns the response for an HTTP 507 `application/json` response
+func (r PostCommitResponse) GetJSON507() *InsufficientStorage {
+	return r.JSON507
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r PostCommitResponse) GetJSONDefault() *Default {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r PostCommitResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PostCommitResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PostCommitResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PostCommitResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetGroupInfoResponse503Headers the declared response headers of an HTTP 503 response for GetGroupInfo
+type GetGroupInfoResponse503Headers struct {
+	RetryAfter int
+}
+
+type GetGroupInfoResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *GroupInfo
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON431 the response for an HTTP 431 `application/json` response
+	JSON431 *HeadersTooLarge
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Default
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetGroupInfoResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetGroupInfoResponse) GetJSON200() *GroupInfo {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetGroupInfoResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetGroupInfoResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON431 returns the response for an HTTP 431 `application/json` response
+func (r GetGroupInfoResponse) GetJSON431() *HeadersTooLarge {
+	return r.JSON431
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetGroupInfoResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetGroupInfoResponse) GetJSONDefault() *Default {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetGroupInfoResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetGroupInfoResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetGroupInfoResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetGroupInfoResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// HeadGroupInfoResponse503Headers the declared response headers of an HTTP 503 response for HeadGroupInfo
+type HeadGroupInfoResponse503Headers struct {
+	RetryAfter int
+}
+
+type HeadGroupInfoResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *HeadGroupInfoResponse503Headers
+}
+
+// GetBody returns the raw response body bytes
+func (r HeadGroupInfoResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r HeadGroupInfoResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r HeadGroupInfoResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r HeadGroupInfoResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetKeyLogResponse503Headers the declared response headers of an HTTP 503 response for GetKeyLog
+type GetKeyLogResponse503Headers struct {
+	RetryAfter int
+}
+
+type GetKeyLogResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *KeyLog
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Error
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON431 the response for an HTTP 431 `application/json` response
+	JSON431 *HeadersTooLarge
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Default
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetKeyLogResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetKeyLogResponse) GetJSON200() *KeyLog {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetKeyLogResponse) GetJSON400() *Error {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetKeyLogResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetKeyLogResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON431 returns the response for an HTTP 431 `application/json` response
+func (r GetKeyLogResponse) GetJSON431() *HeadersTooLarge {
+	return r.JSON431
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetKeyLogResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetKeyLogResponse) GetJSONDefault() *Default {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetKeyLogResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetKeyLogResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetKeyLogResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetKeyLogResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// HeadKeyLogResponse503Headers the declared response headers of an HTTP 503 response for HeadKeyLog
+type HeadKeyLogResponse503Headers struct {
+	RetryAfter int
+}
+
+type HeadKeyLogResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *HeadKeyLogResponse503Headers
+}
+
+// GetBody returns the raw response body bytes
+func (r HeadKeyLogResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r HeadKeyLogResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r HeadKeyLogResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r HeadKeyLogResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ClaimKeyPackagesResponse503Headers the declared response headers of an HTTP 503 response for ClaimKeyPackages
+type ClaimKeyPackagesResponse503Headers struct {
+	RetryAfter int
+}
+
+type ClaimKeyPackagesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Claimed
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON431 the response for an HTTP 431 `application/json` response
+	JSON431 *HeadersTooLarge
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// JSON507 the response for an HTTP 507 `application/json` response
+	JSON507 *InsufficientStorage
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Default
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ClaimKeyPackagesResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ClaimKeyPackagesResponse) GetJSON200() *Claimed {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ClaimKeyPackagesResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r ClaimKeyPackagesResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON431 returns the response for an HTTP 431 `application/json` response
+func (r ClaimKeyPackagesResponse) GetJSON431() *HeadersTooLarge {
+	return r.JSON431
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ClaimKeyPackagesResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetJSON507 returns the response for an HTTP 507 `application/json` response
+func (r ClaimKeyPackagesResponse) GetJSON507() *InsufficientStorage {
+	return r.JSON507
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ClaimKeyPackagesResponse) GetJSONDefault() *Default {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ClaimKeyPackagesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ClaimKeyPackagesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ClaimKeyPackagesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ClaimKeyPackagesResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -8221,6 +12209,36 @@ func (c *ClientWithResponses) CreateInviteWithResponse(ctx context.Context, reqE
 	return ParseCreateInviteResponse(rsp)
 }
 
+// GetKeyLogKeyWithResponse The key that signs key logs
+//
+// The server's Ed25519 public key; it is kept in the directory database, so the same across restarts and restores.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/key_log/key (the `GetKeyLogKey` operationId).
+func (c *ClientWithResponses) GetKeyLogKeyWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetKeyLogKeyResponse, error) {
+	rsp, err := c.GetKeyLogKey(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetKeyLogKeyResponse(rsp)
+}
+
+// HeadKeyLogKeyWithResponse The key that signs key logs (headers only)
+//
+// As GET, with the same status and headers, and no body.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with HEAD /api/v1/key_log/key (the `HeadKeyLogKey` operationId).
+func (c *ClientWithResponses) HeadKeyLogKeyWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*HeadKeyLogKeyResponse, error) {
+	rsp, err := c.HeadKeyLogKey(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseHeadKeyLogKeyResponse(rsp)
+}
+
 // DeleteMeWithBodyWithResponse Delete my account
 //
 // Deletes the signed-in person, who confirms with their password. At once: every session of theirs is revoked, their connections are gone on both sides, their unused invites are void, and their handle no longer signs in. Their moments are kept out of reach for the server's grace period (`NAH_DELETE_GRACE`, 7 days by default), during which only the server's operator can undo the deletion; then they are purged with every trace of the person, and the handle is free again. The password check counts against the sign-in limits (10 per handle and 50 per client address in 15 minutes); a right password gives its attempt back.
@@ -8279,6 +12297,156 @@ func (c *ClientWithResponses) HeadMeWithResponse(ctx context.Context, reqEditors
 		return nil, err
 	}
 	return ParseHeadMeResponse(rsp)
+}
+
+// ListClientsWithResponse The caller's MLS clients
+//
+// Each with its KeyPackages left and whether it has a last-resort one.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/me/clients (the `ListClients` operationId).
+func (c *ClientWithResponses) ListClientsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListClientsResponse, error) {
+	rsp, err := c.ListClients(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListClientsResponse(rsp)
+}
+
+// HeadtClientsWithResponse The caller's MLS clients (headers only)
+//
+// As GET, with the same status and headers, and no body.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with HEAD /api/v1/me/clients (the `HeadtClients` operationId).
+func (c *ClientWithResponses) HeadtClientsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*HeadtClientsResponse, error) {
+	rsp, err := c.HeadtClients(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseHeadtClientsResponse(rsp)
+}
+
+// CreateClientWithBodyWithResponse Register an MLS client
+//
+// Registers one of the caller's phones or tablets as an MLS client with its signature key, and appends `client_added` to the caller's key log. A person has at most 8 clients.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/me/clients (the `CreateClient` operationId).
+func (c *ClientWithResponses) CreateClientWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateClientResponse, error) {
+	rsp, err := c.CreateClientWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateClientResponse(rsp)
+}
+
+// CreateClientWithResponse Register an MLS client
+//
+// Registers one of the caller's phones or tablets as an MLS client with its signature key, and appends `client_added` to the caller's key log. A person has at most 8 clients.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/me/clients (the `CreateClient` operationId).
+func (c *ClientWithResponses) CreateClientWithResponse(ctx context.Context, body CreateClientJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateClientResponse, error) {
+	rsp, err := c.CreateClient(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateClientResponse(rsp)
+}
+
+// DeleteClientWithResponse Remove an MLS client
+//
+// Removes the client and its KeyPackages, appends `client_removed` to the key log, and makes its leaf a pending removal in every group it is a member of: that group's owner posts no moment until a commit removes it.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /api/v1/me/clients/{id} (the `DeleteClient` operationId).
+func (c *ClientWithResponses) DeleteClientWithResponse(ctx context.Context, id ClientID, reqEditors ...RequestEditorFn) (*DeleteClientResponse, error) {
+	rsp, err := c.DeleteClient(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteClientResponse(rsp)
+}
+
+// GetInboxWithResponse Welcomes for a client
+//
+// The Welcomes waiting for one of the caller's clients, oldest first (at most 2 MiB of them a page: delete what you joined with and ask again). A newer Welcome into a group replaces an older one; at most 64 wait.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/me/clients/{id}/inbox (the `GetInbox` operationId).
+func (c *ClientWithResponses) GetInboxWithResponse(ctx context.Context, id ClientID, reqEditors ...RequestEditorFn) (*GetInboxResponse, error) {
+	rsp, err := c.GetInbox(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetInboxResponse(rsp)
+}
+
+// HeadInboxWithResponse Welcomes for a client (headers only)
+//
+// As GET, with the same status and headers, and no body.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with HEAD /api/v1/me/clients/{id}/inbox (the `HeadInbox` operationId).
+func (c *ClientWithResponses) HeadInboxWithResponse(ctx context.Context, id ClientID, reqEditors ...RequestEditorFn) (*HeadInboxResponse, error) {
+	rsp, err := c.HeadInbox(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseHeadInboxResponse(rsp)
+}
+
+// DeleteWelcomeWithResponse Delete a Welcome
+//
+// Once the client has joined with it.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /api/v1/me/clients/{id}/inbox/{n} (the `DeleteWelcome` operationId).
+func (c *ClientWithResponses) DeleteWelcomeWithResponse(ctx context.Context, id ClientID, n int, reqEditors ...RequestEditorFn) (*DeleteWelcomeResponse, error) {
+	rsp, err := c.DeleteWelcome(ctx, id, n, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteWelcomeResponse(rsp)
+}
+
+// AddKeyPackagesWithBodyWithResponse Upload KeyPackages
+//
+// Stores KeyPackages of one of the caller's clients, each verified: its signatures, a basic credential whose identity is the client id, and the client's registered signature key. At most 100 unclaimed ones a client; `last_resort` replaces the client's last-resort one.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/me/clients/{id}/key_packages (the `AddKeyPackages` operationId).
+func (c *ClientWithResponses) AddKeyPackagesWithBodyWithResponse(ctx context.Context, id ClientID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AddKeyPackagesResponse, error) {
+	rsp, err := c.AddKeyPackagesWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAddKeyPackagesResponse(rsp)
+}
+
+// AddKeyPackagesWithResponse Upload KeyPackages
+//
+// Stores KeyPackages of one of the caller's clients, each verified: its signatures, a basic credential whose identity is the client id, and the client's registered signature key. At most 100 unclaimed ones a client; `last_resort` replaces the client's last-resort one.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/me/clients/{id}/key_packages (the `AddKeyPackages` operationId).
+func (c *ClientWithResponses) AddKeyPackagesWithResponse(ctx context.Context, id ClientID, body AddKeyPackagesJSONRequestBody, reqEditors ...RequestEditorFn) (*AddKeyPackagesResponse, error) {
+	rsp, err := c.AddKeyPackages(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAddKeyPackagesResponse(rsp)
 }
 
 // UnregisterDeviceWithBodyWithResponse Unregister a device
@@ -8524,6 +12692,231 @@ func (c *ClientWithResponses) DeleteMomentWithResponse(ctx context.Context, id M
 		return nil, err
 	}
 	return ParseDeleteMomentResponse(rsp)
+}
+
+// GetPersonClientsWithResponse A person's MLS clients
+//
+// The person themselves or a connection only (anyone else is 404); with the head of their key log, which a phone checks against the log it audited.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/people/{id}/clients (the `GetPersonClients` operationId).
+func (c *ClientWithResponses) GetPersonClientsWithResponse(ctx context.Context, id PersonID, reqEditors ...RequestEditorFn) (*GetPersonClientsResponse, error) {
+	rsp, err := c.GetPersonClients(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetPersonClientsResponse(rsp)
+}
+
+// HeadPersonClientsWithResponse A person's MLS clients (headers only)
+//
+// As GET, with the same status and headers, and no body.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with HEAD /api/v1/people/{id}/clients (the `HeadPersonClients` operationId).
+func (c *ClientWithResponses) HeadPersonClientsWithResponse(ctx context.Context, id PersonID, reqEditors ...RequestEditorFn) (*HeadPersonClientsResponse, error) {
+	rsp, err := c.HeadPersonClients(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseHeadPersonClientsResponse(rsp)
+}
+
+// GetGroupWithResponse A person's group
+//
+// Its epoch, who is at which leaf, the removals pending and the clients waiting to be added. The owner or a connection only.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/people/{id}/group (the `GetGroup` operationId).
+func (c *ClientWithResponses) GetGroupWithResponse(ctx context.Context, id PersonID, reqEditors ...RequestEditorFn) (*GetGroupResponse, error) {
+	rsp, err := c.GetGroup(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetGroupResponse(rsp)
+}
+
+// HeadGroupWithResponse A person's group (headers only)
+//
+// As GET, with the same status and headers, and no body.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with HEAD /api/v1/people/{id}/group (the `HeadGroup` operationId).
+func (c *ClientWithResponses) HeadGroupWithResponse(ctx context.Context, id PersonID, reqEditors ...RequestEditorFn) (*HeadGroupResponse, error) {
+	rsp, err := c.HeadGroup(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseHeadGroupResponse(rsp)
+}
+
+// CreateGroupWithBodyWithResponse Register one's group
+//
+// The owner's first client creates the group at epoch 0 locally and registers it here, at leaf 0. Once a person has a group, their moments must be PrivateMessages of it.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/people/{id}/group (the `CreateGroup` operationId).
+func (c *ClientWithResponses) CreateGroupWithBodyWithResponse(ctx context.Context, id PersonID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateGroupResponse, error) {
+	rsp, err := c.CreateGroupWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateGroupResponse(rsp)
+}
+
+// CreateGroupWithResponse Register one's group
+//
+// The owner's first client creates the group at epoch 0 locally and registers it here, at leaf 0. Once a person has a group, their moments must be PrivateMessages of it.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/people/{id}/group (the `CreateGroup` operationId).
+func (c *ClientWithResponses) CreateGroupWithResponse(ctx context.Context, id PersonID, body CreateGroupJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateGroupResponse, error) {
+	rsp, err := c.CreateGroup(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateGroupResponse(rsp)
+}
+
+// GetCommitsWithResponse A group's commits
+//
+// The commits that made the epochs after `after`, oldest first: a member at epoch e asks with after=e. At most 100 a page and 2 MiB (at least one). A member further behind than the kept log starts from the GroupInfo.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/people/{id}/group/commits (the `GetCommits` operationId).
+func (c *ClientWithResponses) GetCommitsWithResponse(ctx context.Context, id PersonID, params *GetCommitsParams, reqEditors ...RequestEditorFn) (*GetCommitsResponse, error) {
+	rsp, err := c.GetCommits(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetCommitsResponse(rsp)
+}
+
+// HeadCommitsWithResponse A group's commits (headers only)
+//
+// As GET, with the same status and headers, and no body.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with HEAD /api/v1/people/{id}/group/commits (the `HeadCommits` operationId).
+func (c *ClientWithResponses) HeadCommitsWithResponse(ctx context.Context, id PersonID, params *HeadCommitsParams, reqEditors ...RequestEditorFn) (*HeadCommitsResponse, error) {
+	rsp, err := c.HeadCommits(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseHeadCommitsResponse(rsp)
+}
+
+// PostCommitWithBodyWithResponse Commit to a group
+//
+// Accepted only at the group's current epoch: the first commit for an epoch wins, any other is 409 epoch_conflict with the current epoch. The sender must be a member leaf of one of the caller's clients; Removes are applied, then each Add at the leftmost free leaf (RFC 9420 section 12.1); an Add must name a client of the owner or of a connection, with its registered key; the Welcome goes to the inbox of each client whose KeyPackageRef it names. The group keeps its newest 1,000 commits.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/people/{id}/group/commits (the `PostCommit` operationId).
+func (c *ClientWithResponses) PostCommitWithBodyWithResponse(ctx context.Context, id PersonID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostCommitResponse, error) {
+	rsp, err := c.PostCommitWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostCommitResponse(rsp)
+}
+
+// PostCommitWithResponse Commit to a group
+//
+// Accepted only at the group's current epoch: the first commit for an epoch wins, any other is 409 epoch_conflict with the current epoch. The sender must be a member leaf of one of the caller's clients; Removes are applied, then each Add at the leftmost free leaf (RFC 9420 section 12.1); an Add must name a client of the owner or of a connection, with its registered key; the Welcome goes to the inbox of each client whose KeyPackageRef it names. The group keeps its newest 1,000 commits.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/people/{id}/group/commits (the `PostCommit` operationId).
+func (c *ClientWithResponses) PostCommitWithResponse(ctx context.Context, id PersonID, body PostCommitJSONRequestBody, reqEditors ...RequestEditorFn) (*PostCommitResponse, error) {
+	rsp, err := c.PostCommit(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostCommitResponse(rsp)
+}
+
+// GetGroupInfoWithResponse A group's newest GroupInfo
+//
+// The GroupInfo given with the newest commit that had one: for a member that fell further behind than the kept log (an external join is not accepted; ask a member to Add you again).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/people/{id}/group/info (the `GetGroupInfo` operationId).
+func (c *ClientWithResponses) GetGroupInfoWithResponse(ctx context.Context, id PersonID, reqEditors ...RequestEditorFn) (*GetGroupInfoResponse, error) {
+	rsp, err := c.GetGroupInfo(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetGroupInfoResponse(rsp)
+}
+
+// HeadGroupInfoWithResponse A group's newest GroupInfo (headers only)
+//
+// As GET, with the same status and headers, and no body.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with HEAD /api/v1/people/{id}/group/info (the `HeadGroupInfo` operationId).
+func (c *ClientWithResponses) HeadGroupInfoWithResponse(ctx context.Context, id PersonID, reqEditors ...RequestEditorFn) (*HeadGroupInfoResponse, error) {
+	rsp, err := c.HeadGroupInfo(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseHeadGroupInfoResponse(rsp)
+}
+
+// GetKeyLogWithResponse A person's key log
+//
+// Entries after a position (500 a page) and the signed head. A phone pins (size, hash) and checks that the next head extends it by recomputing the chain from the entries after its pin.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/people/{id}/key_log (the `GetKeyLog` operationId).
+func (c *ClientWithResponses) GetKeyLogWithResponse(ctx context.Context, id PersonID, params *GetKeyLogParams, reqEditors ...RequestEditorFn) (*GetKeyLogResponse, error) {
+	rsp, err := c.GetKeyLog(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetKeyLogResponse(rsp)
+}
+
+// HeadKeyLogWithResponse A person's key log (headers only)
+//
+// As GET, with the same status and headers, and no body.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with HEAD /api/v1/people/{id}/key_log (the `HeadKeyLog` operationId).
+func (c *ClientWithResponses) HeadKeyLogWithResponse(ctx context.Context, id PersonID, params *HeadKeyLogParams, reqEditors ...RequestEditorFn) (*HeadKeyLogResponse, error) {
+	rsp, err := c.HeadKeyLog(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseHeadKeyLogResponse(rsp)
+}
+
+// ClaimKeyPackagesWithResponse Claim KeyPackages
+//
+// One KeyPackage of each of the person's clients, atomically: a claimed one is never handed out again; a client with none left hands out its last-resort one, which stays. The person themselves or a connection only.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/people/{id}/key_packages/claim (the `ClaimKeyPackages` operationId).
+func (c *ClientWithResponses) ClaimKeyPackagesWithResponse(ctx context.Context, id PersonID, reqEditors ...RequestEditorFn) (*ClaimKeyPackagesResponse, error) {
+	rsp, err := c.ClaimKeyPackages(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseClaimKeyPackagesResponse(rsp)
 }
 
 // GetMediaWithResponse Download a media file
@@ -9416,6 +13809,102 @@ func ParseCreateInviteResponse(rsp *http.Response) (*CreateInviteResponse, error
 	return response, nil
 }
 
+// ParseGetKeyLogKeyResponse parses an HTTP response from a GetKeyLogKeyWithResponse call
+func ParseGetKeyLogKeyResponse(rsp *http.Response) (*GetKeyLogKeyResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetKeyLogKeyResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest KeyLogKey
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeadersTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers GetKeyLogKeyResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseHeadKeyLogKeyResponse parses an HTTP response from a HeadKeyLogKeyWithResponse call
+func ParseHeadKeyLogKeyResponse(rsp *http.Response) (*HeadKeyLogKeyResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &HeadKeyLogKeyResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers HeadKeyLogKeyResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
 // ParseDeleteMeResponse parses an HTTP response from a DeleteMeWithResponse call
 func ParseDeleteMeResponse(rsp *http.Response) (*DeleteMeResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -9607,6 +14096,562 @@ func ParseHeadMeResponse(rsp *http.Response) (*HeadMeResponse, error) {
 	switch {
 	case rsp.StatusCode == 503:
 		var headers HeadMeResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListClientsResponse parses an HTTP response from a ListClientsWithResponse call
+func ParseListClientsResponse(rsp *http.Response) (*ListClientsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListClientsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest struct {
+			Clients []MLSClient `json:"clients"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeadersTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers ListClientsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseHeadtClientsResponse parses an HTTP response from a HeadtClientsWithResponse call
+func ParseHeadtClientsResponse(rsp *http.Response) (*HeadtClientsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &HeadtClientsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers HeadtClientsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseCreateClientResponse parses an HTTP response from a CreateClientWithResponse call
+func ParseCreateClientResponse(rsp *http.Response) (*CreateClientResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateClientResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest MLSClient
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeadersTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 507:
+		var dest InsufficientStorage
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON507 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers CreateClientResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseDeleteClientResponse parses an HTTP response from a DeleteClientWithResponse call
+func ParseDeleteClientResponse(rsp *http.Response) (*DeleteClientResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteClientResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeadersTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 507:
+		var dest InsufficientStorage
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON507 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers DeleteClientResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetInboxResponse parses an HTTP response from a GetInboxWithResponse call
+func ParseGetInboxResponse(rsp *http.Response) (*GetInboxResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetInboxResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Inbox
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeadersTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers GetInboxResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseHeadInboxResponse parses an HTTP response from a HeadInboxWithResponse call
+func ParseHeadInboxResponse(rsp *http.Response) (*HeadInboxResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &HeadInboxResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers HeadInboxResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseDeleteWelcomeResponse parses an HTTP response from a DeleteWelcomeWithResponse call
+func ParseDeleteWelcomeResponse(rsp *http.Response) (*DeleteWelcomeResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteWelcomeResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeadersTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 507:
+		var dest InsufficientStorage
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON507 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers DeleteWelcomeResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseAddKeyPackagesResponse parses an HTTP response from a AddKeyPackagesWithResponse call
+func ParseAddKeyPackagesResponse(rsp *http.Response) (*AddKeyPackagesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &AddKeyPackagesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest struct {
+			// KeyPackages Unclaimed KeyPackages now.
+			KeyPackages int  `json:"key_packages"`
+			LastResort  bool `json:"last_resort"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeadersTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 507:
+		var dest InsufficientStorage
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON507 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers AddKeyPackagesResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -10439,6 +15484,13 @@ func ParsePostMomentResponse(rsp *http.Response) (*PostMomentResponse, error) {
 		}
 		response.JSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest EpochError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest PayloadTooLarge
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -10573,6 +15625,911 @@ func ParseDeleteMomentResponse(rsp *http.Response) (*DeleteMomentResponse, error
 	switch {
 	case rsp.StatusCode == 503:
 		var headers DeleteMomentResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetPersonClientsResponse parses an HTTP response from a GetPersonClientsWithResponse call
+func ParseGetPersonClientsResponse(rsp *http.Response) (*GetPersonClientsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetPersonClientsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest struct {
+			Clients []MLSClient `json:"clients"`
+			KeyLog  KeyLogHead  `json:"key_log"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeadersTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers GetPersonClientsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseHeadPersonClientsResponse parses an HTTP response from a HeadPersonClientsWithResponse call
+func ParseHeadPersonClientsResponse(rsp *http.Response) (*HeadPersonClientsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &HeadPersonClientsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers HeadPersonClientsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetGroupResponse parses an HTTP response from a GetGroupWithResponse call
+func ParseGetGroupResponse(rsp *http.Response) (*GetGroupResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetGroupResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Group
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeadersTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers GetGroupResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseHeadGroupResponse parses an HTTP response from a HeadGroupWithResponse call
+func ParseHeadGroupResponse(rsp *http.Response) (*HeadGroupResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &HeadGroupResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers HeadGroupResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseCreateGroupResponse parses an HTTP response from a CreateGroupWithResponse call
+func ParseCreateGroupResponse(rsp *http.Response) (*CreateGroupResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateGroupResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest struct {
+			Epoch   int    `json:"epoch"`
+			GroupId []byte `json:"group_id"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeadersTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 507:
+		var dest InsufficientStorage
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON507 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers CreateGroupResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetCommitsResponse parses an HTTP response from a GetCommitsWithResponse call
+func ParseGetCommitsResponse(rsp *http.Response) (*GetCommitsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetCommitsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest CommitPage
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case rsp.StatusCode == 304:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeadersTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetCommitsResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 304:
+		var headers GetCommitsResponse304Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = value
+		}
+		response.Headers304 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetCommitsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseHeadCommitsResponse parses an HTTP response from a HeadCommitsWithResponse call
+func ParseHeadCommitsResponse(rsp *http.Response) (*HeadCommitsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &HeadCommitsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers HeadCommitsResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 304:
+		var headers HeadCommitsResponse304Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = value
+		}
+		response.Headers304 = &headers
+	case rsp.StatusCode == 503:
+		var headers HeadCommitsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePostCommitResponse parses an HTTP response from a PostCommitWithResponse call
+func ParsePostCommitResponse(rsp *http.Response) (*PostCommitResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PostCommitResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Epoch
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest EpochError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeadersTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 507:
+		var dest InsufficientStorage
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON507 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers PostCommitResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetGroupInfoResponse parses an HTTP response from a GetGroupInfoWithResponse call
+func ParseGetGroupInfoResponse(rsp *http.Response) (*GetGroupInfoResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetGroupInfoResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest GroupInfo
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeadersTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers GetGroupInfoResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseHeadGroupInfoResponse parses an HTTP response from a HeadGroupInfoWithResponse call
+func ParseHeadGroupInfoResponse(rsp *http.Response) (*HeadGroupInfoResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &HeadGroupInfoResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers HeadGroupInfoResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetKeyLogResponse parses an HTTP response from a GetKeyLogWithResponse call
+func ParseGetKeyLogResponse(rsp *http.Response) (*GetKeyLogResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetKeyLogResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest KeyLog
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeadersTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers GetKeyLogResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseHeadKeyLogResponse parses an HTTP response from a HeadKeyLogWithResponse call
+func ParseHeadKeyLogResponse(rsp *http.Response) (*HeadKeyLogResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &HeadKeyLogResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers HeadKeyLogResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseClaimKeyPackagesResponse parses an HTTP response from a ClaimKeyPackagesWithResponse call
+func ParseClaimKeyPackagesResponse(rsp *http.Response) (*ClaimKeyPackagesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ClaimKeyPackagesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Claimed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest HeadersTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON431 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 507:
+		var dest InsufficientStorage
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON507 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers ClaimKeyPackagesResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {

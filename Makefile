@@ -13,7 +13,7 @@ DATE := $(shell git log -1 --format=%cI 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(DATE)
 GOFLAGS_BUILD := -trimpath -ldflags "$(LDFLAGS)"
 
-.PHONY: run test build build-all release image generate lint contract goclient axe tusjs fuzz bench bench-soak bench-media bench-digest bench-compare bench-baseline clean
+.PHONY: run test build build-all release image generate lint contract goclient axe tusjs mlsjs fuzz bench bench-soak bench-media bench-digest bench-compare bench-baseline clean
 
 ## run: the server with its embedded defaults (data in ./data, 127.0.0.1:8090)
 run:
@@ -22,7 +22,7 @@ run:
 ## test: every check and test, each step printed with its time: lint
 ## (gofmt, go mod tidy, vet and staticcheck, once), the API contract,
 ## axe-core for the console's browser test, tus-js-client for the resumable
-## uploads' test, the release (whose Debian package and image the tests
+## uploads' test, ts-mls for the MLS family's test, the release (whose Debian package and image the tests
 ## install and run), then every test (internal/testrun), ending with a
 ## summary that names every skipped test and why. go test's own vet is off:
 ## lint ran the whole of it.
@@ -31,6 +31,7 @@ test:
 	$(call step,contract)
 	$(call step,axe)
 	$(call step,tusjs)
+	$(call step,mlsjs)
 	$(call step,release)
 	go run ./internal/testrun -vet=off -count=1 -timeout 20m ./...
 
@@ -142,6 +143,10 @@ tusjs: app/testdata/tus/node_modules/.package-lock.json
 %/node_modules/.package-lock.json: %/package-lock.json
 	cd $* && npm ci --no-audit --no-fund --loglevel=error
 
+## mlsjs: ts-mls, pinned in app/testdata/mls, whose phones the MLS family's
+## test (cmd/nah) runs with node against the real server (needs the npm registry)
+mlsjs: app/testdata/mls/node_modules/.package-lock.json
+
 ## fuzz: a short run of each fuzz target (the seed corpus runs in make test)
 fuzz:
 	go test -run '^$$' -fuzz FuzzDecodeCursor -fuzztime 30s .
@@ -178,4 +183,4 @@ bench-baseline:
 	go run ./bench baseline
 
 clean:
-	rm -rf bin contract/node_modules contract/generated.ts app/testdata/axe/node_modules app/testdata/tus/node_modules
+	rm -rf bin contract/node_modules contract/generated.ts app/testdata/axe/node_modules app/testdata/tus/node_modules app/testdata/mls/node_modules

@@ -17,6 +17,9 @@ type Page struct {
 	Flash  string // a one-time message, such as a code shown once
 	Error  string
 	Secret string // a value shown once (a join code, a reset link)
+	// SecretLink, when set, is the link that hands Secret over (a join
+	// code's): the QR code and the copy button hold it rather than Secret.
+	SecretLink string
 	// SecretNote says for whom Secret is, until when, and what to do
 	// with it; SecretWarning what stops it from working, if anything.
 	SecretNote    string
@@ -188,6 +191,13 @@ type JoinCodeRow struct {
 }
 
 // JoinCodes is the join-code page.
+// Join is the page a join link opens in a browser: the code and the
+// server's address, for the nah app.
+type Join struct {
+	Page
+	Code, Server string
+}
+
 type JoinCodes struct {
 	Page
 	Codes      []JoinCodeRow

@@ -229,6 +229,7 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer, re
 	if err != nil {
 		return usageError{fmt.Sprintf("NAH_ADDR=%q: %v", cfg.Addr, err)}
 	}
+	cfg.App.PublicURLFromListen = cfg.App.PublicURL == "" && !cfg.App.TLS.Enabled()
 	cfg.App.PublicURL = cfg.publicURL(ln.Addr().String())
 	cfg.App.Version = version
 	a := app.New(cfg.App, s, log)

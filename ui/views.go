@@ -114,6 +114,10 @@ type People struct {
 	// CreateError is a refused Create, shown in its form with the handle
 	// typed (NewHandle).
 	CreateError, NewHandle string
+	// ImportError is a refused import, shown in its form. With
+	// ImportTicket, the export is kept on the server and the form asks
+	// only for a new handle, ImportHandle filled in.
+	ImportError, ImportTicket, ImportHandle string
 }
 
 // Imported is the page after a person is imported: Page.Secret holds

@@ -387,6 +387,10 @@ func personCmd(ctx context.Context, args []string, getenv func(string) string, s
 	defer f.Close()
 	return withStore(ctx, getenv, stderr, func(cfg config, s *store.Store) error {
 		res, err := s.ImportPerson(ctx, f, store.ImportOptions{Handle: *handle, MaxMomentBytes: cfg.App.MaxMomentBytes, MaxMediaBytes: cfg.App.MaxMediaBytes, QuotaBytes: cfg.App.QuotaBytes})
+		var e *nah.Error
+		if errors.As(err, &e) && e.Reason == "handle_taken" {
+			return fmt.Errorf("%s (-handle NEW)", e.Message)
+		}
 		if err != nil {
 			return err
 		}

@@ -28,7 +28,7 @@ const (
 	MaxHeldImports = 4
 	// HeldImportTTL is how long a held file is kept: removed by the next
 	// hold or take after it, and by Open.
-	HeldImportTTL = time.Hour
+	HeldImportTTL   = time.Hour
 	heldTicketBytes = 16
 )
 

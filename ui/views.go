@@ -59,6 +59,7 @@ type Overview struct {
 	// Backups is replication at a glance (nil: NAH_REPLICA_URL is off).
 	Backups *BackupHealth
 	Drill   *DrillView // the last restore drill (nil: none)
+	Signins Signins    // who tried to get in
 }
 
 // CheckItem is one item of the first-run checklist: what, whether it is
@@ -195,6 +196,22 @@ type JoinCodeRow struct {
 }
 
 // JoinCodes is the join-code page.
+// Signins is who tried to get in, since the server started: failed
+// console sign-ins and lockouts, and the last ones, newest first.
+type Signins struct {
+	Failed, Lockouts int64
+	Events           []SigninEvent
+}
+
+// SigninEvent is one failed console sign-in or one lockout.
+type SigninEvent struct {
+	At      int64  // Unix milliseconds
+	Where   string // console or app
+	What    string
+	Account string // an account's name, "unknown account" or "any account"
+	From    string // the client's address
+}
+
 // Join is the page a join link opens in a browser: the code and the
 // server's address, for the nah app.
 type Join struct {

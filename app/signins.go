@@ -19,11 +19,12 @@ import (
 // pattern, few enough to read (about 100 bytes each).
 const signinLogSize = 20
 
+// signinWhere is where a sign-in was tried, as the Overview names it.
 type signinWhere string
 
 const (
-	signinConsole signinWhere = "console"
-	signinApp     signinWhere = "app"
+	signinConsole signinWhere = "Console sign-in"
+	signinApp     signinWhere = "App sign-in"
 )
 
 type signinLog struct {
@@ -60,23 +61,23 @@ func (a *App) signinFailed(r *http.Request, at signinAttempt, where signinWhere,
 	if account == "" {
 		account = "unknown account"
 	}
-	e := ui.SigninEvent{At: a.now().UnixMilli(), Where: string(where), Account: account, From: a.clientAddr(r)}
+	e := ui.SigninEvent{At: a.now().UnixMilli(), Account: account, From: a.clientAddr(r)}
 	l := &a.signins
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if where == signinConsole {
 		l.failed++
-		e.What = "wrong name or password"
+		e.What = string(where) + ": wrong name or password"
 		l.add(e)
 	}
 	if at.byName.last {
 		l.lockouts++
-		e.What = "locked out: too many wrong passwords for this account"
+		e.What = string(where) + ": account locked out (too many wrong passwords)"
 		l.add(e)
 	}
 	if at.byAddr.last {
 		l.lockouts++
-		e.What = "locked out: too many wrong passwords from this address"
+		e.What = string(where) + ": address locked out (too many wrong passwords)"
 		e.Account = "any account"
 		l.add(e)
 	}

@@ -38,9 +38,9 @@ func TestSigninAttemptsInBrowser(t *testing.T) {
 	}
 	want := []string{
 		"Since the server started: 2 failed console sign-ins, 1 lockout",
-		"app | locked out: too many wrong passwords for this account | ann | 127.0.0.1",
-		"console | wrong name or password | unknown account | 127.0.0.1",
-		"console | wrong name or password | root | 127.0.0.1",
+		"App sign-in: account locked out (too many wrong passwords) | ann | 127.0.0.1",
+		"Console sign-in: wrong name or password | unknown account | 127.0.0.1",
+		"Console sign-in: wrong name or password | root | 127.0.0.1",
 	}
 	if len(got) != len(want) || !strings.HasPrefix(got[0], want[0]) || strings.Join(got[1:], "\n") != strings.Join(want[1:], "\n") {
 		t.Errorf("the Overview shows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

@@ -206,8 +206,7 @@ type Signins struct {
 // SigninEvent is one failed console sign-in or one lockout.
 type SigninEvent struct {
 	At      int64  // Unix milliseconds
-	Where   string // console or app
-	What    string
+	What    string // "Console sign-in: wrong name or password"
 	Account string // an account's name, "unknown account" or "any account"
 	From    string // the client's address
 }

@@ -32,7 +32,7 @@ const (
 	heldTicketBytes = 16
 )
 
-var errNoHeld = nah.Errorf(nah.NotFound, "import_not_held",
+var errNoHeld = nah.Errorf(nah.NotFound, "",
 	"that upload is no longer kept (an hour at most, and only the last %d): choose the export file again", MaxHeldImports)
 
 func (s *Store) heldDir() string { return filepath.Join(s.dir, importHeldDir) }
@@ -123,7 +123,7 @@ func (h *HeldUpload) Keep() (string, error) {
 // TakeHeldImport opens the held file of ticket for reading under a new
 // ticket, which it returns: ticket itself no longer works, so a form sent
 // twice imports once. A ticket unknown, past HeldImportTTL or malformed is
-// import_not_held.
+// not_found, saying to choose the file again.
 func (s *Store) TakeHeldImport(ctx context.Context, ticket string) (*os.File, string, error) {
 	removeOldHeld(s.heldDir(), s.now())
 	p := s.heldPath(ticket)

@@ -137,13 +137,15 @@ func (a *App) handleSessionCreate(w http.ResponseWriter, r *http.Request) {
 	if nah.ValidHandle(string(in.Handle)) {
 		name = string(in.Handle)
 	}
-	giveBack, err := a.takeSignin(a.clientAddr(r), name)
+	at, err := a.takeSignin(a.clientAddr(r), name)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
 	}
+	giveBack := at.giveBack
 	bad := nah.Errorf(nah.Unauthorized, "invalid_credentials", "the handle or password is wrong")
 	if name == "" || len(in.Password) > nah.PasswordMaxBytes {
+		a.signinFailed(r, at, signinApp, "")
 		a.writeError(w, r, bad)
 		return
 	}
@@ -162,6 +164,7 @@ func (a *App) handleSessionCreate(w http.ResponseWriter, r *http.Request) {
 	// A disabled account's right password is answered, and counted, as a
 	// wrong one: the answer must not tell a guesser they found it.
 	if !ok || p.Disabled {
+		a.signinFailed(r, at, signinApp, p.Handle)
 		a.writeError(w, r, bad)
 		return
 	}
@@ -172,22 +175,27 @@ func (a *App) handleSessionCreate(w http.ResponseWriter, r *http.Request) {
 // takeSignin counts one sign-in attempt against the client's address and,
 // unless name is "", against the name, before any password is hashed; a
 // refusal from either is the answer, and the other's count is given back.
-// The returned func gives both back, for a right password or an attempt
-// that checked nothing.
-func (a *App) takeSignin(addr, name string) (giveBack func(), err error) {
+// The attempt's giveBack gives both back, for a right password or an
+// attempt that checked nothing.
+func (a *App) takeSignin(addr, name string) (signinAttempt, error) {
 	byAddr, err := a.signinByAddr.take(addr)
 	if err != nil {
-		return nil, err
+		return signinAttempt{}, err
 	}
 	var byName attempt
 	if name != "" {
 		if byName, err = a.signinByHandle.take(name); err != nil {
 			byAddr.giveBack()
-			return nil, err
+			return signinAttempt{}, err
 		}
 	}
-	return func() { byAddr.giveBack(); byName.giveBack() }, nil
+	return signinAttempt{byAddr, byName}, nil
 }
+
+// signinAttempt is one sign-in counted against an address and a name.
+type signinAttempt struct{ byAddr, byName attempt }
+
+func (s signinAttempt) giveBack() { s.byAddr.giveBack(); s.byName.giveBack() }
 
 // startSession answers a sign-up or sign-in with a new token for p, whose
 // password was checked against hash: none if it changed meanwhile.
@@ -301,13 +309,15 @@ func (a *App) handleMeDelete(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := sessionOf(r).person
-	giveBack, err := a.takeSignin(a.clientAddr(r), p.Handle)
+	at, err := a.takeSignin(a.clientAddr(r), p.Handle)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
 	}
+	giveBack := at.giveBack
 	wrong := nah.Errorf(nah.Forbidden, "wrong_password", "the password is wrong")
 	if len(in.Password) > nah.PasswordMaxBytes {
+		a.signinFailed(r, at, signinApp, p.Handle)
 		a.writeError(w, r, wrong)
 		return
 	}
@@ -327,6 +337,7 @@ func (a *App) handleMeDelete(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !ok {
+		a.signinFailed(r, at, signinApp, p.Handle)
 		a.writeError(w, r, wrong)
 		return
 	}

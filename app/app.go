@@ -31,6 +31,7 @@ type App struct {
 
 	signinByHandle *limiter
 	signinByAddr   *limiter
+	signins        signinLog // who tried to get in (signins.go)
 	signupByAddr   *limiter
 	// signupFailuresByAddr counts failed sign-ups (accounts.go, takeSignup).
 	signupFailuresByAddr *limiter

@@ -42,6 +42,10 @@ type Config struct {
 	// another site. cmd/nah sets NAH_PUBLIC_URL, else http:// and the
 	// listen address. Empty: links are shown as paths.
 	PublicURL string
+	// PublicURLFromListen says that PublicURL is only the listen address
+	// (NAH_PUBLIC_URL unset, no HTTPS): a private address there is a
+	// guess that phones away from home cannot reach (linkWarning).
+	PublicURLFromListen bool
 
 	// MemoryBudget is the memory that requests may hold at once: their
 	// base cost, their bodies, the pages they write. Past it a request is

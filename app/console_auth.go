@@ -47,14 +47,16 @@ func (a *App) handleConsoleLogin(w http.ResponseWriter, r *http.Request) {
 	if nah.ValidHandle(name) {
 		key = "admin " + name
 	}
-	giveBack, err := a.takeSignin("admin "+a.clientAddr(r), key)
+	at, err := a.takeSignin("admin "+a.clientAddr(r), key)
 	if err != nil {
 		a.formError(w, r, form, err) // 429, Retry-After from the limiter
 		return
 	}
+	giveBack := at.giveBack
 	bad := nah.Errorf(nah.Unauthorized, "invalid_credentials", "the name or password is wrong")
 	if key == "" || len(password) > nah.PasswordMaxBytes {
-		a.formError(w, r, form, bad) // no such admin can exist: nothing to hash
+		a.signinFailed(r, at, signinConsole, "") // no such admin can exist: nothing to hash
+		a.formError(w, r, form, bad)
 		return
 	}
 	ad, hash, err := a.store.FindAdminByName(r.Context(), name)
@@ -70,6 +72,7 @@ func (a *App) handleConsoleLogin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !ok {
+		a.signinFailed(r, at, signinConsole, ad.Name)
 		a.formError(w, r, form, bad)
 		return
 	}

@@ -71,7 +71,8 @@ func agoText(d time.Duration) string {
 }
 
 // handleDrillNow is "Run a drill now": one drill at a time, in the
-// background; the page says it started (its result shows when it ends).
+// background; the page says it started, and its section shows the result
+// when the drill ends (ui.DrillSection asks again while it runs).
 func (a *App) handleDrillNow(w http.ResponseWriter, r *http.Request) {
 	d := a.drill()
 	if d == nil {
@@ -85,7 +86,7 @@ func (a *App) handleDrillNow(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if started {
-		v.Flash = "A restore drill started; reload this page to see its result."
+		v.Flash = "A restore drill started: its result shows below when it ends (without JavaScript, reload this page)."
 		if v.Drill != nil {
 			v.Drill.Running = true
 		}

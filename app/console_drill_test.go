@@ -21,27 +21,7 @@ import (
 // turns it degraded too.
 func TestDrillInConsoleAndHealth(t *testing.T) {
 	rs := newReplicatedServer(t)
-	s := rs.store
-	d := &backup.Drill{
-		Target: rs.backups.Repl.Target(), Repl: rs.backups.Repl, DataDir: s.Path(""),
-		List: s.Databases, Live: s.LiveRead, Read: store.ReadFile, Check: store.IntegrityCheck,
-		Queued: s.ReplicationQueued, LastWrite: s.LastWrite,
-		Name: func(ctx context.Context, rel string) string {
-			p, err := s.FindPersonByID(ctx, nah.PersonOfRel(rel))
-			if err != nil {
-				return ""
-			}
-			return p.Handle
-		},
-		OpenMedia: s.OpenMediaFile,
-		Dir:       filepath.Join(s.Path(""), "replication", "drill"),
-		Recheck:   []time.Duration{100 * time.Millisecond},
-	}
-	rs.backups.Drill = d
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); d.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	d := runDrill(t, rs)
 
 	var people []account
 	for _, h := range []string{"ann", "bob", "cyd"} {
@@ -172,4 +152,32 @@ func drillWait(within time.Duration, cond func() bool) bool {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return true
+}
+
+// runDrill gives rs a restore drill, run in the background until the test
+// ends, as cmd/nah gives the server one.
+func runDrill(t *testing.T, rs *replicatedServer) *backup.Drill {
+	t.Helper()
+	s := rs.store
+	d := &backup.Drill{
+		Target: rs.backups.Repl.Target(), Repl: rs.backups.Repl, DataDir: s.Path(""),
+		List: s.Databases, Live: s.LiveRead, Read: store.ReadFile, Check: store.IntegrityCheck,
+		Queued: s.ReplicationQueued, LastWrite: s.LastWrite,
+		Name: func(ctx context.Context, rel string) string {
+			p, err := s.FindPersonByID(ctx, nah.PersonOfRel(rel))
+			if err != nil {
+				return ""
+			}
+			return p.Handle
+		},
+		OpenMedia: s.OpenMediaFile,
+		Dir:       filepath.Join(s.Path(""), "replication", "drill"),
+		Recheck:   []time.Duration{100 * time.Millisecond},
+	}
+	rs.backups.Drill = d
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return d
 }

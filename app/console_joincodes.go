@@ -29,7 +29,9 @@ func (a *App) joinCodesPage(w http.ResponseWriter, r *http.Request, status int, 
 	if secret != "" {
 		v.Flash = "The new join code is shown once. Give it to the person who will sign up:"
 		v.Secret = secret
-		v.SecretNote = "For the person who will sign up: in the app they choose Sign up and type this code, or scan it. It works once, until " + ui.When(expires) + "."
+		v.SecretLink = JoinLink(a.cfg.PublicURL, secret)
+		v.SecretNote = "For the person who will sign up: in the app they choose Sign up and scan the QR code (it holds the link, with this server's address), or type this code. It works once, until " + ui.When(expires) + "."
+		v.SecretWarning = a.linkWarning()
 	}
 	now := a.now().UnixMilli()
 	for _, c := range cs {

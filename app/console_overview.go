@@ -54,6 +54,7 @@ func (a *App) handleOverview(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	o.Drill = a.drillView()
+	o.Signins = a.signins.view()
 	problems := a.store.FileProblems()
 	o.AttentionTotal = len(problems)
 	for _, fp := range problems[:min(len(problems), attentionListed)] {

@@ -308,11 +308,12 @@ func TestConsoleHandOverInBrowser(t *testing.T) {
 		chromedp.Click(chromedp.CSS("button[type=submit]"))))
 	browserWait(t, ctx, "overview", `location.pathname === "/console"`)
 
-	handOver := func(step, says string) {
+	// held is the element whose text the QR code and the copy button hold.
+	handOver := func(step, says, held string) {
 		t.Helper()
 		browserWait(t, ctx, step+": copy button", `document.querySelector("button.copy") !== null && document.querySelector("button.copy").checkVisibility()`)
 		got, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`(() => {
-  const v = document.querySelector("#secret"), n = document.querySelector("#secret-note"), q = document.querySelector("#qr path");
+  const v = document.querySelector("`+held+`"), n = document.querySelector("#secret-note"), q = document.querySelector("#qr path");
   const b = document.querySelector("button.copy");
   return [v.innerText.trim(), n && n.checkVisibility() ? n.innerText : "", q ? q.getAttribute("d") : "", b && b.checkVisibility() ? "copy" : ""];
 })()`))
@@ -330,7 +331,7 @@ func TestConsoleHandOverInBrowser(t *testing.T) {
 	browserWait(t, ctx, "join codes", `document.querySelector("#open-signup-note") === null`)
 	must("create code", chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`form[action="/console/joincodes"] button`))))
 	browserWait(t, ctx, "code shown", `document.querySelector("#secret") !== null`)
-	handOver("join code", "in the app they choose Sign up and type this code, or scan it. It works once, until ")
+	handOver("join code", "in the app they choose Sign up and scan the QR code (it holds the link, with this server's address), or type this code. It works once, until ", "#secret-link")
 	// The code's expiry is a time the browser shows in its own zone, as
 	// every other time of the console.
 	browserWait(t, ctx, "expiry in local time", `(() => { const e = document.querySelector("#secret-note time[datetime]"); return e !== null && e.dataset.utc !== undefined; })()`)
@@ -339,7 +340,7 @@ func TestConsoleHandOverInBrowser(t *testing.T) {
 	browserWait(t, ctx, "ann", `document.querySelector('form[action$="/reset"] button') !== null`)
 	must("reset link", chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`form[action$="/reset"] button`))))
 	browserWait(t, ctx, "link shown", `document.querySelector("#secret") !== null`)
-	handOver("reset link", "For ann: they open this link on their phone (or scan it)")
+	handOver("reset link", "For ann: they open this link on their phone (or scan it)", "#secret")
 	// The server's address is the listen address, 127.0.0.1: the link
 	// reaches no phone, and the page says so.
 	browserWait(t, ctx, "loopback warned", `document.querySelector("#secret-warning") !== null && document.querySelector("#secret-warning").innerText.startsWith("This link starts with `+ts.URL+`, an address only this machine reaches: a phone cannot open it.")`)

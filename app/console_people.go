@@ -271,15 +271,22 @@ func graceText(d time.Duration) string {
 
 // linkWarning says that the links the console makes reach no phone when
 // the public address is this machine's own (NAH_PUBLIC_URL unset, and
-// the server listening on a loopback address); empty otherwise.
+// the server listening on a loopback address), or only phones at home
+// when it is a private listen address that no one configured; empty
+// otherwise.
 func (a *App) linkWarning() string {
 	u, err := url.Parse(a.cfg.PublicURL)
 	if err != nil {
 		return ""
 	}
 	h := u.Hostname()
-	if ip, err := netip.ParseAddr(h); (err == nil && (ip.IsLoopback() || ip.IsUnspecified())) || h == "localhost" {
-		return "This link starts with " + u.Scheme + "://" + u.Host + ", an address only this machine reaches: a phone cannot open it. Set NAH_PUBLIC_URL to the address phones use (" + envFileWords + ", then restart the server), and make a new link."
+	fix := "Set NAH_PUBLIC_URL to the address phones use (" + envFileWords + ", then restart the server), and make a new link."
+	ip, err := netip.ParseAddr(h)
+	if (err == nil && (ip.IsLoopback() || ip.IsUnspecified())) || h == "localhost" {
+		return "This link starts with " + u.Scheme + "://" + u.Host + ", an address only this machine reaches: a phone cannot open it. " + fix
+	}
+	if a.cfg.PublicURLFromListen && err == nil && (ip.IsPrivate() || ip.IsLinkLocalUnicast()) {
+		return "This link starts with " + u.Scheme + "://" + u.Host + ", the address the server listens on, which only phones on this network reach: the server does not know its public address. " + fix
 	}
 	return ""
 }

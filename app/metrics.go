@@ -350,7 +350,9 @@ func (a *App) writePrometheus(w io.Writer) {
 	for _, g := range gauges {
 		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s gauge\n%s %g\n", g.name, g.help, g.name, g.name, g.v)
 	}
-	// What a post costs beyond its insert: the bench divides these by posts.
+	signins := a.signins.view()
+	// What a post costs beyond its insert: the bench divides these by
+	// posts; and who tried to get in (signins.go).
 	for _, c := range []struct {
 		name, help string
 		v          int64
@@ -359,6 +361,8 @@ func (a *App) writePrometheus(w io.Writer) {
 		{"nah_person_file_closes_total", "Person files closed, since start.", st.FileCloses},
 		{"nah_replica_takeups_total", "Person files handed to replication (a registration and a first sync each), since start.", st.TakeUps},
 		{"nah_replica_ships_total", "Written person files shipped to the replica without a take-up (their new WAL frames as one LTX file), since start.", st.Ships},
+		{"nah_console_signin_failures_total", "Console sign-ins refused for a wrong name or password, since start.", signins.Failed},
+		{"nah_signin_lockouts_total", "Lockouts after too many wrong passwords, of an account or an address, in the console or the app, since start.", signins.Lockouts},
 	} {
 		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s counter\n%s %d\n", c.name, c.help, c.name, c.name, c.v)
 	}

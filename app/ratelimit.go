@@ -55,6 +55,9 @@ type attempt struct {
 	l      *limiter
 	key    string
 	window int64 // start of the window that counted it
+	// last is set when this event used the key's last one: unless it is
+	// given back, the key is locked out until its window ends.
+	last bool
 }
 
 // take counts one event for key before the work it guards, or refuses with
@@ -83,7 +86,7 @@ func (l *limiter) take(key string) (attempt, error) {
 	}
 	w.n++
 	l.windows[key] = w
-	return attempt{l: l, key: key, window: w.start}, nil
+	return attempt{l: l, key: key, window: w.start, last: int(w.n) == l.max}, nil
 }
 
 // giveBack returns an event that turned out not to count (a right

@@ -51,6 +51,7 @@ func (a *App) routes() http.Handler {
 	})
 
 	r.Get("/healthz", a.handleHealth)
+	r.Get("/join/{code}", a.handleJoinPage) // join.go
 	a.consoleRoutes(r)
 
 	r.Route("/api/v1", func(r chi.Router) {

@@ -224,7 +224,8 @@ func (d *Drill) save() error {
 }
 
 // Last is the newest drill's report (nil before the first), when a drill
-// last passed, and whether one runs now.
+// last passed, and whether one runs now or Start asked for one (so that a
+// page shown just after Start waits for its result).
 func (d *Drill) Last() (last *DrillReport, passed time.Time, running bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -233,7 +234,7 @@ func (d *Drill) Last() (last *DrillReport, passed time.Time, running bool) {
 		r := *d.st.Last
 		last = &r
 	}
-	return last, d.st.LastPassed, d.running
+	return last, d.st.LastPassed, d.running || d.asked
 }
 
 // Failing says whether the newest drill found a file that does not restore

@@ -193,7 +193,8 @@ func badExport(format string, args ...any) error {
 
 // ImportPerson creates an export's person from r under a new id (handle from
 // opts.Handle or the export), every moment as it was, no usable password and
-// a one-time reset link. A failure leaves nothing behind. Only this process's
+// a one-time reset link. A failure leaves nothing behind; a taken handle
+// (handle_taken) returns the handle as the result's Person.Handle. Only this process's
 // graph learns of the person; another on the same directory does at restart.
 func (s *Store) ImportPerson(ctx context.Context, r io.Reader, opts ImportOptions) (ImportResult, error) {
 	if opts.MaxBytes <= 0 {
@@ -237,7 +238,7 @@ func (s *Store) ImportPerson(ctx context.Context, r io.Reader, opts ImportOption
 		return ImportResult{}, badExport("the manifest's created_at %s is not a time", short(m.Person.CreatedAt))
 	}
 	if _, _, err := s.FindPersonByHandle(ctx, handle); err == nil {
-		return ImportResult{}, handleTaken(handle)
+		return ImportResult{Person: nah.Person{Handle: handle}}, handleTaken(handle)
 	} else if nah.ErrorCode(err) != nah.NotFound {
 		return ImportResult{}, err
 	}
@@ -406,8 +407,7 @@ func (s *Store) removePendingImports(ctx context.Context) {
 }
 
 func handleTaken(handle string) error {
-	return nah.Errorf(nah.Conflict, "handle_taken",
-		"the handle %q is taken on this server: import under another handle (the -handle option, or the form's new handle)", handle)
+	return nah.Errorf(nah.Conflict, "handle_taken", "the handle %q is taken on this server: import under another handle", handle)
 }
 
 // insertImported writes the person's directory row, their former

@@ -111,9 +111,9 @@ func TestImportRoundTrip(t *testing.T) {
 		t.Error("the graph does not know the imported person's newest moment")
 	}
 
-	_, err = s.ImportPerson(ctx, bytes.NewReader(tarball), ImportOptions{})
-	if nah.ErrorCode(err) != nah.Conflict || !strings.Contains(err.Error(), "-handle") {
-		t.Fatalf("second import: %v, want a conflict naming -handle", err)
+	taken, err := s.ImportPerson(ctx, bytes.NewReader(tarball), ImportOptions{})
+	if nah.ErrorCode(err) != nah.Conflict || !strings.Contains(err.Error(), `the handle "ann" is taken`) || taken.Person.Handle != "ann" {
+		t.Fatalf("second import: %v, handle %q; want a conflict naming ann", err, taken.Person.Handle)
 	}
 	res2, err := s.ImportPerson(ctx, bytes.NewReader(tarball), ImportOptions{Handle: "ann.two"})
 	if err != nil || res2.Person.Handle != "ann.two" || res2.Moments != 50 || res2.Person.ID == res.Person.ID {

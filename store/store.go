@@ -184,6 +184,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	path := filepath.Join(cfg.Dir, nah.DirectoryRel)
 	tightenDataDir(cfg.Dir, cfg.Logger)
 	removeStaleImports(cfg.Dir, cfg.Now(), cfg.Logger)
+	removeOldHeld(filepath.Join(cfg.Dir, importHeldDir), cfg.Now())
+	os.Remove(filepath.Join(cfg.Dir, importHeldDir)) // only if empty
 	s := &Store{
 		dir:        cfg.Dir,
 		now:        cfg.Now,

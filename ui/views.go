@@ -17,6 +17,9 @@ type Page struct {
 	Flash  string // a one-time message, such as a code shown once
 	Error  string
 	Secret string // a value shown once (a join code, a reset link)
+	// SecretLink, when set, is the link that hands Secret over (a join
+	// code's): the QR code and the copy button hold it rather than Secret.
+	SecretLink string
 	// SecretNote says for whom Secret is, until when, and what to do
 	// with it; SecretWarning what stops it from working, if anything.
 	SecretNote    string
@@ -56,6 +59,7 @@ type Overview struct {
 	// Backups is replication at a glance (nil: NAH_REPLICA_URL is off).
 	Backups *BackupHealth
 	Drill   *DrillView // the last restore drill (nil: none)
+	Signins Signins    // who tried to get in
 }
 
 // CheckItem is one item of the first-run checklist: what, whether it is
@@ -111,6 +115,10 @@ type People struct {
 	// CreateError is a refused Create, shown in its form with the handle
 	// typed (NewHandle).
 	CreateError, NewHandle string
+	// ImportError is a refused import, shown in its form. With
+	// ImportTicket, the export is kept on the server and the form asks
+	// only for a new handle, ImportHandle filled in.
+	ImportError, ImportTicket, ImportHandle string
 }
 
 // Imported is the page after a person is imported: Page.Secret holds
@@ -188,6 +196,28 @@ type JoinCodeRow struct {
 }
 
 // JoinCodes is the join-code page.
+// Signins is who tried to get in, since the server started: failed
+// console sign-ins and lockouts, and the last ones, newest first.
+type Signins struct {
+	Failed, Lockouts int64
+	Events           []SigninEvent
+}
+
+// SigninEvent is one failed console sign-in or one lockout.
+type SigninEvent struct {
+	At      int64  // Unix milliseconds
+	What    string // "Console sign-in: wrong name or password"
+	Account string // an account's name, "unknown account" or "any account"
+	From    string // the client's address
+}
+
+// Join is the page a join link opens in a browser: the code and the
+// server's address, for the nah app.
+type Join struct {
+	Page
+	Code, Server string
+}
+
 type JoinCodes struct {
 	Page
 	Codes      []JoinCodeRow

@@ -230,6 +230,7 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer, re
 	if err != nil {
 		return usageError{fmt.Sprintf("NAH_ADDR=%q: %v", cfg.Addr, err)}
 	}
+	cfg.App.PublicURLFromListen = cfg.App.PublicURL == "" && !cfg.App.TLS.Enabled()
 	cfg.App.PublicURL = cfg.publicURL(ln.Addr().String())
 	cfg.App.Version = version
 	a := app.New(cfg.App, s, log)
@@ -387,6 +388,10 @@ func personCmd(ctx context.Context, args []string, getenv func(string) string, s
 	defer f.Close()
 	return withStore(ctx, getenv, stderr, func(cfg config, s *store.Store) error {
 		res, err := s.ImportPerson(ctx, f, store.ImportOptions{Handle: *handle, MaxMomentBytes: cfg.App.MaxMomentBytes, MaxMediaBytes: cfg.App.MaxMediaBytes, QuotaBytes: cfg.App.QuotaBytes})
+		var e *nah.Error
+		if errors.As(err, &e) && e.Reason == "handle_taken" {
+			return fmt.Errorf("%s (-handle NEW)", e.Message)
+		}
 		if err != nil {
 			return err
 		}

@@ -2093,6 +2093,20 @@ type ClientInterface interface {
 	//
 	// Corresponds with HEAD /healthz (the `HeadHealth` operationId).
 	HeadHealth(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetJoinPage The page of a join link
+	//
+	// The join link that the console's QR code and copy button hold with a new join code: `<server>/join/<code>`, where `<server>` is the server's public address (`NAH_PUBLIC_URL`; scheme, host, port and any path prefix) and `<code>` is the join code (16 characters of `0-9 a-z` without `i l o u`). A phone app that scans or is given such a link takes the server's address as everything before the last `/join/` and the join code as what follows it, then signs up with `POST /api/v1/accounts` there. Opened in a browser (a camera app does), it answers a small HTML page that shows the code and the server's address and says to open the nah app. The page never says whether the code can still be used; sign-up does. Public.
+	//
+	// Corresponds with GET /join/{code} (the `GetJoinPage` operationId).
+	GetJoinPage(ctx context.Context, code string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// HeadJoinPage The page of a join link (headers only)
+	//
+	// As GET, with the same status and headers, and no body.
+	//
+	// Corresponds with HEAD /join/{code} (the `HeadJoinPage` operationId).
+	HeadJoinPage(ctx context.Context, code string, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // SignUpWithBody Sign up
@@ -3400,6 +3414,40 @@ func (c *Client) GetHealth(ctx context.Context, reqEditors ...RequestEditorFn) (
 // Corresponds with HEAD /healthz (the `HeadHealth` operationId).
 func (c *Client) HeadHealth(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewHeadHealthRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetJoinPage The page of a join link
+//
+// The join link that the console's QR code and copy button hold with a new join code: `<server>/join/<code>`, where `<server>` is the server's public address (`NAH_PUBLIC_URL`; scheme, host, port and any path prefix) and `<code>` is the join code (16 characters of `0-9 a-z` without `i l o u`). A phone app that scans or is given such a link takes the server's address as everything before the last `/join/` and the join code as what follows it, then signs up with `POST /api/v1/accounts` there. Opened in a browser (a camera app does), it answers a small HTML page that shows the code and the server's address and says to open the nah app. The page never says whether the code can still be used; sign-up does. Public.
+//
+// Corresponds with GET /join/{code} (the `GetJoinPage` operationId).
+func (c *Client) GetJoinPage(ctx context.Context, code string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetJoinPageRequest(c.Server, code)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// HeadJoinPage The page of a join link (headers only)
+//
+// As GET, with the same status and headers, and no body.
+//
+// Corresponds with HEAD /join/{code} (the `HeadJoinPage` operationId).
+func (c *Client) HeadJoinPage(ctx context.Context, code string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewHeadJoinPageRequest(c.Server, code)
 	if err != nil {
 		return nil, err
 	}
@@ -6110,6 +6158,74 @@ func NewHeadHealthRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewGetJoinPageRequest constructs an http.Request for the GetJoinPage method
+func NewGetJoinPageRequest(server string, code string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "code", code, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/join/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewHeadJoinPageRequest constructs an http.Request for the HeadJoinPage method
+func NewHeadJoinPageRequest(server string, code string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "code", code, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/join/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodHead, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 func (c *Client) applyEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
 	for _, r := range c.RequestEditors {
 		if err := r(ctx, req); err != nil {
@@ -6823,6 +6939,24 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with HEAD /healthz (the `HeadHealth` operationId).
 	HeadHealthWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*HeadHealthResponse, error)
+
+	// GetJoinPageWithResponse The page of a join link
+	//
+	// The join link that the console's QR code and copy button hold with a new join code: `<server>/join/<code>`, where `<server>` is the server's public address (`NAH_PUBLIC_URL`; scheme, host, port and any path prefix) and `<code>` is the join code (16 characters of `0-9 a-z` without `i l o u`). A phone app that scans or is given such a link takes the server's address as everything before the last `/join/` and the join code as what follows it, then signs up with `POST /api/v1/accounts` there. Opened in a browser (a camera app does), it answers a small HTML page that shows the code and the server's address and says to open the nah app. The page never says whether the code can still be used; sign-up does. Public.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /join/{code} (the `GetJoinPage` operationId).
+	GetJoinPageWithResponse(ctx context.Context, code string, reqEditors ...RequestEditorFn) (*GetJoinPageResponse, error)
+
+	// HeadJoinPageWithResponse The page of a join link (headers only)
+	//
+	// As GET, with the same status and headers, and no body.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with HEAD /join/{code} (the `HeadJoinPage` operationId).
+	HeadJoinPageWithResponse(ctx context.Context, code string, reqEditors ...RequestEditorFn) (*HeadJoinPageResponse, error)
 }
 
 // SignUpResponse429Headers the declared response headers of an HTTP 429 response for SignUp
@@ -12061,6 +12195,95 @@ func (r HeadHealthResponse) ContentType() string {
 	return ""
 }
 
+// GetJoinPageResponse503Headers the declared response headers of an HTTP 503 response for GetJoinPage
+type GetJoinPageResponse503Headers struct {
+	RetryAfter int
+}
+
+type GetJoinPageResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Default
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetJoinPageResponse503Headers
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetJoinPageResponse) GetJSONDefault() *Default {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetJoinPageResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetJoinPageResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetJoinPageResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetJoinPageResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// HeadJoinPageResponse503Headers the declared response headers of an HTTP 503 response for HeadJoinPage
+type HeadJoinPageResponse503Headers struct {
+	RetryAfter int
+}
+
+type HeadJoinPageResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *HeadJoinPageResponse503Headers
+}
+
+// GetBody returns the raw response body bytes
+func (r HeadJoinPageResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r HeadJoinPageResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r HeadJoinPageResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r HeadJoinPageResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // SignUpWithBodyWithResponse Sign up
 //
 // Makes an account and signs it in. Needs a join code unless the server has open sign-up. Successful sign-ups are limited per client address per hour (NAH_SIGNUP_PER_HOUR, default 20); failed ones (a taken handle, a bad handle or password, a wrong join code) have their own bound of 50 per client address per hour, so typos do not use up a family's sign-ups; bogus join codes are also limited per client address (10 in 15 minutes).
@@ -13172,6 +13395,36 @@ func (c *ClientWithResponses) HeadHealthWithResponse(ctx context.Context, reqEdi
 		return nil, err
 	}
 	return ParseHeadHealthResponse(rsp)
+}
+
+// GetJoinPageWithResponse The page of a join link
+//
+// The join link that the console's QR code and copy button hold with a new join code: `<server>/join/<code>`, where `<server>` is the server's public address (`NAH_PUBLIC_URL`; scheme, host, port and any path prefix) and `<code>` is the join code (16 characters of `0-9 a-z` without `i l o u`). A phone app that scans or is given such a link takes the server's address as everything before the last `/join/` and the join code as what follows it, then signs up with `POST /api/v1/accounts` there. Opened in a browser (a camera app does), it answers a small HTML page that shows the code and the server's address and says to open the nah app. The page never says whether the code can still be used; sign-up does. Public.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /join/{code} (the `GetJoinPage` operationId).
+func (c *ClientWithResponses) GetJoinPageWithResponse(ctx context.Context, code string, reqEditors ...RequestEditorFn) (*GetJoinPageResponse, error) {
+	rsp, err := c.GetJoinPage(ctx, code, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetJoinPageResponse(rsp)
+}
+
+// HeadJoinPageWithResponse The page of a join link (headers only)
+//
+// As GET, with the same status and headers, and no body.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with HEAD /join/{code} (the `HeadJoinPage` operationId).
+func (c *ClientWithResponses) HeadJoinPageWithResponse(ctx context.Context, code string, reqEditors ...RequestEditorFn) (*HeadJoinPageResponse, error) {
+	rsp, err := c.HeadJoinPage(ctx, code, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseHeadJoinPageResponse(rsp)
 }
 
 // ParseSignUpResponse parses an HTTP response from a SignUpWithResponse call
@@ -18589,6 +18842,80 @@ func ParseHeadHealthResponse(rsp *http.Response) (*HeadHealthResponse, error) {
 	switch {
 	case rsp.StatusCode == 503:
 		var headers HeadHealthResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetJoinPageResponse parses an HTTP response from a GetJoinPageWithResponse call
+func ParseGetJoinPageResponse(rsp *http.Response) (*GetJoinPageResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetJoinPageResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 431:
+		break // No content-type
+
+	case rsp.StatusCode == 503:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Default
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers GetJoinPageResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseHeadJoinPageResponse parses an HTTP response from a HeadJoinPageWithResponse call
+func ParseHeadJoinPageResponse(rsp *http.Response) (*HeadJoinPageResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &HeadJoinPageResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers HeadJoinPageResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {

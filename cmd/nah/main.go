@@ -176,7 +176,7 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer, re
 	}
 	start := time.Now()
 	cfg.Store.Sweep = true // this process purges deleted people; tools do not
-	repl, err := startReplication(ctx, &cfg, log)
+	repl, media, err := startReplication(ctx, &cfg, log)
 	if err != nil {
 		return err
 	}
@@ -206,7 +206,7 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer, re
 	}()
 	if repl != nil {
 		bctx, stopBackups := context.WithCancel(ctx)
-		b, stopped, err := startBackups(bctx, cfg, s, repl, log)
+		b, stopped, err := startBackups(bctx, cfg, s, repl, media, log)
 		if err != nil {
 			stopBackups()
 			return err

@@ -107,6 +107,39 @@ func (p *proc) tryUpload(token string, photo []byte) (string, error) {
 	return m.ID, nil
 }
 
+// tusUpload sends photo as one resumable upload (a creation, then one
+// PATCH of it whole) and returns the media id its end made.
+func (p *proc) tusUpload(t *testing.T, token string, photo []byte) string {
+	t.Helper()
+	do := func(method, url string, body []byte, h ...string) *http.Response {
+		req, _ := http.NewRequest(method, url, bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Tus-Resumable", "1.0.0")
+		for i := 0; i < len(h); i += 2 {
+			req.Header.Set(h[i], h[i+1])
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	resp := do("POST", "http://"+p.addr+"/api/v1/uploads", nil, "Upload-Length", fmt.Sprint(len(photo)))
+	loc := resp.Header.Get("Location")
+	if resp.StatusCode != http.StatusCreated || loc == "" {
+		t.Fatalf("tus creation: %d %q", resp.StatusCode, loc)
+	}
+	if strings.HasPrefix(loc, "/") {
+		loc = "http://" + p.addr + loc
+	}
+	resp = do("PATCH", loc, photo, "Content-Type", "application/offset+octet-stream", "Upload-Offset", "0")
+	if resp.StatusCode != http.StatusNoContent || resp.Header.Get("Media-Id") == "" {
+		t.Fatalf("tus patch: %d, media %q", resp.StatusCode, resp.Header.Get("Media-Id"))
+	}
+	return resp.Header.Get("Media-Id")
+}
+
 // photo is n random bytes.
 func photo(n int) []byte {
 	b := make([]byte, n)
@@ -240,31 +273,37 @@ func TestMediaBurstOfManyPeople(t *testing.T) {
 	}
 }
 
-// TestMediaWaitingAtAStop: a photo uploaded just before a kill -9, so its
-// mirror has not run, reaches the target soon after the next start (well
-// before the quiet time: the person's mark says they wait); one uploaded
-// just before a SIGTERM is on the target once the server has exited.
+// TestMediaWaitingAtAStop: a photo uploaded just before a kill -9 and a
+// video sent by a resumable upload, whose mirrors have not run, reach the
+// target soon after the next start (well before the quiet time: their
+// owners' marks say they wait); a photo uploaded just before a SIGTERM is
+// on the target once the server has exited.
 func TestMediaWaitingAtAStop(t *testing.T) {
 	mt := dirMirrorTarget(t)
 	data := t.TempDir()
 	p := start(t, data, mt.serverEnv()...)
 	id, ann := p.signup(t, "ann")
-	pic := photo(100 << 10)
+	bob, bobToken := p.signup(t, "bob")
+	pic, video := photo(100<<10), photo(300<<10)
 	rel := nah.MediaRel(id, p.upload(t, ann, pic))
+	vrel := nah.MediaRel(bob, p.tusUpload(t, bobToken, video))
 	p.kill(t)
-	if mt.mirrored(t, rel) != nil {
-		t.Fatal("the photo was mirrored before the kill: the test proves nothing")
+	if mt.mirrored(t, rel) != nil || mt.mirrored(t, vrel) != nil {
+		t.Fatal("the media were mirrored before the kill: the test proves nothing")
 	}
 
 	p = start(t, data, mt.serverEnv()...)
 	started := time.Now()
-	for time.Since(started) < backup.MediaMirrorQuiet/2 && mt.mirrored(t, rel) == nil {
+	for time.Since(started) < backup.MediaMirrorQuiet/2 && (mt.mirrored(t, rel) == nil || mt.mirrored(t, vrel) == nil) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	if got := mt.mirrored(t, rel); !bytes.Equal(got, pic) {
 		t.Errorf("the photo uploaded before the kill is not on the target %v after the next start (%d bytes there)", time.Since(started).Round(100*time.Millisecond), len(got))
 	} else {
 		t.Logf("the photo uploaded before the kill was on the target %v after the next start", time.Since(started).Round(100*time.Millisecond))
+	}
+	if got := mt.mirrored(t, vrel); !bytes.Equal(got, video) {
+		t.Errorf("the resumable upload finished before the kill is not on the target after the next start (%d bytes there)", len(got))
 	}
 	if marks, _ := os.ReadDir(filepath.Join(data, filepath.FromSlash(nah.MediaQueueRel))); len(marks) != 0 {
 		t.Errorf("%d people still marked waiting once mirrored", len(marks))

@@ -127,7 +127,13 @@ func (m *MediaMirror) mark(id string) {
 	if m.Dir == "" {
 		return
 	}
-	if err := os.WriteFile(filepath.Join(m.Dir, id), nil, 0o600); err != nil {
+	err := os.WriteFile(filepath.Join(m.Dir, id), nil, 0o600)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err = os.MkdirAll(m.Dir, 0o700); err == nil {
+			err = os.WriteFile(filepath.Join(m.Dir, id), nil, 0o600)
+		}
+	}
+	if err != nil {
 		m.log().Warn("media mirror: mark a person waiting", "person", id, "err", err)
 	}
 }

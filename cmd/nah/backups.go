@@ -73,6 +73,17 @@ func startReplication(ctx context.Context, cfg *config, log *slog.Logger) (*back
 	return r, m, nil
 }
 
+// markMediaWaiting marks person id's media as waiting for the server's
+// media mirror, which mirrors them at its next start (a command that
+// changed the data directory beside it, such as person import).
+func markMediaWaiting(cfg config, id string) {
+	if cfg.ReplicaTarget == nil {
+		return
+	}
+	m := &backup.MediaMirror{Dir: filepath.Join(cfg.Store.Dir, filepath.FromSlash(nah.MediaQueueRel))}
+	m.Queue(id)
+}
+
 // startBackups watches the directory (always: it holds every account) and
 // starts the sweep and catch-up loop, which stops with ctx; stopped is
 // closed once it has.

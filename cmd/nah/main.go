@@ -389,6 +389,7 @@ func personCmd(ctx context.Context, args []string, getenv func(string) string, s
 		if err != nil {
 			return err
 		}
+		markMediaWaiting(cfg, res.Person.ID)
 		fmt.Fprintf(stdout, "Imported %s as %s with %d moments.\n", res.Person.Handle, res.Person.ID, res.Moments)
 		fmt.Fprintf(stdout, "Give them this link to set their password (valid 24h, it works once):\n\n  %s\n\n",
 			app.ResetLink(cfg.publicURL(cfg.Addr), res.Link))

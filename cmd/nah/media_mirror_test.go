@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,6 +19,7 @@ import (
 	"github.com/nah-app/nah"
 	"github.com/nah-app/nah/backup"
 	"github.com/nah-app/nah/internal/tests3"
+	"github.com/nah-app/nah/store"
 )
 
 // mirrorBound is how long past backup.MediaMirrorQuiet a photo may take to
@@ -138,6 +140,45 @@ func (p *proc) tusUpload(t *testing.T, token string, photo []byte) string {
 		t.Fatalf("tus patch: %d, media %q", resp.StatusCode, resp.Header.Get("Media-Id"))
 	}
 	return resp.Header.Get("Media-Id")
+}
+
+// importCopy exports person id of the stopped server's data directory and
+// imports them back with nah person import as handle, returning their
+// photo's path under the data directory.
+func importCopy(t *testing.T, data string, mt mirrorTarget, id, handle string) string {
+	t.Helper()
+	ctx := context.Background()
+	s, err := store.Open(ctx, store.Config{Dir: data})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := s.ExportPerson(ctx, id, "v-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "export.tar")
+	f, err := os.Create(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.WriteTo(f)
+	e.Close()
+	f.Close()
+	s.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := append([]string{"NAH_DATA_DIR=" + data, "NAH_REPLICA_URL=" + mt.url}, mt.env...)
+	out, errOut, code := nahRunEnv(t, env, "person", "import", "-handle", handle, file)
+	m := regexp.MustCompile(` as (\S+) with`).FindStringSubmatch(out)
+	if code != 0 || m == nil {
+		t.Fatalf("nah person import: exit %d\n%s%s", code, out, errOut)
+	}
+	media, _ := filepath.Glob(filepath.Join(data, "people", m[1], "media", "*"))
+	if len(media) != 1 {
+		t.Fatalf("the imported person has %d media files, want 1", len(media))
+	}
+	return nah.MediaRel(m[1], filepath.Base(media[0]))
 }
 
 // photo is n random bytes.
@@ -273,9 +314,10 @@ func TestMediaBurstOfManyPeople(t *testing.T) {
 	}
 }
 
-// TestMediaWaitingAtAStop: a photo uploaded just before a kill -9 and a
-// video sent by a resumable upload, whose mirrors have not run, reach the
-// target soon after the next start (well before the quiet time: their
+// TestMediaWaitingAtAStop: a photo uploaded just before a kill -9, a video
+// sent by a resumable upload, whose mirrors have not run, and the photo of
+// a person imported by nah person import while the server was down reach
+// the target soon after the next start (well before the quiet time: their
 // owners' marks say they wait); a photo uploaded just before a SIGTERM is
 // on the target once the server has exited.
 func TestMediaWaitingAtAStop(t *testing.T) {
@@ -291,11 +333,17 @@ func TestMediaWaitingAtAStop(t *testing.T) {
 	if mt.mirrored(t, rel) != nil || mt.mirrored(t, vrel) != nil {
 		t.Fatal("the media were mirrored before the kill: the test proves nothing")
 	}
+	// While the server is down, ann is imported again as ann2 by the
+	// command line, photo and all.
+	irel := importCopy(t, data, mt, id, "ann2")
 
 	p = start(t, data, mt.serverEnv()...)
 	started := time.Now()
-	for time.Since(started) < backup.MediaMirrorQuiet/2 && (mt.mirrored(t, rel) == nil || mt.mirrored(t, vrel) == nil) {
+	for time.Since(started) < backup.MediaMirrorQuiet/2 && (mt.mirrored(t, rel) == nil || mt.mirrored(t, vrel) == nil || mt.mirrored(t, irel) == nil) {
 		time.Sleep(100 * time.Millisecond)
+	}
+	if got := mt.mirrored(t, irel); !bytes.Equal(got, pic) {
+		t.Errorf("the photo of a person imported while the server was down is not on the target after its start (%d bytes there)", len(got))
 	}
 	if got := mt.mirrored(t, rel); !bytes.Equal(got, pic) {
 		t.Errorf("the photo uploaded before the kill is not on the target %v after the next start (%d bytes there)", time.Since(started).Round(100*time.Millisecond), len(got))

@@ -149,13 +149,21 @@ func (m *MediaMirror) Run(ctx context.Context) {
 	m.load()
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
+	var pause time.Time // a mirror failed as a whole (the target, say): none before
 	for {
-		due, next := m.due(time.Now(), false)
+		var due []string
+		next := time.Until(pause)
+		if next <= 0 {
+			due, next = m.due(time.Now(), false)
+		}
 		for _, id := range due {
 			if ctx.Err() != nil {
 				break
 			}
-			m.mirror(ctx, id)
+			if err := m.mirror(ctx, id); err != nil && ctx.Err() == nil {
+				pause = time.Now().Add(m.maxWait())
+				break
+			}
 			if m.Pace > 0 {
 				select {
 				case <-ctx.Done():
@@ -193,15 +201,19 @@ func (m *MediaMirror) Run(ctx context.Context) {
 	}
 }
 
+func (m *MediaMirror) maxWait() time.Duration {
+	if m.MaxWait <= 0 {
+		return MediaMirrorMaxWait
+	}
+	return m.MaxWait
+}
+
 // due lists the people whose mirror is due at now (all of them when all),
 // and how long until the next one is due.
 func (m *MediaMirror) due(now time.Time, all bool) (ids []string, next time.Duration) {
-	quiet, most := m.Quiet, m.MaxWait
+	quiet, most := m.Quiet, m.maxWait()
 	if quiet <= 0 {
 		quiet = MediaMirrorQuiet
-	}
-	if most <= 0 {
-		most = MediaMirrorMaxWait
 	}
 	next = time.Hour
 	m.mu.Lock()
@@ -224,21 +236,25 @@ func (m *MediaMirror) due(now time.Time, all bool) (ids []string, next time.Dura
 // taken off the queue first, so that media landing meanwhile queue them
 // again; their mark goes once they are mirrored and not queued again. A
 // person whose file is gone (deleted, purged) is left to the sweep, whose
-// rule for them is theirs. A failure queues them again, due in MaxWait.
-func (m *MediaMirror) mirror(ctx context.Context, id string) {
+// rule for them is theirs. A failure queues them again, due in MaxWait,
+// and one of the mirror as a whole (the target's listing, their folder's
+// read) is returned: Run then pauses, so that a target that is down is
+// not asked for every person in turn.
+func (m *MediaMirror) mirror(ctx context.Context, id string) (whole error) {
 	m.mu.Lock()
 	delete(m.waiting, id)
 	m.mu.Unlock()
-	var err error
-	if _, err = os.Stat(filepath.Join(m.DataDir, filepath.FromSlash(nah.PersonRel(id)))); err == nil {
+	_, err := os.Stat(filepath.Join(m.DataDir, filepath.FromSlash(nah.PersonRel(id))))
+	switch {
+	case err == nil:
 		sw := Sweeper{Target: m.Target, Source: m.Source}
 		start := time.Now()
 		n, bytes, failed, merr := sw.mirrorPerson(ctx, m.Target.store(), id)
-		if err = merr; err == nil && len(failed) > 0 {
+		if whole, err = merr, merr; err == nil && len(failed) > 0 {
 			err = errors.New(failed[0])
 		}
 		m.log().Debug("media mirrored", "person", id, "copied", n, "bytes", bytes, "failed", len(failed), "took", time.Since(start).Round(time.Millisecond))
-	} else if errors.Is(err, fs.ErrNotExist) {
+	case errors.Is(err, fs.ErrNotExist):
 		err = nil
 	}
 	m.mu.Lock()
@@ -250,12 +266,13 @@ func (m *MediaMirror) mirror(ctx context.Context, id string) {
 			m.log().Warn("media mirror", "person", id, "err", err)
 		}
 		now := time.Now()
-		m.waiting[id] = mediaWait{first: now, last: now.Add(max(m.MaxWait, MediaMirrorMaxWait))}
+		m.waiting[id] = mediaWait{first: now, last: now.Add(m.maxWait())}
 	case err == nil && !again && m.Dir != "":
 		if err := os.Remove(filepath.Join(m.Dir, id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			m.log().Warn("media mirror: unmark a person", "person", id, "err", err)
 		}
 	}
+	return whole
 }
 
 // load queues the people marked by the last run, due at once, 256 names a

@@ -101,9 +101,11 @@ const RestoreFailedRel = "restore-failed"
 func RestoreFailedMarkerRel(id string) string { return RestoreFailedRel + "/" + id }
 
 // ReplicationRel holds replication's own state: QueueRel its on-disk
-// queue of files to take up, DrillRel the restore drill's scratch.
+// queue of files to take up, DrillRel the restore drill's scratch,
+// MediaQueueRel a mark for each person whose media wait for their mirror.
 const (
 	ReplicationRel = "replication"
 	QueueRel       = ReplicationRel + "/queue"
 	DrillRel       = ReplicationRel + "/drill"
+	MediaQueueRel  = ReplicationRel + "/media-queue"
 )

@@ -622,5 +622,12 @@ func (a *App) replicationGauges() []gauge {
 			gauge{"nah_backup_sweep_failures", "Databases the last nightly copy could not copy.", float64(len(last.Failed))},
 		)
 	}
+	if b.Media != nil {
+		n, oldest := b.Media.Waiting()
+		gs = append(gs,
+			gauge{"nah_media_mirror_waiting", "People whose new media wait to be mirrored to the target (within a minute when all is well).", float64(n)},
+			gauge{"nah_media_mirror_wait_seconds", "How long the person waiting longest for their media's mirror has waited.", oldest.Seconds()},
+		)
+	}
 	return append(gs, a.diskGauges()...)
 }

@@ -46,6 +46,10 @@ type Backups struct {
 	// take (disk.go), in its own loop; nil: not measured.
 	Disk *Disk
 
+	// Media mirrors a person's new media soon after they land
+	// (mediamirror.go), in its own loop; nil: only the sweep does.
+	Media *MediaMirror
+
 	mu        sync.Mutex
 	nextSweep time.Time
 	syncErr   string       // the last "sync now"'s failure

@@ -271,6 +271,7 @@ func (s *Store) ImportPerson(ctx context.Context, r io.Reader, opts ImportOption
 	if err := s.watchPerson(ctx, id, false); err != nil {
 		s.log.Warn("replication: watch an imported person", "person", id, "err", err)
 	}
+	s.addedMedia(id)
 
 	for _, c := range m.Connections {
 		if _, _, err := s.FindPersonByHandle(ctx, c.Handle); err == nil && c.Handle != handle {

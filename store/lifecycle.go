@@ -171,6 +171,7 @@ func (s *Store) RestorePerson(ctx context.Context, id string) error {
 	if err := s.watchPerson(ctx, id, false); err != nil {
 		s.log.Warn("replication: watch a restored person", "person", id, "err", err)
 	}
+	s.addedMedia(id) // the sweep may have let go of their mirror meanwhile
 	// The directory's newest time is a hint: read the file's.
 	n := s.graph.add(id, newest, s.now().UnixMilli())
 	if _, err := s.withFile(ctx, id, func(f *personFile) error {

@@ -498,7 +498,15 @@ func (up *Upload) CommitOnce(ctx context.Context, contentType string, idem *Idem
 	up.u.charged += nah.MediaCharge(m.Size)
 	up.u.count++
 	up.f.Close() // the lock goes with it, once the row is there
+	up.s.addedMedia(up.owner)
 	return m, nil, nil
+}
+
+// addedMedia tells backups that person id's media folder gained files.
+func (s *Store) addedMedia(id string) {
+	if s.mediaAdded != nil {
+		s.mediaAdded(id)
+	}
 }
 
 // Abort removes the temporary file and gives back the reserved quota.

@@ -137,6 +137,7 @@ func (s *Store) undoneReplaced(id string) {
 		if err := syncDir(media); err != nil {
 			s.log.Warn("undo a restore: sync the media folder", "person", id, "err", err)
 		}
+		s.addedMedia(id)
 	}
 	if err != nil {
 		s.log.Warn("undo a restore: the media folder", "person", id, "err", err)

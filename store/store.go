@@ -69,6 +69,10 @@ type Config struct {
 	// that replication does not watch is emptied by it, once shipped;
 	// a minute when zero (personfile.DefaultWALIdle).
 	WALIdle time.Duration
+	// MediaAdded, if set, is told of a person whose media folder gained
+	// files (an upload, a resumable upload's end, an import, an undo), so
+	// that backups mirror them soon (backup.MediaMirror). It must not block.
+	MediaAdded func(id string)
 
 	Logger *slog.Logger // default: discard
 
@@ -101,15 +105,16 @@ type Store struct {
 	// its parse was 40 % of the check (people-10k's posts, bench/THRESHOLDS.md).
 	tokenQuery *sql.Stmt
 
-	files     *personfile.Cache
-	migrated  sync.Map // paths of person files their open migrated, until acquired (acquire)
-	sync      Sync     // of every connection the store opens (Config.Sync)
-	repl      Replicator
-	graph     *graph
-	cursorKey []byte
-	keyLogKey ed25519.PrivateKey // signs key log heads (mls_keylog.go)
-	fileReads atomic.Int64       // looks into a person file on the feed path
-	settle    settling           // posts between their clock read and their visibility
+	files      *personfile.Cache
+	migrated   sync.Map // paths of person files their open migrated, until acquired (acquire)
+	sync       Sync     // of every connection the store opens (Config.Sync)
+	repl       Replicator
+	mediaAdded func(id string)
+	graph      *graph
+	cursorKey  []byte
+	keyLogKey  ed25519.PrivateKey // signs key log heads (mls_keylog.go)
+	fileReads  atomic.Int64       // looks into a person file on the feed path
+	settle     settling           // posts between their clock read and their visibility
 
 	headBudget int64
 	headBytes  atomic.Int64
@@ -193,6 +198,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		headBudget: cfg.HeadCacheBytes,
 		log:        cfg.Logger,
 		repl:       cfg.Replicator,
+		mediaAdded: cfg.MediaAdded,
 		sync:       cfg.Sync,
 		swept:      make(chan struct{}),
 

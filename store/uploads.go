@@ -664,6 +664,7 @@ func (s *Store) finishResumable(ctx context.Context, owner, dir string, u *media
 	}
 	syncDir(dir)
 	s.trimFinished(dir, u, r)
+	s.addedMedia(owner)
 	return r.snapshot(), nil
 }
 

@@ -38,38 +38,58 @@ const behindAfter = time.Minute
 // or a directory that cannot be made stops the start, naming the variable)
 // and starts the replicator, which the store then feeds. nil when
 // NAH_REPLICA_URL is off.
-func startReplication(ctx context.Context, cfg *config, log *slog.Logger) (*backup.Replicator, error) {
+func startReplication(ctx context.Context, cfg *config, log *slog.Logger) (*backup.Replicator, *backup.MediaMirror, error) {
 	t := cfg.ReplicaTarget
 	if t == nil {
 		log.Warn("NAH_REPLICA_URL is off: no backups are made")
-		return nil, nil
+		return nil, nil, nil
 	}
 	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := t.Init(ictx); err != nil {
-		return nil, usageError{fmt.Sprintf("NAH_REPLICA_URL=%q: %v", cfg.ReplicaURL, err)}
+		return nil, nil, usageError{fmt.Sprintf("NAH_REPLICA_URL=%q: %v", cfg.ReplicaURL, err)}
 	}
 	meta := filepath.Join(cfg.Store.Dir, nah.ReplicationRel)
 	if err := os.MkdirAll(meta, 0o700); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	r, err := backup.Open(ctx, backup.Config{Target: t, DataDir: cfg.Store.Dir, MetaDir: meta, Logger: log, Retention: cfg.Retention})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cfg.Store.Replicator = r
 	cfg.Store.MaxWatched = cfg.ReplicaMaxFiles
 	// Files written and waiting for replication are listed here, so that a
 	// kill does not leave them behind until their next write.
 	cfg.Store.QueueDir = filepath.Join(cfg.Store.Dir, filepath.FromSlash(nah.QueueRel))
-	return r, nil
+	// A person's new media are mirrored soon after they land, not only by
+	// the sweep; the people waiting are marked on disk, so that a kill
+	// leaves none behind. The store is its source once open.
+	m := &backup.MediaMirror{
+		Target: t, DataDir: cfg.Store.Dir, Dir: filepath.Join(cfg.Store.Dir, filepath.FromSlash(nah.MediaQueueRel)),
+		Pace: sweepPace, Log: log,
+	}
+	cfg.Store.MediaAdded = m.Queue
+	return r, m, nil
+}
+
+// markMediaWaiting marks person id's media as waiting for the server's
+// media mirror, which mirrors them at its next start (a command that
+// changed the data directory beside it, such as person import).
+func markMediaWaiting(cfg config, id string) {
+	if cfg.ReplicaTarget == nil {
+		return
+	}
+	m := &backup.MediaMirror{Dir: filepath.Join(cfg.Store.Dir, filepath.FromSlash(nah.MediaQueueRel))}
+	m.Queue(id)
 }
 
 // startBackups watches the directory (always: it holds every account) and
 // starts the sweep and catch-up loop, which stops with ctx; stopped is
 // closed once it has.
-func startBackups(ctx context.Context, cfg config, s *store.Store, r *backup.Replicator, log *slog.Logger) (_ *backup.Backups, stopped chan struct{}, _ error) {
+func startBackups(ctx context.Context, cfg config, s *store.Store, r *backup.Replicator, media *backup.MediaMirror, log *slog.Logger) (_ *backup.Backups, stopped chan struct{}, _ error) {
 	b := &backup.Backups{
+		Media:  media,
 		Repl:   r,
 		Every:  cfg.SweepEvery,
 		At:     sweepAt,
@@ -83,6 +103,7 @@ func startBackups(ctx context.Context, cfg config, s *store.Store, r *backup.Rep
 		b.Sweep = &backup.Sweeper{Target: cfg.ReplicaTarget, Keep: cfg.SweepKeep, Pace: sweepPace, Source: s}
 	}
 	b.Drill = newDrill(cfg, s, r, log)
+	media.Source = s
 	// What the replica, replication's state and the data take, measured
 	// in the background for the Backups page, /healthz and the metrics.
 	b.Disk = &backup.Disk{
@@ -101,6 +122,11 @@ func startBackups(ctx context.Context, cfg config, s *store.Store, r *backup.Rep
 		measured := make(chan struct{})
 		go func() { defer close(measured); b.Disk.Run(ctx) }()
 		defer func() { <-measured }()
+		// The media mirror reads the store's files too, and mirrors the
+		// people still waiting at a stop before the store closes.
+		mirrored := make(chan struct{})
+		go func() { defer close(mirrored); b.Media.Run(ctx) }()
+		defer func() { <-mirrored }()
 		// In the background and a moment after start: the directory's first
 		// snapshot (21 MB compressed on people-1k) was half the CPU from exec
 		// to the first feed (perf, bench/THRESHOLDS.md). Nothing is lost

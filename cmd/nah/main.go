@@ -177,7 +177,7 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer, re
 	}
 	start := time.Now()
 	cfg.Store.Sweep = true // this process purges deleted people; tools do not
-	repl, err := startReplication(ctx, &cfg, log)
+	repl, media, err := startReplication(ctx, &cfg, log)
 	if err != nil {
 		return err
 	}
@@ -207,7 +207,7 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer, re
 	}()
 	if repl != nil {
 		bctx, stopBackups := context.WithCancel(ctx)
-		b, stopped, err := startBackups(bctx, cfg, s, repl, log)
+		b, stopped, err := startBackups(bctx, cfg, s, repl, media, log)
 		if err != nil {
 			stopBackups()
 			return err
@@ -395,6 +395,7 @@ func personCmd(ctx context.Context, args []string, getenv func(string) string, s
 		if err != nil {
 			return err
 		}
+		markMediaWaiting(cfg, res.Person.ID)
 		fmt.Fprintf(stdout, "Imported %s as %s with %d moments.\n", res.Person.Handle, res.Person.ID, res.Moments)
 		fmt.Fprintf(stdout, "Give them this link to set their password (valid 24h, it works once):\n\n  %s\n\n",
 			app.ResetLink(cfg.publicURL(cfg.Addr), res.Link))

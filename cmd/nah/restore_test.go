@@ -576,9 +576,10 @@ func TestRestoreFromSweep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The media mirror sent the photo at the stop: the sweep copies none.
 	sw := &backup.Sweeper{Target: target, Keep: 7, Source: s}
 	res, err := sw.Run(ctx, time.Now())
-	if err != nil || res.Files != 3 || len(res.Failed) > 0 || res.MediaCopied != 1 {
+	if err != nil || res.Files != 3 || len(res.Failed) > 0 || res.MediaCopied != 0 {
 		t.Fatalf("sweep: %+v %v", res, err)
 	}
 	if err := s.Close(); err != nil {

@@ -85,20 +85,32 @@ type history map[int][]*ltx.FileInfo
 func readHistory(ctx context.Context, client litestream.ReplicaClient) (history, error) {
 	h := history{}
 	for _, lvl := range levelsKept {
-		itr, err := client.LTXFiles(ctx, lvl, 0, false)
+		infos, err := readLevel(ctx, client, lvl)
 		if err != nil {
 			return nil, err
 		}
-		for itr.Next() {
-			info := *itr.Item()
-			h[lvl] = append(h[lvl], &info)
-		}
-		if err := itr.Close(); err != nil {
-			return nil, err
-		}
-		slices.SortFunc(h[lvl], func(a, b *ltx.FileInfo) int { return cmp.Compare(a.MaxTXID, b.MaxTXID) })
+		h[lvl] = infos
 	}
 	return h, nil
+}
+
+// readLevel is one level of a history, in TXID order, each file timed as
+// a listing times it (on S3 the upload's time, not the header's).
+func readLevel(ctx context.Context, client litestream.ReplicaClient, lvl int) ([]*ltx.FileInfo, error) {
+	itr, err := client.LTXFiles(ctx, lvl, 0, false)
+	if err != nil {
+		return nil, err
+	}
+	var infos []*ltx.FileInfo
+	for itr.Next() {
+		info := *itr.Item()
+		infos = append(infos, &info)
+	}
+	if err := itr.Close(); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(infos, func(a, b *ltx.FileInfo) int { return cmp.Compare(a.MaxTXID, b.MaxTXID) })
+	return infos, nil
 }
 
 func (h history) maxTXID() ltx.TXID {
@@ -157,11 +169,15 @@ func (r *Replicator) retainFile(ctx context.Context, rel string, now time.Time) 
 
 	snap := h.newest(litestream.SnapshotLevel)
 	if snapshotDue(p, h, snap, now) {
-		info, err := r.snapshotHistory(ctx, rel, client, top)
-		if err != nil {
+		if _, err := r.snapshotHistory(ctx, rel, client, top); err != nil {
 			return now.Add(p.visitEvery), fmt.Errorf("snapshot: %w", err)
 		}
-		h[litestream.SnapshotLevel] = append(h[litestream.SnapshotLevel], info)
+		// Listed again rather than timed as the write answered: S3 answers
+		// with the header's time (the last transaction) and lists the
+		// upload's, so the new snapshot was a base in this visit alone.
+		if h[litestream.SnapshotLevel], err = readLevel(ctx, client, litestream.SnapshotLevel); err != nil {
+			return now.Add(p.visitEvery), err
+		}
 	}
 
 	del, next := expired(p, h, now)

@@ -153,7 +153,7 @@ func Open(ctx context.Context, cfg Config) (*Replicator, error) {
 	ls := litestream.NewStore(nil, policy.levels())
 	ls.L0RetentionCheckInterval = l0CheckInterval
 	// Litestream deletes only level-0 files compacted into level 1, as the
-	// policy does, but for a history's first (keepFirst, which Watch
+	// policy does, but for a history's first (watchClient, which Watch
 	// gives it); its snapshots are kept (retention.go decides).
 	ls.L0Retention = policy.l0Keep
 	ls.SnapshotRetention = 100 * 365 * 24 * time.Hour
@@ -337,7 +337,7 @@ func (r *Replicator) Watch(ctx context.Context, path string) error {
 		// Litestream's default.
 		db.MinCheckpointPageN = shipWALBound / (4096 + litestream.WALFrameHeaderSize)
 	}
-	rep := litestream.NewReplicaWithClient(db, keepFirst{client})
+	rep := litestream.NewReplicaWithClient(db, &watchClient{ReplicaClient: client})
 	rep.MonitorEnabled = false
 	db.Replica = rep
 	r.mu.Lock()
@@ -441,6 +441,11 @@ func (r *Replicator) Unwatch(path string) error {
 	err = r.ls.UnregisterDB(ctx, path)
 	if err != nil {
 		r.setDown(err)
+	}
+	if db.Replica != nil {
+		if c, ok := db.Replica.Client.(*watchClient); ok {
+			c.letGo()
+		}
 	}
 	r.mu.Lock()
 	// Shipped by the last sync, or behind with its error: the catch-up

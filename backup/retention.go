@@ -7,11 +7,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/benbjohnson/litestream"
@@ -28,7 +30,7 @@ import (
 // them), and its own rule (snapshots older than its retention go, the
 // newest kept) leaves no snapshot before the window's start when a file
 // was not watched at its snapshot times: so it deletes nothing here but
-// level-0 files compacted into level 1 (not a history's first: keepFirst),
+// level-0 files compacted into level 1 (not a history's first: watchClient),
 // and this file's pass does the rest.
 
 // DefaultRetention is how far back a restore to a time can go.
@@ -85,20 +87,32 @@ type history map[int][]*ltx.FileInfo
 func readHistory(ctx context.Context, client litestream.ReplicaClient) (history, error) {
 	h := history{}
 	for _, lvl := range levelsKept {
-		itr, err := client.LTXFiles(ctx, lvl, 0, false)
+		infos, err := readLevel(ctx, client, lvl)
 		if err != nil {
 			return nil, err
 		}
-		for itr.Next() {
-			info := *itr.Item()
-			h[lvl] = append(h[lvl], &info)
-		}
-		if err := itr.Close(); err != nil {
-			return nil, err
-		}
-		slices.SortFunc(h[lvl], func(a, b *ltx.FileInfo) int { return cmp.Compare(a.MaxTXID, b.MaxTXID) })
+		h[lvl] = infos
 	}
 	return h, nil
+}
+
+// readLevel is one level of a history, in TXID order, each file timed as
+// a listing times it (on S3 the upload's time, not the header's).
+func readLevel(ctx context.Context, client litestream.ReplicaClient, lvl int) ([]*ltx.FileInfo, error) {
+	itr, err := client.LTXFiles(ctx, lvl, 0, false)
+	if err != nil {
+		return nil, err
+	}
+	var infos []*ltx.FileInfo
+	for itr.Next() {
+		info := *itr.Item()
+		infos = append(infos, &info)
+	}
+	if err := itr.Close(); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(infos, func(a, b *ltx.FileInfo) int { return cmp.Compare(a.MaxTXID, b.MaxTXID) })
+	return infos, nil
 }
 
 func (h history) maxTXID() ltx.TXID {
@@ -157,11 +171,15 @@ func (r *Replicator) retainFile(ctx context.Context, rel string, now time.Time) 
 
 	snap := h.newest(litestream.SnapshotLevel)
 	if snapshotDue(p, h, snap, now) {
-		info, err := r.snapshotHistory(ctx, rel, client, top)
-		if err != nil {
+		if _, err := r.snapshotHistory(ctx, rel, client, top); err != nil {
 			return now.Add(p.visitEvery), fmt.Errorf("snapshot: %w", err)
 		}
-		h[litestream.SnapshotLevel] = append(h[litestream.SnapshotLevel], info)
+		// Listed again rather than timed as the write answered: S3 answers
+		// with the header's time (the last transaction) and lists the
+		// upload's, so the new snapshot was a base in this visit alone.
+		if h[litestream.SnapshotLevel], err = readLevel(ctx, client, litestream.SnapshotLevel); err != nil {
+			return now.Add(p.visitEvery), err
+		}
 	}
 
 	del, next := expired(p, h, now)
@@ -661,17 +679,62 @@ func minTime(a, b time.Time) time.Time {
 	return b
 }
 
-// keepFirst is the client Litestream replicates a watched file through.
-// Its level-0 retention deletes every level-0 file that level 1 covers,
-// the history's first too, which the policy keeps until there is a base
-// (expired) and deletes itself through the plain client: without it, a
-// restore to a time before the first level-1 file's finds no history.
-type keepFirst struct{ litestream.ReplicaClient }
+// watchClient is the client Litestream replicates a watched file
+// through. Its level-0 retention deletes every level-0 file that level 1
+// covers, the history's first too, which the policy keeps until there is
+// a base (expired) and deletes itself through the plain client: without
+// it, a restore to a time before the first level-1 file's finds no history.
+//
+// Litestream's compactions (and the level-0 retention after each) go on
+// after the file is let go of (UnregisterDB does not wait for them): in 1-5
+// of 40 let-gos (level 1 every 71 ms, a 2 s window) a level-1 file was
+// written or level-0 files deleted after Unwatch returned, under the next
+// ship's feet (a ship's compaction read its level 0 half deleted:
+// "non-contiguous transaction ids"). letGo refuses its writes and deletes
+// from then on, and waits for those under way.
+type watchClient struct {
+	litestream.ReplicaClient
+	mu   sync.RWMutex // held for reading by each write and delete
+	gone bool
+}
 
-func (c keepFirst) DeleteLTXFiles(ctx context.Context, a []*ltx.FileInfo) error {
+var errLetGo = errors.New("the file was let go of: replication writes nothing more through this client")
+
+func (c *watchClient) WriteLTXFile(ctx context.Context, level int, minTXID, maxTXID ltx.TXID, rd io.Reader) (*ltx.FileInfo, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.gone {
+		return nil, errLetGo
+	}
+	return c.ReplicaClient.WriteLTXFile(ctx, level, minTXID, maxTXID, rd)
+}
+
+func (c *watchClient) DeleteLTXFiles(ctx context.Context, a []*ltx.FileInfo) error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.gone {
+		return errLetGo
+	}
 	a = slices.DeleteFunc(slices.Clone(a), func(f *ltx.FileInfo) bool { return f.Level == 0 && f.MinTXID == 1 })
 	if len(a) == 0 {
 		return nil
 	}
 	return c.ReplicaClient.DeleteLTXFiles(ctx, a)
+}
+
+func (c *watchClient) DeleteAll(ctx context.Context) error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.gone {
+		return errLetGo
+	}
+	return c.ReplicaClient.DeleteAll(ctx)
+}
+
+// letGo refuses every later write and delete, and returns once those
+// under way are done.
+func (c *watchClient) letGo() {
+	c.mu.Lock()
+	c.gone = true
+	c.mu.Unlock()
 }

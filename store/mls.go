@@ -11,7 +11,7 @@ import (
 	"github.com/nah-app/nah"
 )
 
-// MLS (issue 38): nah is the delivery service of one group a person, and
+// MLS: nah is the delivery service of one group a person, and
 // keeps each person's clients, their KeyPackages and the key log
 // (migrations/person/0006_mls.sql). The bounds, each a 4xx when reached:
 const (

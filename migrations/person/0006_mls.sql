@@ -1,4 +1,4 @@
--- MLS (issue 38): nah is the delivery service of each person's group, whose
+-- MLS: nah is the delivery service of each person's group, whose
 -- audience is their own clients and their connections' (README, "End-to-end
 -- encryption"). Everything of a person's group lives in their file; a
 -- Welcome waits in the file of the client it is for. Bounds are in

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/superfly/ltx"
 
@@ -134,6 +135,13 @@ func TestShipRepairsACrashedLocalState(t *testing.T) {
 				}
 			}
 			n2.post(t, ann, 100)
+			// The queue empties when the file is popped, before its ship is
+			// counted: under a load of 19 on 2 cores that outlasted drain's
+			// 100 ms (1 run of 5). A ship never made still fails below.
+			eventually(20*time.Second, func() bool {
+				st := n2.s.Stats()
+				return st.TakeUps+st.Ships > before.TakeUps+before.Ships
+			})
 			drain(t, n2)
 			st := n2.s.Stats()
 			took, shipped := st.TakeUps-before.TakeUps, st.Ships-before.Ships

@@ -59,7 +59,7 @@ func TestImportMemoryIsConstant(t *testing.T) {
 		s := MustOpen(t, Config{})
 		defer debug.SetGCPercent(debug.SetGCPercent(10))
 		runtime.GC()
-		h := newHeapPeak()
+		h := newHeapPeak(false)
 		base := h.peak
 		res, err := s.ImportPerson(ctx, heapReader{f, h}, ImportOptions{})
 		h.take()

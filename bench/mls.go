@@ -33,7 +33,7 @@ const (
 	// as ts-mls 1.6.4 makes it (38 KB, /work/mls-api.md, mls-phone).
 	mlsTreeBytes = 38 << 10
 	// mlsWeekGroup is the group size the week's commit paths are sized
-	// for: log2(16) = 4 UpdatePathNodes, a 700-byte commit.
+	// for: log2(16) = 4 UpdatePathNodes, an 892-byte commit.
 	mlsWeekGroup = 16
 )
 

@@ -93,7 +93,12 @@ func mlsCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer s.stop()
+	stopped := false
+	defer func() {
+		if !stopped { // stop waits for the one exit: a second call would wait stopLimit
+			s.stop()
+		}
+	}()
 	pid := s.cmd.Process.Pid
 	c := newClient(8)
 	defer c.CloseIdleConnections()
@@ -203,6 +208,7 @@ func mlsCmd(ctx context.Context, args []string) error {
 		p.into.P50ms, p.into.P95ms, p.into.MaxMs = l.P50ms, l.P95ms, l.MaxMs
 	}
 	res.LoadAfter = loadAvg()
+	stopped = true
 	if err := s.stop(); err != nil {
 		return fmt.Errorf("stop: %w", err)
 	}

@@ -220,8 +220,8 @@ func newestResults(dir string) (map[string]Result, error) {
 	}
 	out := map[string]Result{}
 	for _, m := range matches {
-		if b := filepath.Base(m); strings.HasPrefix(b, "hostile-") || strings.HasPrefix(b, "media-") || strings.HasPrefix(b, "digest-") || strings.HasPrefix(b, "restore-") || strings.HasPrefix(b, "pocketbase-") || strings.HasPrefix(b, "soak-") || strings.HasPrefix(b, "restart-") {
-			continue // the hostile mix's, the media runs', the digests' and the restores' results have shapes of their own; PocketBase's are not nah's
+		if b := filepath.Base(m); strings.HasPrefix(b, "hostile-") || strings.HasPrefix(b, "media-") || strings.HasPrefix(b, "digest-") || strings.HasPrefix(b, "restore-") || strings.HasPrefix(b, "pocketbase-") || strings.HasPrefix(b, "soak-") || strings.HasPrefix(b, "restart-") || strings.HasPrefix(b, "mls-") {
+			continue // the hostile mix's, the media runs', the digests', the restores' and the MLS runs' results have shapes of their own; PocketBase's are not nah's
 		}
 		raw, err := os.ReadFile(m)
 		if err != nil {

@@ -1,6 +1,8 @@
 package app
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"net/http"
 	"net/netip"
@@ -151,7 +153,11 @@ func (a *App) personPage(w http.ResponseWriter, r *http.Request, status int, sec
 		}
 	}
 	err6 := a.personDigest(r, &v)
-	if err := errors.Join(err1, err2, err3, err4, err5, err6); err != nil {
+	var err7 error
+	if v.Attention == "" {
+		v.Keys, err7 = a.personKeys(r, id)
+	}
+	if err := errors.Join(err1, err2, err3, err4, err5, err6, err7); err != nil {
 		a.consoleError(w, r, pg, err)
 		return
 	}
@@ -160,6 +166,29 @@ func (a *App) personPage(w http.ResponseWriter, r *http.Request, status int, sec
 		v.Connections = append(v.Connections, ui.PersonRow{ID: c.ID, Handle: c.Handle, NewestAt: c.NewestAt})
 	}
 	a.render(w, r, status, ui.PersonPage(v))
+}
+
+// personKeys reads person id's MLS clients (at most store.MLSMaxClients)
+// and the newest ui.KeyLogShown entries of their key log.
+func (a *App) personKeys(r *http.Request, id string) (ui.PersonKeys, error) {
+	var k ui.PersonKeys
+	cs, _, err := a.store.Clients(r.Context(), id)
+	if err != nil {
+		return k, err
+	}
+	log, head, err := a.store.KeyLogNewest(r.Context(), id, ui.KeyLogShown)
+	if err != nil {
+		return k, err
+	}
+	for _, c := range cs {
+		sum := sha256.Sum256(c.SignatureKey)
+		k.Clients = append(k.Clients, ui.KeyClient{ID: c.ID, Name: c.Name, CreatedAt: c.CreatedAt, Fingerprint: hex.EncodeToString(sum[:8])})
+	}
+	for _, e := range log {
+		k.Log = append(k.Log, ui.KeyLogRow{Pos: e.Pos, Kind: e.Kind, Client: e.Client, At: e.At})
+	}
+	k.LogSize, k.LogHead = head.Size, hex.EncodeToString(head.Hash)
+	return k, nil
 }
 
 func (a *App) handlePerson(w http.ResponseWriter, r *http.Request) {

@@ -157,3 +157,38 @@ func TestMLSEpochRace(t *testing.T) {
 		}
 	}
 }
+
+// TestMLSStrangersPending: a member leaf of someone who is no longer a
+// connection (disconnected, or whose account was deleted) is a pending
+// removal with no mark written: GET group lists it and the owner's next
+// moment is 409 removal_pending until a commit removes it.
+func TestMLSStrangersPending(t *testing.T) {
+	for _, leave := range []string{"disconnect", "delete account"} {
+		t.Run(leave, func(t *testing.T) {
+			f := newMLSFamily(t)
+			ts, ann, bob := f.ts, f.ann, f.bob
+			f.addBob(t)
+			var r response
+			if leave == "disconnect" {
+				r = ts.do(t, "DELETE", "/api/v1/connections/"+bob.id, ann.token, nil)
+			} else {
+				r = ts.do(t, "DELETE", "/api/v1/me", bob.token, map[string]string{"password": "password-bob"})
+			}
+			if r.status != 204 {
+				t.Fatalf("%s: %d %s", leave, r.status, r.raw)
+			}
+			r = ts.do(t, "GET", "/api/v1/people/"+ann.id+"/group", ann.token, nil)
+			if p, _ := r.json["pending_removals"].([]any); len(p) != 1 || p[0] != f.bobC.id {
+				t.Errorf("ann's group after bob's %s: %s, want bob's client pending", leave, r.raw)
+			}
+			r = ts.do(t, "POST", "/api/v1/moments", ann.token, map[string]string{"body": b64(privateMsg(f.gid, 1))})
+			if r.status != 409 || r.errCode() != "removal_pending" {
+				t.Errorf("ann's moment after bob's %s, before the Remove: %d %s, want 409 removal_pending", leave, r.status, r.raw)
+			}
+			if r := ts.do(t, "POST", f.commits, ann.token, map[string]string{"commit": b64(commitMsg(f.gid, 1, 0, removeProposal(1)))}); r.status != 201 {
+				t.Fatalf("commit the Remove: %d %s", r.status, r.raw)
+			}
+			ts.post(t, ann, privateMsg(f.gid, 2))
+		})
+	}
+}

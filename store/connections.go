@@ -122,23 +122,9 @@ func (s *Store) Disconnect(ctx context.Context, a, b string) error {
 	if n, _ := res.RowsAffected(); n == 0 {
 		return nah.Errorf(nah.NotFound, "", "no such connection")
 	}
+	// Each one's clients in the other's group are pending removals from
+	// here on, by the graph (strangers in mls_group.go): nothing to mark.
 	s.graph.disconnect(a, b)
-	return s.removeFromGroups(ctx, a, b)
-}
-
-// removeFromGroups makes the clients of each of a and b that are members
-// of the other's group pending removals there (mls_group.go).
-func (s *Store) removeFromGroups(ctx context.Context, a, b string) error {
-	for _, p := range [][2]string{{a, b}, {b, a}} {
-		if s.graph.node(p[0]) == nil {
-			continue
-		}
-		if err := s.useFile(ctx, p[0], true, func(f *personFile) error {
-			return markRemovals(ctx, f.db, `person = ?`, p[1], s.now().UnixMilli())
-		}); err != nil {
-			return err
-		}
-	}
 	return nil
 }
 

@@ -33,8 +33,10 @@ type MLSGroup struct {
 	GroupID []byte
 	Epoch   uint64
 	Members []MLSMember
-	// PendingRemovals are member clients a commit must remove (a client
-	// removed, a disconnect) before the owner's next moment.
+	// PendingRemovals are member clients a commit must remove before the
+	// owner's next moment: a client removed (marked in mls_removals), and
+	// every leaf of a person who is neither the owner nor a connection
+	// (disconnected, deleted), by construction (strangers).
 	PendingRemovals []string
 	// Waiting are clients of the owner and of their connections that are
 	// not members: what a member's device should Add.
@@ -116,6 +118,27 @@ func readGroup(ctx context.Context, q querier) (MLSGroup, error) {
 	return g, rows.Err()
 }
 
+// strangers adds to g's pending removals the members whose person is
+// neither owner nor a connection of owner: a disconnect or a deletion
+// needs no mark written, so no crash can skip one. The graph answers, in
+// memory once owner's connections are loaded (at most MLSMaxMembers).
+func (s *Store) strangers(ctx context.Context, owner string, g *MLSGroup) error {
+	for _, m := range g.Members {
+		if m.Person == owner || slices.Contains(g.PendingRemovals, m.Client) {
+			continue
+		}
+		ok, err := s.Connected(ctx, owner, m.Person)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			g.PendingRemovals = append(g.PendingRemovals, m.Client)
+		}
+	}
+	slices.Sort(g.PendingRemovals)
+	return nil
+}
+
 // Group returns owner's group, with the clients waiting to be added: the
 // owner's and their connections' that are not members (a file read for
 // each connection).
@@ -127,7 +150,10 @@ func (s *Store) Group(ctx context.Context, owner string) (MLSGroup, error) {
 	err := s.useFile(ctx, owner, false, func(f *personFile) error {
 		var err error
 		g, err = readGroup(ctx, f.db)
-		return err
+		if err != nil {
+			return err
+		}
+		return s.strangers(ctx, owner, &g)
 	})
 	if err != nil {
 		return g, err
@@ -201,6 +227,9 @@ func (s *Store) Commit(ctx context.Context, owner, caller string, c MLSCommit) (
 		return inTx(ctx, f, func(tx *sql.Tx) error {
 			g, err := readGroup(ctx, tx)
 			if err != nil {
+				return err
+			}
+			if err := s.strangers(ctx, owner, &g); err != nil {
 				return err
 			}
 			if c.Epoch != g.Epoch {

@@ -61,10 +61,13 @@ func MomentEpoch(author string, body []byte) (uint64, bool) {
 
 // mlsMoment inserts moment m of author, whose file has a group, after
 // checking it: an application PrivateMessage of the group, at its epoch,
-// with no removal pending.
-func mlsMoment(ctx context.Context, tx *sql.Tx, m nah.Moment, body []byte) error {
+// with no removal pending (strangers included).
+func (s *Store) mlsMoment(ctx context.Context, tx *sql.Tx, m nah.Moment, body []byte) error {
 	g, err := readGroup(ctx, tx)
 	if err != nil {
+		return err
+	}
+	if err := s.strangers(ctx, m.Author, &g); err != nil {
 		return err
 	}
 	gid, epoch, ct, ok := PrivateMessageHeader(body)

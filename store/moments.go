@@ -40,7 +40,7 @@ func (s *Store) CreateMomentOnce(ctx context.Context, author string, body []byte
 				return err
 			}
 			if n, _ := res.RowsAffected(); n == 0 {
-				if err := inTx(ctx, f, func(tx *sql.Tx) error { return mlsMoment(ctx, tx, m, body) }); err != nil {
+				if err := inTx(ctx, f, func(tx *sql.Tx) error { return s.mlsMoment(ctx, tx, m, body) }); err != nil {
 					return err
 				}
 			}
@@ -58,7 +58,7 @@ func (s *Store) CreateMomentOnce(ctx context.Context, author string, body []byte
 				return err
 			}
 			if n, _ := res.RowsAffected(); n == 0 {
-				if err := mlsMoment(ctx, tx, m, body); err != nil {
+				if err := s.mlsMoment(ctx, tx, m, body); err != nil {
 					return err
 				}
 			}

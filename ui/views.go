@@ -163,6 +163,7 @@ type Person struct {
 	// stops being kept for an undo; zero when there is none.
 	UndoUntil time.Time
 	UndoSince time.Time // when the file an undo puts back was kept
+	Keys      PersonKeys
 }
 
 // Deleted lists the people deleted and not yet purged.

@@ -681,7 +681,7 @@ type Group struct {
 		Person PersonID `json:"person"`
 	} `json:"members"`
 
-	// PendingRemovals Members a commit must remove (a client removed, a disconnect) before the owner's next moment.
+	// PendingRemovals Members a commit must remove before the owner's next moment: a client removed, and every leaf of someone who is not the owner or a connection (a disconnect, a deleted account).
 	PendingRemovals []ClientID `json:"pending_removals"`
 
 	// Waiting Clients of the owner and their connections that are not members: what a member's device should Add.

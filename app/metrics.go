@@ -384,6 +384,9 @@ func (a *App) writeDigestMetrics(w io.Writer) {
 		{"nah_digests_sent_total", "Digests a device's push relay took, since start.", t.Sent},
 		{"nah_digests_failed_total", "Digests that no device got (the relay failed, or counting did), since start.", t.Failed},
 		{"nah_digests_skipped_total", "Due digests not sent: nothing new, no device, or no relay configured, since start.", t.Skipped},
+		{"nah_key_change_pushes_sent_total", "Key change pushes the push relay took, one per device, since start.", t.KeyChangesSent},
+		{"nah_key_change_pushes_failed_total", "Key change pushes the push relay refused or did not answer, since start.", t.KeyChangesFailed},
+		{"nah_key_change_pushes_dropped_total", "Key changes not pushed because the queue was full, since start.", t.KeyChangesDropped},
 	} {
 		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s counter\n%s %d\n", c.name, c.help, c.name, c.name, c.v)
 	}

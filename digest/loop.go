@@ -105,6 +105,9 @@ type Loop struct {
 
 	zones map[string]*time.Location // by name: the zone database's names only, so bounded
 
+	keyChanges chan keyChange // keychange.go
+	keyStopped chan struct{}
+
 	stop     chan struct{}
 	stopped  chan struct{}
 	started  bool
@@ -129,6 +132,7 @@ func New(cfg Config, s *store.Store, log *slog.Logger) (*Loop, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	l := &Loop{cfg: cfg, store: s, log: log, zones: make(map[string]*time.Location),
+		keyChanges: make(chan keyChange, keyChangeQueue), keyStopped: make(chan struct{}),
 		stop: make(chan struct{}), stopped: make(chan struct{})}
 	if cfg.RelayURL != "" {
 		if err := CheckRelayURL(cfg.RelayURL); err != nil {
@@ -149,10 +153,12 @@ func CheckRelayURL(v string) error {
 }
 
 // Start runs the loop in its own goroutine: a run at once (catching up
-// what the last hour owes), then one at the start of every minute.
+// what the last hour owes), then one at the start of every minute; and the
+// sender of key change pushes (KeyChanged) in another.
 func (l *Loop) Start() {
 	l.started = true
 	go l.loop()
+	go l.sendKeyChanges()
 }
 
 // Stop ends the loop: no push starts or retries after it is called, and it
@@ -162,6 +168,7 @@ func (l *Loop) Stop() {
 	l.stopOnce.Do(func() { close(l.stop) })
 	if l.started {
 		<-l.stopped
+		<-l.keyStopped
 	}
 }
 

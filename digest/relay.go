@@ -76,12 +76,12 @@ type retryBudget struct{ left atomic.Int64 }
 
 func (b *retryBudget) take() bool { return b.left.Add(-1) >= 0 }
 
-// send posts p, trying again after a network failure, a 429 or a 5xx, up
+// send posts p (a push or a keyChangePush), trying again after a network failure, a 429 or a 5xx, up
 // to r.attempts tries in all, while budget lasts, with exponential backoff
 // and jitter. ctx ends the retries and the try under way (the person's
 // time is up or the run's deadline passed); stop ends only the retries (the
 // loop is stopping). A try finishes within r.timeout in any case.
-func (r *relay) send(ctx context.Context, stop <-chan struct{}, p push, budget *retryBudget) (outcome, error) {
+func (r *relay) send(ctx context.Context, stop <-chan struct{}, p any, budget *retryBudget) (outcome, error) {
 	body, err := json.Marshal(p)
 	if err != nil {
 		return failed, err

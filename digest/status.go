@@ -32,6 +32,9 @@ type Run struct {
 // Totals are counters since start, for the metrics.
 type Totals struct {
 	Due, Sent, Failed, Skipped int64
+	// Key change pushes (KeyChanged): taken by the relay, failed (the
+	// relay refused or did not answer), dropped (the queue was full).
+	KeyChangesSent, KeyChangesFailed, KeyChangesDropped int64
 	// RelayLatency is every relay request's latency: cumulative counts
 	// per bound of LatencyBounds, then the total.
 	RelayLatency []int64
@@ -83,6 +86,8 @@ type board struct {
 	due, sent, failed, skipped atomic.Int64
 	latency                    histogram
 
+	keySent, keyFailed, keyDropped atomic.Int64 // key change pushes
+
 	mu     sync.Mutex
 	last   Run
 	minute [dayMinutes]struct{ at, n int64 } // at: unix minute of the slot
@@ -132,6 +137,7 @@ func (b *board) sendsPerMinute(now time.Time) []int {
 
 func (b *board) totals() Totals {
 	t := Totals{Due: b.due.Load(), Sent: b.sent.Load(), Failed: b.failed.Load(), Skipped: b.skipped.Load(),
+		KeyChangesSent: b.keySent.Load(), KeyChangesFailed: b.keyFailed.Load(), KeyChangesDropped: b.keyDropped.Load(),
 		RelaySum: time.Duration(b.latency.sumNs.Load()), RelayCount: b.latency.n.Load()}
 	var cum int64
 	for i := range b.latency.counts {

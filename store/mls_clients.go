@@ -16,6 +16,7 @@ func (s *Store) AddClient(ctx context.Context, person, name string, key []byte) 
 		return MLSClient{}, nah.ErrNoPerson()
 	}
 	c := MLSClient{ID: newClientID(person), SignatureKey: key, Name: name, CreatedAt: s.now().UnixMilli()}
+	var size int64
 	err := s.useFile(ctx, person, true, func(f *personFile) error {
 		return inTx(ctx, f, func(tx *sql.Tx) error {
 			var n int
@@ -29,9 +30,14 @@ func (s *Store) AddClient(ctx context.Context, person, name string, key []byte) 
 				c.ID, c.SignatureKey, c.Name, c.CreatedAt); err != nil {
 				return err
 			}
-			return appendKeyLog(ctx, tx, KeyLogClientAdded, c.ID, key, c.CreatedAt)
+			var err error
+			size, err = appendKeyLog(ctx, tx, KeyLogClientAdded, c.ID, key, c.CreatedAt)
+			return err
 		})
 	})
+	if err == nil {
+		s.keyChanged(person, size)
+	}
 	return c, err
 }
 
@@ -77,6 +83,7 @@ func (s *Store) RemoveClient(ctx context.Context, person, id string) error {
 	if s.graph.node(person) == nil {
 		return nah.ErrNoPerson()
 	}
+	var size int64
 	err := s.useFile(ctx, person, true, func(f *personFile) error {
 		return inTx(ctx, f, func(tx *sql.Tx) error {
 			key, err := clientKey(ctx, tx, id)
@@ -91,12 +98,14 @@ func (s *Store) RemoveClient(ctx context.Context, person, id string) error {
 			if err := markRemovals(ctx, tx, `client = ?`, id, s.now().UnixMilli()); err != nil {
 				return err
 			}
-			return appendKeyLog(ctx, tx, KeyLogClientRemoved, id, key, s.now().UnixMilli())
+			size, err = appendKeyLog(ctx, tx, KeyLogClientRemoved, id, key, s.now().UnixMilli())
+			return err
 		})
 	})
 	if err != nil {
 		return err
 	}
+	s.keyChanged(person, size)
 	conns, err := s.readConns(ctx, person)
 	if err != nil {
 		return err

@@ -93,23 +93,36 @@ func (s *Store) loadKeyLogKey(ctx context.Context) error {
 	return nil
 }
 
-// appendKeyLog appends an entry to the key log in tx.
-func appendKeyLog(ctx context.Context, tx *sql.Tx, kind, client string, key []byte, at int64) error {
+// appendKeyLog appends an entry to the key log in tx and returns the
+// log's size after it.
+func appendKeyLog(ctx context.Context, tx *sql.Tx, kind, client string, key []byte, at int64) (int64, error) {
 	var pos int64
 	prev := make([]byte, sha256.Size)
 	err := tx.QueryRowContext(ctx, `SELECT pos, hash FROM mls_key_log ORDER BY pos DESC LIMIT 1`).Scan(&pos, &prev)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return err
+		return 0, err
 	}
 	if pos >= MLSKeyLogMax {
-		return nah.Errorf(nah.Conflict, "key_log_full", "the key log has %d entries, the most a person may have", MLSKeyLogMax)
+		return 0, nah.Errorf(nah.Conflict, "key_log_full", "the key log has %d entries, the most a person may have", MLSKeyLogMax)
 	}
 	h := sha256.New()
 	h.Write(prev)
 	h.Write(KeyLogEntryBytes(kind, client, key, at))
 	_, err = tx.ExecContext(ctx, `INSERT INTO mls_key_log(pos, kind, client, signature_key, at, hash) VALUES (?, ?, ?, ?, ?, ?)`,
 		pos+1, kind, client, key, at, h.Sum(nil))
-	return err
+	return pos + 1, err
+}
+
+// OnKeyChange sets f to be called after each committed change of a
+// person's key log, with the log's size after it (the push to the
+// person's devices, digest.Loop.KeyChanged). f must not block.
+func (s *Store) OnKeyChange(f func(person string, size int64)) { s.keyChange.Store(&f) }
+
+// keyChanged calls the OnKeyChange function, if any.
+func (s *Store) keyChanged(person string, size int64) {
+	if f := s.keyChange.Load(); f != nil {
+		(*f)(person, size)
+	}
 }
 
 // keyLogHead reads and signs person's key log head.

@@ -116,6 +116,8 @@ type Store struct {
 	fileReads  atomic.Int64       // looks into a person file on the feed path
 	settle     settling           // posts between their clock read and their visibility
 
+	keyChange atomic.Pointer[func(person string, size int64)] // OnKeyChange
+
 	headBudget int64
 	headBytes  atomic.Int64
 	sessions   sessionCache

@@ -225,6 +225,7 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer, re
 	}
 	defer digests.Stop()
 	cfg.App.Digests = digests
+	s.OnKeyChange(digests.KeyChanged) // a client added or removed: push to the person's devices
 	digests.Start()
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {

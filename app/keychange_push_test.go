@@ -89,8 +89,8 @@ func TestKeyChangePush(t *testing.T) {
 		var seen []string
 		for _, p := range pushes {
 			keys := slices.Sorted(maps.Keys(p))
-			if !slices.Equal(keys, []string{"key_log_size", "kind", "person", "platform", "token"}) || p["kind"] != "key_change" ||
-				p["person"] != ann.id || p["key_log_size"] != size || p["platform"] != "ios" {
+			if !slices.Equal(keys, []string{"key_log_size", "kind", "platform", "token"}) || p["kind"] != "key_change" ||
+				p["key_log_size"] != size || p["platform"] != "ios" {
 				t.Errorf("%s: the relay got %v, want a key_change of %s with key_log_size %v", step, p, ann.id, size)
 			}
 			seen = append(seen, p["token"].(string))

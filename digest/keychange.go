@@ -9,10 +9,10 @@ import (
 
 // keyChangePush tells a person's devices that their key log grew, so that
 // their phones audit it now rather than at their next audit. It holds
-// nothing secret: the person's id and the log's size after the change.
+// nothing secret and no id: the relay learns no more than a digest tells
+// it (the device's token already names whom it reaches).
 type keyChangePush struct {
 	Kind       string `json:"kind"` // "key_change"
-	Person     string `json:"person"`
 	KeyLogSize int64  `json:"key_log_size"`
 	Token      string `json:"token"`
 	Platform   string `json:"platform"`
@@ -74,7 +74,7 @@ func (l *Loop) sendKeyChange(c keyChange) {
 	var wg sync.WaitGroup
 	for _, d := range devices {
 		wg.Go(func() {
-			p := keyChangePush{Kind: "key_change", Person: c.person, KeyLogSize: c.size, Token: d.Token, Platform: d.Platform}
+			p := keyChangePush{Kind: "key_change", KeyLogSize: c.size, Token: d.Token, Platform: d.Platform}
 			oc, err := l.relay.send(pctx, l.stop, p, &retryBudget{})
 			switch oc {
 			case delivered:

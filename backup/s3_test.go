@@ -214,10 +214,12 @@ func targetAwayAndBack(t *testing.T, tg *backup.Target, down, up func()) {
 	// for the target slows every one of the run with it away. The replica
 	// directory read-only made the median 4-9 times the one before (the
 	// replicators' failed ships and take-ups share the posts' connections;
-	// 0.2-0.6 ms to 1.2-3.9 ms here), S3 stopped about 1.
+	// 0.2-0.6 ms to 1.2-3.9 ms here), S3 stopped about 1. A quiet box's
+	// 0.14 ms before put 4 ms past 20 times: a post slower than 20 ms is
+	// what waiting for the target looks like, as the p95 bound had it.
 	mb, md := median(before), median(during)
 	t.Logf("post median: %v before, %v with the target away (p95 %v, %v)", mb, md, p95(before), p95(during))
-	if md > 20*mb {
+	if md > 20*mb && md > 20*time.Millisecond {
 		t.Errorf("post median %v with the target away, more than 20 times the %v before", md, mb)
 	}
 

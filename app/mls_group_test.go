@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+
+	"github.com/nah-app/nah/internal/mlswire"
 )
 
 // mlsFamily is ann with a group whose leaf 0 is her client, and bob,
@@ -40,9 +42,9 @@ func (f *mlsFamily) addBob(t *testing.T) {
 	r := f.ts.do(t, "POST", "/api/v1/people/"+f.bob.id+"/key_packages/claim", f.ann.token, nil)
 	kp, _ := base64.StdEncoding.DecodeString(r.json["key_packages"].([]any)[0].(map[string]any)["key_package"].(string))
 	r = f.ts.do(t, "POST", f.commits, f.ann.token, map[string]string{
-		"commit":     b64(commitMsg(f.gid, 0, 0, addProposal(kp))),
-		"welcome":    b64(welcomeMsg(kpRef(kp))),
-		"group_info": b64(groupInfoMsg(f.gid, 1)),
+		"commit":     b64(mlswire.Commit([]byte(f.gid), 0, 0, nil, mlswire.Add(kp))),
+		"welcome":    b64(mlswire.Welcome(84, mlswire.Ref(kp))),
+		"group_info": b64(mlswire.GroupInfo([]byte(f.gid), 1, 0)),
 	})
 	if r.status != 201 || r.json["epoch"] != 1.0 {
 		t.Fatalf("commit the Add: %d %s", r.status, r.raw)
@@ -60,7 +62,7 @@ func TestMLSGroup(t *testing.T) {
 	ts, ann, bob := f.ts, f.ann, f.bob
 	eve := ts.signup(t, "eve")
 	eveC := ts.addClient(t, eve)
-	if r := ts.do(t, "POST", f.commits, ann.token, map[string]string{"commit": b64(commitMsg(f.gid, 0, 0, addProposal(eveC.kpMessage())))}); r.status != 403 || r.errCode() != "not_a_connection" {
+	if r := ts.do(t, "POST", f.commits, ann.token, map[string]string{"commit": b64(mlswire.Commit([]byte(f.gid), 0, 0, nil, mlswire.Add(eveC.kpMessage())))}); r.status != 403 || r.errCode() != "not_a_connection" {
 		t.Errorf("an Add of a stranger's client: %d %s", r.status, r.raw)
 	}
 	f.addBob(t)
@@ -71,7 +73,7 @@ func TestMLSGroup(t *testing.T) {
 	} {
 		var body any
 		if req.method == "POST" {
-			body = map[string]string{"commit": b64(commitMsg(f.gid, 1, 0))}
+			body = map[string]string{"commit": b64(mlswire.Commit([]byte(f.gid), 1, 0, nil))}
 		}
 		if r := ts.do(t, req.method, req.path, eve.token, body); r.status != 404 {
 			t.Errorf("a stranger's %s %s: %d %s, want 404", req.method, req.path, r.status, r.raw)
@@ -101,11 +103,11 @@ func TestMLSGroup(t *testing.T) {
 	if r := ts.do(t, "POST", "/api/v1/moments", ann.token, map[string]string{"body": b64([]byte("opaque"))}); r.status != 400 || r.errCode() != "not_private_message" {
 		t.Errorf("an opaque moment of a person with a group: %d %s", r.status, r.raw)
 	}
-	r = ts.do(t, "POST", "/api/v1/moments", ann.token, map[string]string{"body": b64(privateMsg(f.gid, 0))})
+	r = ts.do(t, "POST", "/api/v1/moments", ann.token, map[string]string{"body": b64(mlswire.PrivateMessage([]byte(f.gid), 0))})
 	if r.status != 409 || r.errCode() != "stale_epoch" || r.json["epoch"] != 1.0 {
 		t.Errorf("a moment at an old epoch: %d %s", r.status, r.raw)
 	}
-	ts.post(t, ann, privateMsg(f.gid, 1))
+	ts.post(t, ann, mlswire.PrivateMessage([]byte(f.gid), 1))
 	r = ts.do(t, "GET", "/api/v1/feed", bob.token, nil)
 	if ms, _ := r.json["moments"].([]any); len(ms) != 1 || ms[0].(map[string]any)["epoch"] != 1.0 {
 		t.Errorf("bob's feed: %s", r.raw)
@@ -114,14 +116,14 @@ func TestMLSGroup(t *testing.T) {
 	if r := ts.do(t, "DELETE", "/api/v1/connections/"+bob.id, ann.token, nil); r.status != 204 {
 		t.Fatalf("disconnect: %d %s", r.status, r.raw)
 	}
-	r = ts.do(t, "POST", "/api/v1/moments", ann.token, map[string]string{"body": b64(privateMsg(f.gid, 1))})
+	r = ts.do(t, "POST", "/api/v1/moments", ann.token, map[string]string{"body": b64(mlswire.PrivateMessage([]byte(f.gid), 1))})
 	if r.status != 409 || r.errCode() != "removal_pending" {
 		t.Errorf("a moment before the Remove: %d %s", r.status, r.raw)
 	}
-	if r := ts.do(t, "POST", f.commits, ann.token, map[string]string{"commit": b64(commitMsg(f.gid, 1, 0, removeProposal(1)))}); r.status != 201 {
+	if r := ts.do(t, "POST", f.commits, ann.token, map[string]string{"commit": b64(mlswire.Commit([]byte(f.gid), 1, 0, nil, mlswire.Remove(1)))}); r.status != 201 {
 		t.Fatalf("commit the Remove: %d %s", r.status, r.raw)
 	}
-	ts.post(t, ann, privateMsg(f.gid, 2))
+	ts.post(t, ann, mlswire.PrivateMessage([]byte(f.gid), 2))
 }
 
 // TestMLSEpochRace: commits for one epoch sent at once over HTTP: exactly
@@ -134,7 +136,7 @@ func TestMLSEpochRace(t *testing.T) {
 		codes := make([]string, racers)
 		for i := range racers {
 			wg.Go(func() {
-				r := f.ts.do(t, "POST", f.commits, f.ann.token, map[string]string{"commit": b64(commitMsg(f.gid, epoch, 0))})
+				r := f.ts.do(t, "POST", f.commits, f.ann.token, map[string]string{"commit": b64(mlswire.Commit([]byte(f.gid), epoch, 0, nil))})
 				codes[i] = strconv.Itoa(r.status) + r.errCode()
 				if r.status == 409 && r.json["epoch"] != float64(epoch+1) {
 					t.Errorf("a conflict's epoch: %s, want %d", r.raw, epoch+1)
@@ -181,14 +183,14 @@ func TestMLSStrangersPending(t *testing.T) {
 			if p, _ := r.json["pending_removals"].([]any); len(p) != 1 || p[0] != f.bobC.id {
 				t.Errorf("ann's group after bob's %s: %s, want bob's client pending", leave, r.raw)
 			}
-			r = ts.do(t, "POST", "/api/v1/moments", ann.token, map[string]string{"body": b64(privateMsg(f.gid, 1))})
+			r = ts.do(t, "POST", "/api/v1/moments", ann.token, map[string]string{"body": b64(mlswire.PrivateMessage([]byte(f.gid), 1))})
 			if r.status != 409 || r.errCode() != "removal_pending" {
 				t.Errorf("ann's moment after bob's %s, before the Remove: %d %s, want 409 removal_pending", leave, r.status, r.raw)
 			}
-			if r := ts.do(t, "POST", f.commits, ann.token, map[string]string{"commit": b64(commitMsg(f.gid, 1, 0, removeProposal(1)))}); r.status != 201 {
+			if r := ts.do(t, "POST", f.commits, ann.token, map[string]string{"commit": b64(mlswire.Commit([]byte(f.gid), 1, 0, nil, mlswire.Remove(1)))}); r.status != 201 {
 				t.Fatalf("commit the Remove: %d %s", r.status, r.raw)
 			}
-			ts.post(t, ann, privateMsg(f.gid, 2))
+			ts.post(t, ann, mlswire.PrivateMessage([]byte(f.gid), 2))
 		})
 	}
 }

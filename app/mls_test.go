@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/nah-app/nah/internal/mlswire"
 )
 
 // TestMLSClaim: a connection claims one KeyPackage of each client, never one
@@ -27,7 +29,7 @@ func TestMLSClaim(t *testing.T) {
 	}{
 		{other.kpMessage(), "wrong_signature_key"},
 		{wrongID.kpMessage(), "wrong_identity"},
-		{mlsMessage(5, keyPackage(c.priv, c.id)[:50]), "invalid_key_package"},
+		{mlswire.Message(5, mlswire.RawKeyPackage(c.priv, c.id)[:50]), "invalid_key_package"},
 	} {
 		r := ts.do(t, "POST", "/api/v1/me/clients/"+c.id+"/key_packages", ann.token, map[string]any{"key_packages": []string{b64(tc.kp)}})
 		if r.status != 400 || r.errCode() != tc.code {

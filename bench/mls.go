@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/nah-app/nah/bench/fixture"
+	"github.com/nah-app/nah/internal/mlswire"
 )
 
 // The delivery service's cost (issue 38), on a fresh server started from
@@ -142,9 +143,9 @@ func mlsCmd(ctx context.Context, args []string) error {
 	for r, o := range owners {
 		gid := []byte("nah:" + o.ID)
 		body := map[string][]byte{
-			"commit":     mlsCommit(gid, 0, 0, updatePath(o.key, o.client, mlsMembers+1), claimed[r]...),
-			"welcome":    mlsWelcome(mlsTreeBytes+1000, claimed[r]...),
-			"group_info": mlsGroupInfo(gid, 1, mlsTreeBytes),
+			"commit":     mlswire.Commit(gid, 0, 0, mlswire.UpdatePath(o.key, o.client, mlsMembers+1), mlswire.Adds(claimed[r])...),
+			"welcome":    mlswire.Welcome(mlsTreeBytes+1000, mlswire.Refs(claimed[r])...),
+			"group_info": mlswire.GroupInfo(gid, 1, mlsTreeBytes),
 		}
 		res.Commit.SentB = int64(len(body["commit"]) + len(body["welcome"]) + len(body["group_info"]))
 		cpu0, _ := procCPUms(pid)
@@ -255,9 +256,9 @@ func mlsSeed(ctx context.Context, c *http.Client, base string, runs int) (owners
 		}
 		var kps [][]byte
 		for range runs {
-			kps = append(kps, mlsKeyPackage(key, p.client))
+			kps = append(kps, mlswire.KeyPackage(key, p.client))
 		}
-		return nahCall(ctx, c, "POST", base+"/api/v1/me/clients/"+p.client+"/key_packages", p.Token, map[string]any{"key_packages": kps, "last_resort": mlsKeyPackage(key, p.client)}, 200, nil)
+		return nahCall(ctx, c, "POST", base+"/api/v1/me/clients/"+p.client+"/key_packages", p.Token, map[string]any{"key_packages": kps, "last_resort": mlswire.KeyPackage(key, p.client)}, 200, nil)
 	})
 	if err != nil {
 		return nil, nil, err
@@ -286,13 +287,13 @@ func mlsWeek(ctx context.Context, c *http.Client, base string, reader mlsPerson,
 		if err := nahCall(ctx, c, "POST", base+"/api/v1/people/"+m.ID+"/group", m.Token, map[string]any{"client": m.client, "group_id": gid}, 201, nil); err != nil {
 			return err
 		}
-		kp := mlsKeyPackage(reader.key, reader.client)
-		add := map[string][]byte{"commit": mlsCommit(gid, 0, 0, updatePath(m.key, m.client, 2), kp), "welcome": mlsWelcome(1000, kp)}
+		kp := mlswire.KeyPackage(reader.key, reader.client)
+		add := map[string][]byte{"commit": mlswire.Commit(gid, 0, 0, mlswire.UpdatePath(m.key, m.client, 2), mlswire.Add(kp)), "welcome": mlswire.Welcome(1000, mlswire.Ref(kp))}
 		if err := nahCall(ctx, c, "POST", base+"/api/v1/people/"+m.ID+"/group/commits", m.Token, add, 201, nil); err != nil {
 			return err
 		}
 		for e := range week {
-			body := map[string][]byte{"commit": mlsCommit(gid, uint64(e+1), 0, updatePath(m.key, m.client, mlsWeekGroup))}
+			body := map[string][]byte{"commit": mlswire.Commit(gid, uint64(e+1), 0, mlswire.UpdatePath(m.key, m.client, mlsWeekGroup))}
 			if err := nahCall(ctx, c, "POST", base+"/api/v1/people/"+m.ID+"/group/commits", m.Token, body, 201, nil); err != nil {
 				return err
 			}

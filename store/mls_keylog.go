@@ -141,14 +141,26 @@ const KeyLogPageSize = 500
 
 // KeyLog returns up to KeyLogPageSize entries of person's key log after
 // position after, and the signed head.
-func (s *Store) KeyLog(ctx context.Context, person string, after int64) (entries []KeyLogEntry, head KeyLogHead, err error) {
+func (s *Store) KeyLog(ctx context.Context, person string, after int64) ([]KeyLogEntry, KeyLogHead, error) {
+	return s.readKeyLog(ctx, person, `WHERE pos > ? ORDER BY pos LIMIT ?`, after, KeyLogPageSize)
+}
+
+// KeyLogNewest returns the newest n entries of person's key log, newest
+// first, and its head: the console's person page shows them (n is its
+// bound, 20).
+func (s *Store) KeyLogNewest(ctx context.Context, person string, n int) ([]KeyLogEntry, KeyLogHead, error) {
+	return s.readKeyLog(ctx, person, `ORDER BY pos DESC LIMIT ?`, n)
+}
+
+// readKeyLog reads the entries of person's key log that where (the query's
+// tail, with args) selects, and the signed head, as one state of the file.
+func (s *Store) readKeyLog(ctx context.Context, person, where string, args ...any) (entries []KeyLogEntry, head KeyLogHead, err error) {
 	if s.graph.node(person) == nil {
 		return nil, head, nah.ErrNoPerson()
 	}
 	err = s.useFile(ctx, person, false, func(f *personFile) error {
 		return inReadTx(ctx, f, func(tx *sql.Tx) error {
-			rows, err := tx.QueryContext(ctx, `SELECT pos, kind, client, signature_key, at, hash FROM mls_key_log
-				WHERE pos > ? ORDER BY pos LIMIT ?`, after, KeyLogPageSize)
+			rows, err := tx.QueryContext(ctx, `SELECT pos, kind, client, signature_key, at, hash FROM mls_key_log `+where, args...)
 			if err != nil {
 				return err
 			}
@@ -179,36 +191,4 @@ func inReadTx(ctx context.Context, f *personFile, fn func(tx *sql.Tx) error) err
 	}
 	defer tx.Rollback()
 	return fn(tx)
-}
-
-// KeyLogNewest returns the newest n entries of person's key log, newest
-// first, and its head, read as one state: the console's person page shows
-// them (n is its bound, 20).
-func (s *Store) KeyLogNewest(ctx context.Context, person string, n int) (entries []KeyLogEntry, head KeyLogHead, err error) {
-	if s.graph.node(person) == nil {
-		return nil, head, nah.ErrNoPerson()
-	}
-	err = s.useFile(ctx, person, false, func(f *personFile) error {
-		return inReadTx(ctx, f, func(tx *sql.Tx) error {
-			rows, err := tx.QueryContext(ctx, `SELECT pos, kind, client, signature_key, at, hash FROM mls_key_log
-				ORDER BY pos DESC LIMIT ?`, n)
-			if err != nil {
-				return err
-			}
-			defer rows.Close()
-			for rows.Next() {
-				var e KeyLogEntry
-				if err := rows.Scan(&e.Pos, &e.Kind, &e.Client, &e.SignatureKey, &e.At, &e.Hash); err != nil {
-					return err
-				}
-				entries = append(entries, e)
-			}
-			if err := rows.Err(); err != nil {
-				return err
-			}
-			head, err = s.keyLogHead(ctx, tx, person)
-			return err
-		})
-	})
-	return entries, head, err
 }

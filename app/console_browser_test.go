@@ -128,9 +128,9 @@ func setRestoreTime(t *testing.T, ctx context.Context, value string) {
 func browserWait(t *testing.T, ctx context.Context, step, cond string) {
 	t.Helper()
 	_, err := chromedp.Run(ctx, chromedp.Poll[bool](`(`+cond+`) && `+htmxIdle, chromedp.WithPollingTimeout(10*time.Second)))
-	for i := 0; i < 3 && err != nil && strings.Contains(err.Error(), "Cannot find context with specified id"); i++ {
-		// The page's context went while the poll began in it (a load
-		// under way; seen once in 200 s of the suite under load): poll
+	for i := 0; i < 3 && err != nil && pageWentAway(err); i++ {
+		// The page went while the poll ran in it (a click's navigation
+		// under way; seen in the suite under load, in CI too): poll
 		// again in the new one.
 		_, err = chromedp.Run(ctx, chromedp.Poll[bool](`(`+cond+`) && `+htmxIdle, chromedp.WithPollingTimeout(10*time.Second)))
 	}
@@ -139,6 +139,13 @@ func browserWait(t *testing.T, ctx context.Context, step, cond string) {
 		body, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
 		t.Fatalf("%s: waiting for %s: %v (at %s)\n%s", step, cond, err, loc, body)
 	}
+}
+
+// pageWentAway: Chromium's two answers to an evaluation whose document
+// was replaced while it ran.
+func pageWentAway(err error) bool {
+	return strings.Contains(err.Error(), "Cannot find context with specified id") ||
+		strings.Contains(err.Error(), "Inspected target navigated or closed")
 }
 
 func TestConsoleInBrowser(t *testing.T) {

@@ -72,23 +72,10 @@ type Drill struct {
 	Repl *Replicator
 	// DataDir is the live data directory (for Repl's paths).
 	DataDir string
-	// List lists every database of the live side (paths under the data
-	// directory).
-	List func(ctx context.Context) ([]string, error)
-	// Live runs fn in a read transaction on the live database rel; Read on
-	// a restored copy at path; Check runs SQLite's integrity check.
-	Live  func(ctx context.Context, rel string, fn func(tx *sql.Tx) error) error
-	Read  func(ctx context.Context, path string, fn func(tx *sql.Tx) error) error
-	Check func(ctx context.Context, path string) error
-	// Queued says whether rel waits in the replication queue; LastWrite is
-	// when rel last changed; Name names the person of rel in messages.
-	// Each may be nil.
-	Queued    func(rel string) bool
-	LastWrite func(rel string) time.Time
-	Name      func(ctx context.Context, rel string) string
-	// OpenMedia opens a live media file (as MediaFiles names it) to compare
-	// with its mirror. Nil: no media check.
-	OpenMedia func(rel string) (*os.File, error)
+	// Source is the live side: its databases and media, read where they
+	// are, whether a file waits for replication, and the reads of a
+	// restored copy.
+	Source Source
 
 	// Dir is the drill's own folder: scratch copies, the rotation's state
 	// (state.json) and the evidence of failures (failed/).
@@ -389,7 +376,7 @@ func (d *Drill) run(ctx context.Context, checked map[string]time.Time, failing [
 		return r
 	}
 	defer os.RemoveAll(scratch)
-	all, err := d.List(ctx)
+	all, err := d.Source.Databases(ctx)
 	if err != nil {
 		r.Err = "listing the live files: " + err.Error()
 		return r
@@ -479,7 +466,7 @@ func (d *Drill) sample(all []string, checked map[string]time.Time, failing []str
 			return 0
 		case now.Sub(last) > drillWeek-2*max(d.Every, time.Hour):
 			return 1
-		case d.LastWrite != nil && d.LastWrite(rel).After(last):
+		case d.Source != nil && d.Source.LastWrite(rel).After(last):
 			return 2
 		}
 		return 3
@@ -569,7 +556,7 @@ func (d *Drill) checkFile(ctx context.Context, rel, out string) (_ drillOutcome,
 		var restored Digest
 		var derr error
 		if rerr == nil {
-			derr = d.Read(ctx, out, func(tx *sql.Tx) error {
+			derr = d.Source.ReadFile(ctx, out, func(tx *sql.Tx) error {
 				var err error
 				restored, err = DigestTx(ctx, tx)
 				return err
@@ -645,7 +632,7 @@ func drillBudget(live int64) int64 { return 2*live + 64<<20 }
 // transaction sees it; 0 when it cannot be read (the digest says why).
 func (d *Drill) liveBytes(ctx context.Context, rel string) int64 {
 	var pages, size int64
-	d.Live(ctx, rel, func(tx *sql.Tx) error {
+	d.Source.LiveRead(ctx, rel, func(tx *sql.Tx) error {
 		if err := tx.QueryRowContext(ctx, "PRAGMA page_count").Scan(&pages); err != nil {
 			return err
 		}
@@ -656,7 +643,7 @@ func (d *Drill) liveBytes(ctx context.Context, rel string) int64 {
 
 func (d *Drill) liveDigest(ctx context.Context, rel string) (Digest, error) {
 	var dg Digest
-	err := d.Live(ctx, rel, func(tx *sql.Tx) error {
+	err := d.Source.LiveRead(ctx, rel, func(tx *sql.Tx) error {
 		var err error
 		dg, err = DigestTx(ctx, tx)
 		return err
@@ -667,7 +654,7 @@ func (d *Drill) liveDigest(ctx context.Context, rel string) (Digest, error) {
 // pending says whether rel's replica may rightly be behind: it waits in
 // the queue, replication says it is behind, or the target is failing.
 func (d *Drill) pending(rel string) bool {
-	if d.Queued != nil && d.Queued(rel) {
+	if d.Source.ReplicationQueued(rel) {
 		return true
 	}
 	if d.Repl == nil {
@@ -698,10 +685,8 @@ func (d *Drill) who(ctx context.Context, rel string) string {
 	if rel == DirectoryRel {
 		return "the directory (" + rel + ")"
 	}
-	if d.Name != nil {
-		if n := d.Name(ctx, rel); n != "" {
-			return n + " (" + rel + ")"
-		}
+	if n := d.Source.HandleOf(ctx, rel); n != "" {
+		return n + " (" + rel + ")"
 	}
 	return rel
 }
@@ -798,7 +783,7 @@ func (d *Drill) checkSweep(ctx context.Context, r *DrillReport, sample []string,
 			what = "cannot be read: " + err.Error()
 		} else if got != want {
 			what = fmt.Sprintf("is not the copy the sweep made: %d bytes with SHA-256 %.12s…, its manifest says %d bytes with %.12s…", got.Size, got.SHA256, want.Size, want.SHA256)
-		} else if err := d.Check(ctx, out); err != nil {
+		} else if err := d.Source.IntegrityCheck(ctx, out); err != nil {
 			what = "fails SQLite's integrity check (" + shortErr(err) + ")"
 		}
 		if what != "" {
@@ -865,9 +850,6 @@ func sumPath(p string) (FileSum, error) {
 // live files, by size and SHA-256: at most drillMediaSample files and
 // drillMediaBytes a drill. A file not mirrored yet waits for the next sweep.
 func (d *Drill) checkMedia(ctx context.Context, r *DrillReport, sample []string) {
-	if d.OpenMedia == nil {
-		return
-	}
 	mirrored, err := MediaFiles(ctx, d.Target)
 	if err != nil {
 		return
@@ -885,7 +867,7 @@ func (d *Drill) checkMedia(ctx context.Context, r *DrillReport, sample []string)
 		if owner == "" || !people[owner] {
 			continue
 		}
-		f, err := d.OpenMedia(rel)
+		f, err := d.Source.OpenMediaFile(rel)
 		if err != nil {
 			continue // deleted since: the next sweep removes its mirror
 		}

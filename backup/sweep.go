@@ -67,24 +67,6 @@ type SweepResult struct {
 	MediaBytes  int64 // their bytes
 }
 
-// Source is what backups read of the data directory: *store.Store. Paths
-// are under the data directory, slash-separated.
-type Source interface {
-	// Databases lists every database now.
-	Databases(ctx context.Context) ([]string, error)
-	// Backup makes a consistent copy of database rel and returns it open
-	// for reading; closing it releases the copy.
-	Backup(ctx context.Context, rel string) (*os.File, error)
-	// MediaOf calls fn with the names of person owner's media files, a
-	// bounded batch at a time, in no set order; fn must not keep the slice.
-	// OpenMediaFile opens one (nah.MediaRel).
-	MediaOf(ctx context.Context, owner string, fn func(names []string) error) error
-	OpenMediaFile(rel string) (*os.File, error)
-	// Rewatch brings person file rel back into replication's watched set,
-	// so that a file whose last sync failed catches up.
-	Rewatch(ctx context.Context, rel string) error
-}
-
 // Sweeper runs sweeps of Source's databases and media. Media files never
 // change once written: they are mirrored once to <target>/media/<path
 // under the data directory> rather than copied into every sweep, and a

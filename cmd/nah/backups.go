@@ -95,8 +95,7 @@ func startBackups(ctx context.Context, cfg config, s *store.Store, r *backup.Rep
 		At:     sweepAt,
 		Behind: behindAfter,
 		Source: s,
-		Queue:  s.ReplicationQueue,
-		Drain:  s,
+		Files:  s,
 		Log:    log,
 	}
 	if cfg.SweepEvery > 0 {

@@ -13,14 +13,6 @@ import (
 	"github.com/nah-app/nah"
 )
 
-// Replicator is what the cache needs of replication: Watch has it follow
-// a file (register and sync once), Unwatch let go of it after a last
-// sync, whose failure it returns (the replica then lacks some of the file).
-type Replicator interface {
-	Watch(ctx context.Context, path string) error
-	Unwatch(path string) error
-}
-
 // Config configures a Cache.
 type Config struct {
 	Max  int                                                                  // open handles kept when idle
@@ -34,7 +26,7 @@ type Config struct {
 
 	// Replicator, if set, follows written files. At most MaxWatched are
 	// watched at once (0: no bound); QueueDir, if set, keeps the queue of
-	// files waiting for it on disk (queue.go). A Checkpointer empties the
+	// files waiting for it on disk (queue.go). Replication empties the
 	// WAL of an open file it does not watch WALIdle after its last write
 	// (DefaultWALIdle when zero; emptyIdleWALs).
 	Replicator Replicator
@@ -101,10 +93,8 @@ func New(cfg Config) *Cache {
 		for range extraReplicators {
 			c.watchers.Go(func() { c.replicate(behindLag) })
 		}
-		if cp, ok := c.repl.(Checkpointer); ok {
-			idle := cmp.Or(cfg.WALIdle, DefaultWALIdle)
-			c.watchers.Go(func() { c.emptyIdleWALs(cp, idle) })
-		}
+		idle := cmp.Or(cfg.WALIdle, DefaultWALIdle)
+		c.watchers.Go(func() { c.emptyIdleWALs(idle) })
 	}
 	return c
 }
@@ -354,7 +344,7 @@ func (c *Cache) Max() int { return c.cfg.Max }
 // Counts are what the cache has done since start: files opened, closed, and
 // handed to replication (take-ups: a registration and a first sync each).
 // Per post they say what a post costs beyond its insert.
-// Ships are files shipped without a take-up (Shipper).
+// Ships are files shipped without a take-up (Replicator.Ship).
 type Counts struct{ Opens, Closes, TakeUps, Ships int64 }
 
 // Counts returns the cache's counts now.
@@ -421,7 +411,7 @@ func (c *Cache) closeFile(f *File) {
 	keep := f.evicted && !final && watched == nil && c.cfg.CloseKeepingWAL != nil && walSize(f.Path) <= keptWAL
 	if (f.evicted || final) && watched == nil && !keep {
 		// Emptied by replication rather than by the close, so that the
-		// next ship carries on from the next WAL (Checkpointer).
+		// next ship carries on from the next WAL (Replicator.Checkpoint).
 		c.checkpointOpen(f)
 	}
 	var err error

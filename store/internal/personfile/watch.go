@@ -2,7 +2,6 @@ package personfile
 
 import (
 	"context"
-	"database/sql"
 	"time"
 )
 
@@ -81,7 +80,7 @@ const (
 )
 
 // Wrote records that f, which the caller holds, was just written. A file
-// that replication watches is told to it (WriteNoter), which ships it
+// that replication watches is told to it (Replicator.Wrote), which ships it
 // within a second. Any other waits in the queue for a replicator, so that a post never pays for taking a file up (92% of posts
 // waited ~30 ms for it under 16 writers on 1,000 people, bench/THRESHOLDS.md).
 // A file written again while it waits is taken up once.
@@ -93,17 +92,11 @@ func (c *Cache) Wrote(f *File) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.watched != nil {
-		if n, ok := c.repl.(WriteNoter); ok {
-			n.Wrote(f.Path)
-		}
+		c.repl.Wrote(f.Path)
 		return
 	}
 	c.q.push(f.ID)
 }
-
-// WriteNoter is a Replicator that is told of each write to a file it
-// watches, and ships it then rather than looking for changes itself.
-type WriteNoter interface{ Wrote(path string) }
 
 // replicate ships or takes up files in the queue, one at a time, until
 // the cache closes (Close replicates what is left); with lag, only while
@@ -143,22 +136,13 @@ func (c *Cache) replicate(lag time.Duration) {
 	}
 }
 
-// Shipper is a Replicator that can ship the new writes of a file it does
-// not watch without taking it up (backup's Replicator.Ship), saying false
-// when it cannot prove the file's history carries on. db is the app's
-// connection to the file, for a snapshot read under its write lock.
-type Shipper interface {
-	Ship(ctx context.Context, path string, db *sql.DB) (bool, error)
-}
-
 // ship ships f, held by the caller and not watched, without a take-up if
 // replication can; false: it must be taken up.
 func (c *Cache) ship(f *File) bool {
-	s, ok := c.repl.(Shipper)
-	if !ok || f.watching() != nil {
+	if c.repl == nil || f.watching() != nil {
 		return false
 	}
-	shipped, err := s.Ship(context.Background(), f.Path, f.DB)
+	shipped, err := c.repl.Ship(context.Background(), f.Path, f.DB)
 	if err != nil {
 		c.log.Warn("replication: ship", "path", f.Path, "err", err)
 	}

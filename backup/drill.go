@@ -45,8 +45,7 @@ const (
 // DrillBytes is what a drill holds at its peak beyond SQLite's shared
 // page cache (whose soft limit its connections live under), which the
 // memory plan sets apart: 3.5 MiB of Go heap measured while people-1k's
-// directory (21 MB, 150,000 connection rows, its largest file) was restored
-// and summed, and the fixed cost of three SQLite connections at once
+// directory, its largest file, was restored and summed, and the fixed cost of three SQLite connections at once
 // (Litestream's integrity check and the drill's two, ~75 KB each).
 const DrillBytes = 4 << 20
 

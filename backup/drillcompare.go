@@ -76,8 +76,8 @@ func (d *Drill) checkFile(ctx context.Context, rel, out string) (_ drillOutcome,
 			return drillDeferred, "stopped", ""
 		}
 		// RestoreFile checked the copy whole with SQLite's integrity check
-		// (3 s of the 11 s a drill spends on people-1k's 21 MB directory),
-		// and gives back no copy that fails it.
+		// (a large share of a drill's time), and gives back no copy that
+		// fails it.
 		var restored Digest
 		var derr error
 		if rerr == nil {

@@ -33,8 +33,8 @@ const (
 	syncEvery = time.Second
 	// syncers is how many files are shipped at once. Litestream's own
 	// per-file monitors (two goroutines ticking every second for each
-	// watched file, 9 % of the server's CPU under 16 writers,
-	// bench/THRESHOLDS.md) are off: a file is synced only when written.
+	// watched file, a visible share of the server's CPU under the bench's
+	// writers, bench/THRESHOLDS.md) are off: a file is synced only when written.
 	syncers = 2
 	// l0CheckInterval: Litestream lists every watched file's level 0 and 1
 	// on the replica at this interval (upstream issue 1468), LIST calls that

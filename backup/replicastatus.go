@@ -70,8 +70,9 @@ func (r *Replicator) Status() []FileStatus {
 
 // EachStatus calls fn with the state of every file replication has, in
 // no order and without a copy of the list: health asks for it on each
-// /healthz and /metrics, and Status's list and sort of 10,000 files were
-// 8-9 % of the server's CPU under the bench's polls (people-10k). fn runs
+// /healthz and /metrics, and Status's list and sort of every file was a
+// visible share of the server's CPU under the bench's polls (people-10k,
+// bench/THRESHOLDS.md). fn runs
 // under the replicator's lock and must not call back into it.
 func (r *Replicator) EachStatus(fn func(FileStatus)) {
 	r.recordWatched()

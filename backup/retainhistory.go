@@ -168,9 +168,8 @@ func (r *Replicator) pruneLocal(rel string, onTarget ltx.TXID) error {
 // holds (up to TXID onTarget or the file's replicated position): files
 // past it wait for a catch-up to send them. Litestream removes its local
 // copies only with its own level-0 retention, so a file it let go of kept
-// them all: after people-1k was seeded through the API, 826 MB of local
-// state beside 159 MB of databases. The caller holds st.op and the file
-// is not watched.
+// them all, and the local state grew past the databases it copies. The
+// caller holds st.op and the file is not watched.
 func (r *Replicator) pruneLevel0(rel string, st *fileState, onTarget ltx.TXID) error {
 	r.mu.Lock()
 	held := max(onTarget, ltx.TXID(st.Replicated))

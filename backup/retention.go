@@ -186,8 +186,7 @@ func (r *Replicator) retainFile(ctx context.Context, rel string, now time.Time) 
 		r.retained.Add(int64(len(del)))
 		// Their local copies too, as Litestream's own level-0 retention
 		// removes them: it lists the target, so once the policy deleted a
-		// file there, a watched file's local copy stayed for ever (10,385
-		// local files after an 18-minute soak on people-1k).
+		// file there, a watched file's local copy would stay for ever.
 		level0 := filepath.Join(r.metaPath(rel), "ltx", "0")
 		for _, f := range del {
 			if f.Level == 0 {

@@ -21,7 +21,7 @@ import (
 // Litestream writes it (level 0, no checksums, the WAL's offset and salts
 // in the header), to the target and then, unsynced, to Litestream's local
 // state (repairLocal mends it after a crash); a later take-up or restore
-// carries on from it. A take-up costs ~5 ms of CPU
+// carries on from it. A take-up costs several times a ship's CPU
 // (Litestream's connection, read transaction, first sync, and the file let
 // go of to make room, bench/THRESHOLDS.md); a ship reads the WAL once.
 //

@@ -65,9 +65,9 @@ func (s *spillFile) reader() (io.Reader, error) {
 // keep makes what was written the file name, unsynced, in place of prev,
 // the local newest it follows ("" for none: Litestream reads only the
 // newest, compaction the target). prev is renamed and rewritten rather
-// than a file made and prev removed: ext4's inode allocation was 8 % of
-// the machine under the 16-writer burst (bench/THRESHOLDS.md, "Moments by
-// id"). A crash in between leaves prev's bytes or a torn file under name,
+// than a file made and prev removed: ext4's inode allocation was a
+// visible share of the machine under the bench's burst (bench/THRESHOLDS.md,
+// "Moments by id"). A crash in between leaves prev's bytes or a torn file under name,
 // which verifyLTX refuses; on an error the next ship repairs from there.
 func (s *spillFile) keep(name, prev string) error {
 	if s.f != nil {

@@ -112,10 +112,10 @@ func (w *walSet) take() []string {
 
 // bigWAL is the size past which a watched file's WAL is checkpointed as
 // soon as replication lets go of it, with the mark that lets the next ship
-// carry on (Replicator.Checkpoint). Litestream checkpoints a watched file without
-// truncating its WAL, which stays as large as a second of writes made it:
-// past backup's shipWALBound (256 KiB) it is emptied here. A small one is
-// left for the next open (an open reading a WAL of a few MB took 31-51 ms,
+// carry on (Replicator.Checkpoint). Litestream checkpoints a watched file
+// without truncating its WAL, which stays as large as a second of writes
+// made it: past backup's shipWALBound (256 KiB) it is emptied here. A small
+// one is left for the next open (an open reads every frame of its WAL,
 // ../shared/notes/litestream-nah.md). At shutdown every WAL is emptied.
 const bigWAL = 256 << 10
 

@@ -70,9 +70,9 @@ func (c *Cache) watchFile(ctx context.Context, f *File, wait bool) {
 // replicators is how many files replication ships or takes up at once
 // for posts (replicate); extraReplicators more join while the oldest
 // queued write is behindLag old, to pull the lag back under its 5 s
-// promise (a loaded run without them reached 5.8 s). On people-1k
-// (bench/THRESHOLDS.md) they cost no measurable posts/s and cut the mixed
-// burst's worst lag from 3.1-3.5 s to 2.6-3.0 s.
+// promise, which a loaded run without them missed. On people-1k they cost
+// no measurable posts/s and cut the mixed burst's worst lag
+// (bench/THRESHOLDS.md).
 const (
 	replicators      = 2
 	extraReplicators = 2
@@ -81,8 +81,10 @@ const (
 
 // Wrote records that f, which the caller holds, was just written. A file
 // that replication watches is told to it (Replicator.Wrote), which ships it
-// within a second. Any other waits in the queue for a replicator, so that a post never pays for taking a file up (92% of posts
-// waited ~30 ms for it under 16 writers on 1,000 people, bench/THRESHOLDS.md).
+// within a second. Any other waits in the queue for a replicator, so that
+// a post never pays for taking a file up: when a write took its file up
+// itself, most posts under the bench's writers waited for it (people-1k,
+// bench/THRESHOLDS.md).
 // A file written again while it waits is taken up once.
 func (c *Cache) Wrote(f *File) {
 	if c.repl == nil {

@@ -5,7 +5,7 @@
 // minute. It has its own clock, start, stop and relay client, reads and
 // writes only through store, and app reads its Status and Totals.
 //
-// Exactly once a day (README "Daily digests"): a slot (schedule.go) is
+// Exactly once a day (docs/api.md "Daily digests"): a slot (schedule.go) is
 // claimed in the directory before its pushes and marked done after, batched
 // into one transaction; a claimed slot is never claimed again that local
 // day, one claimed but not done is resent with the same digest id, and a

@@ -14,7 +14,7 @@ import (
 	"github.com/nah-app/nah/store"
 )
 
-// The memory plan splits NAH_MEMORY_LIMIT, in this order (README, its row):
+// The memory plan splits NAH_MEMORY_LIMIT, in this order (docs/design.md, "The memory plan"):
 //   - SQLite, outside the Go heap (store.SQLiteMemoryBound); GOMEMLIMIT is the rest;
 //   - the head cache, and half again for the collector at GOGC 50;
 //   - a base of 40 MB: runtime, graph (6 MB for 10,000 people), caches, metrics;

@@ -251,18 +251,13 @@ func (a *App) handleBackupDownload(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
-	select {
-	case a.fullBackups <- struct{}{}: // its own slot: people's exports cannot starve it
-		defer func() { <-a.fullBackups }()
-	default:
-		a.consoleError(w, r, pg, errOverloaded())
-		return
-	}
-	if err := a.takeOrOverloaded(backup.ArchiveBytes); err != nil {
+	// Its own slot: people's exports cannot starve it.
+	done, err := admitTransfer(a.fullBackups.take, a.charge(backup.ArchiveBytes))
+	if err != nil {
 		a.consoleError(w, r, pg, err)
 		return
 	}
-	defer a.mem.give(backup.ArchiveBytes)
+	defer done()
 	out := &firstWrite{w: newPacedWriter(w, r, a.cfg.Transfer), start: func() {
 		setDownloadHeaders(w, name)
 		w.WriteHeader(http.StatusOK)

@@ -543,13 +543,36 @@ func restoreError(p nah.Person, at time.Time, source backup.Restored, err error)
 	return nah.Errorf(nah.Unavailable, "", "The replica could not give back %s's file as at %s: %s. Nothing was changed.", p.Handle, ui.WhenT(at), why)
 }
 
-// personRef matches a person's folder in a replication error, and
-// absPath an absolute path (the data directory's, a local replica's),
-// which /healthz (public) must not name.
-var (
-	personRef = regexp.MustCompile(`people/[A-Za-z0-9_-]+`)
-	absPath   = regexp.MustCompile(`(^|[\s"'(=])/[^\s:"')]+`)
-)
+// publicError is the text of a replication or disk error as /healthz
+// (public) may show it: without a person's id (their folder is people/…)
+// or an absolute path (the data directory's, a local replica's).
+func publicError(s string) string {
+	return absPath.ReplaceAllString(hidePeople(s), "${1}…")
+}
+
+// absPath matches an absolute path and what comes before it.
+var absPath = regexp.MustCompile(`(^|[\s"'(=])/[^\s:"')]+`)
+
+// hidePeople writes every person's folder in s as people/…: a person id
+// (nah.ValidPersonID) after nah.PeopleRel.
+func hidePeople(s string) string {
+	prefix := nah.PeopleRel + "/"
+	var b strings.Builder
+	for {
+		i := strings.Index(s, prefix)
+		if i < 0 {
+			break
+		}
+		b.WriteString(s[:i+len(prefix)])
+		s = s[i+len(prefix):]
+		if len(s) >= nah.IDLen && nah.ValidPersonID(s[:nah.IDLen]) {
+			b.WriteString("…")
+			s = s[nah.IDLen:]
+		}
+	}
+	b.WriteString(s)
+	return b.String()
+}
 
 // replicationHealth is /healthz's replication field (nil when off).
 type replicationHealth struct {
@@ -570,7 +593,7 @@ func (a *App) replicationHealth() *replicationHealth {
 	out := &replicationHealth{Status: "ok", FilesBehind: h.Behind, FilesQueued: h.Queued, WorstLagSeconds: h.Lag.Round(time.Millisecond).Seconds(), Disk: a.diskHealth()}
 	if !h.Ok {
 		out.Status = "behind"
-		out.Error = absPath.ReplaceAllString(personRef.ReplaceAllString(h.LastErr, "people/…"), "${1}…")
+		out.Error = publicError(h.LastErr)
 	}
 	return out
 }

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	_ "modernc.org/sqlite"
+
+	"github.com/nah-app/nah"
 )
 
 // The restore time of a person against the length of their history (issue
@@ -195,7 +197,7 @@ func historyServer(ctx context.Context, bin, dir string, window, d time.Duration
 		return run, fmt.Errorf("server did not stop 2 min after SIGTERM")
 	}
 	repl := filepath.Join(dir, "replica")
-	filepath.WalkDir(filepath.Join(repl, "people"), func(p string, e fs.DirEntry, err error) error {
+	filepath.WalkDir(filepath.Join(repl, nah.PeopleRel), func(p string, e fs.DirEntry, err error) error {
 		if err == nil && strings.HasSuffix(p, ".ltx") {
 			run.ReplicaFiles++
 		}
@@ -208,7 +210,7 @@ func historyServer(ctx context.Context, bin, dir string, window, d time.Duration
 // restoredPerson is the size in MB and the count of moments of the one
 // person file restored into data.
 func restoredPerson(ctx context.Context, data string) (float64, int, error) {
-	files, _ := filepath.Glob(filepath.Join(data, "people", "*", "*.db"))
+	files, _ := filepath.Glob(filepath.Join(data, filepath.FromSlash(nah.PersonRel("*"))))
 	if len(files) != 1 {
 		return 0, 0, fmt.Errorf("%d person files restored into %s, want 1", len(files), data)
 	}

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nah-app/nah"
 	"github.com/nah-app/nah/bench/fixture"
 )
 
@@ -165,7 +166,7 @@ func firstPosts(data, repl string, before map[string]ltxFile, people []fixture.P
 	after := scanLTX(repl)
 	var out []RestartPerson
 	for _, p := range people {
-		db := filepath.ToSlash(filepath.Join("people", p.ID, "person.db"))
+		db := nah.PersonRel(p.ID)
 		rp := RestartPerson{ID: p.ID}
 		if st, err := os.Stat(filepath.Join(data, db)); err == nil {
 			rp.DBBytes = st.Size()

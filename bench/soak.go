@@ -21,6 +21,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nah-app/nah"
 	"github.com/nah-app/nah/bench/fixture"
 	"github.com/superfly/ltx"
 )
@@ -347,7 +348,7 @@ func paced(ctx context.Context, workers int, perS float64, do func(*rand.Rand) b
 // dataUse is the data directory's live databases (*.db), WALs (*-wal) and
 // local replication state (replication/, whatever its files).
 func dataUse(data string) (live, wal, state DirUse) {
-	stateDir := filepath.Join(data, "replication") + string(filepath.Separator)
+	stateDir := filepath.Join(data, nah.ReplicationRel) + string(filepath.Separator)
 	filepath.WalkDir(data, func(p string, e fs.DirEntry, err error) error {
 		if err != nil || !e.Type().IsRegular() {
 			return nil

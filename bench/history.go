@@ -21,13 +21,14 @@ import (
 	"github.com/nah-app/nah"
 )
 
-// The restore time of a person against the length of their history (issue
-// 37): a "week" and a "year" of one heavy poster (5 moments a day), in
-// time scaled down by a short NAH_RETENTION, since the retention policy
-// follows from the window alone: with a window of W, a week is W and a
-// year 52 W. Two servers, one person each, post at the same rate at the
-// same time; after a clean stop, nah restore of each replica is timed,
-// alternated, and the restored file is checked to hold every moment.
+// The restore time of a person against the length of their history
+// (bench/THRESHOLDS.md, "Restore by the length of a history"): a "week" and
+// a "year" of one heavy poster (5 moments a day), in time scaled down by a
+// short NAH_RETENTION, since the retention policy follows from the window
+// alone: with a window of W, a week is W and a year 52 W. Two servers, one
+// person each, post at the same rate at the same time; after a clean stop,
+// nah restore of each replica is timed, alternated, and the restored file
+// is checked to hold every moment.
 
 // HistoryResult is bench restore-history's result.
 type HistoryResult struct {

@@ -24,9 +24,10 @@ import (
 	_ "modernc.org/sqlite"
 )
 
-// PocketBase beside nah (issue 22): bench/pocketbase is PocketBase v0.40.4
-// with the collections of nah's workload; run -pocketbase BIN seeds it from
-// the same fixture through its own API and measures it with nah's phases.
+// PocketBase beside nah (bench/THRESHOLDS.md, "nah beside PocketBase"):
+// bench/pocketbase is PocketBase v0.40.4 with the collections of nah's
+// workload; run -pocketbase BIN seeds it from the same fixture through its
+// own API and measures it with nah's phases.
 
 const (
 	pbServer   = "pocketbase v0.40.4" // bench/pocketbase/go.mod

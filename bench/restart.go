@@ -18,9 +18,10 @@ import (
 	"github.com/nah-app/nah/bench/fixture"
 )
 
-// RestartResult is what a clean restart costs the replica (issue 37): the
-// LTX files each person's first post after the restart added, for each
-// binary measured. Written to bench/results/restart-NAME-TIME.json.
+// RestartResult is what a clean restart costs the replica
+// (bench/THRESHOLDS.md, "after a restart"): the LTX files each person's
+// first post after the restart added, for each binary measured. Written to
+// bench/results/restart-NAME-TIME.json.
 type RestartResult struct {
 	Fixture   string       `json:"fixture"`
 	Time      time.Time    `json:"time"`

@@ -473,11 +473,10 @@ func (e *envList) Set(v string) error { *e = append(*e, v); return nil }
 // fresh data directory, and returns it with the fixture's people and a
 // function that removes the copy. The copy is written to disk before it
 // returns: the first measurement, the cold start, otherwise ran while the
-// kernel wrote back the copy (151 MB for people-1k, 1.5 GB for
-// people-10k), and the first feed's file creations (each person file it
-// opens makes its -wal and -shm) waited behind that writeback: the same
-// binary measured 61-115 ms right after the copy and 41-50 ms after a
-// sync, in alternate starts.
+// kernel wrote back the copy, and the first feed's file creations (each
+// person file it opens makes its -wal and -shm) waited behind that
+// writeback: alternate starts of one binary were slower right after the
+// copy than after a sync.
 func copyFixture(ctx context.Context, cache string, f fixture.Fixture) (data string, people []fixture.Person, cleanup func(), err error) {
 	src, err := fixtureDir(ctx, cache, f)
 	if err != nil {

@@ -26,8 +26,9 @@ import (
 	"github.com/superfly/ltx"
 )
 
-// SoakResult is one soak (issue 37): minutes of a steady mixed load, the
-// disk sampled every 30 s. Written to bench/results/soak-NAME-TIME.json.
+// SoakResult is one soak (bench/THRESHOLDS.md, "The replica over time"):
+// minutes of a steady mixed load, the disk sampled every 30 s. Written to
+// bench/results/soak-NAME-TIME.json.
 type SoakResult struct {
 	Fixture   string    `json:"fixture"`
 	Time      time.Time `json:"time"`

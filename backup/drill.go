@@ -26,7 +26,7 @@ import (
 )
 
 // The restore drill, every NAH_DRILL_EVERY: the directory and a rotating
-// sample of person files are restored (RestoreFile) and compared by Digest
+// sample of person files are restored (RestoreFile) and compared by Checksum
 // with the live file, summed before and after so a file written meanwhile is
 // retried, not failed. Sweep copies and mirrored media are checked too.
 
@@ -539,7 +539,7 @@ func (d *Drill) checkFile(ctx context.Context, rel, out string) (_ drillOutcome,
 			}
 			removeScratch(out)
 		}
-		before, err := d.liveDigest(ctx, rel)
+		before, err := d.liveChecksum(ctx, rel)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) || strings.Contains(err.Error(), nah.ErrNoPerson().Message) {
 				return drillGone, "", ""
@@ -566,16 +566,16 @@ func (d *Drill) checkFile(ctx context.Context, rel, out string) (_ drillOutcome,
 		// RestoreFile checked the copy whole with SQLite's integrity check
 		// (3 s of the 11 s a drill spends on people-1k's 21 MB directory),
 		// and gives back no copy that fails it.
-		var restored Digest
+		var restored Checksum
 		var derr error
 		if rerr == nil {
 			derr = d.Read(ctx, out, func(tx *sql.Tx) error {
 				var err error
-				restored, err = DigestTx(ctx, tx)
+				restored, err = ChecksumTx(ctx, tx)
 				return err
 			})
 		}
-		after, err := d.liveDigest(ctx, rel)
+		after, err := d.liveChecksum(ctx, rel)
 		if err != nil {
 			why = "the live file cannot be read: " + err.Error()
 			continue
@@ -642,7 +642,7 @@ func (d *Drill) restore(ctx context.Context, rel, out string, limit int64) (Rest
 func drillBudget(live int64) int64 { return 2*live + 64<<20 }
 
 // liveBytes is the size of the live database rel as its read
-// transaction sees it; 0 when it cannot be read (the digest says why).
+// transaction sees it; 0 when it cannot be read (the checksum says why).
 func (d *Drill) liveBytes(ctx context.Context, rel string) int64 {
 	var pages, size int64
 	d.Live(ctx, rel, func(tx *sql.Tx) error {
@@ -654,14 +654,14 @@ func (d *Drill) liveBytes(ctx context.Context, rel string) int64 {
 	return pages * size
 }
 
-func (d *Drill) liveDigest(ctx context.Context, rel string) (Digest, error) {
-	var dg Digest
+func (d *Drill) liveChecksum(ctx context.Context, rel string) (Checksum, error) {
+	var sum Checksum
 	err := d.Live(ctx, rel, func(tx *sql.Tx) error {
 		var err error
-		dg, err = DigestTx(ctx, tx)
+		sum, err = ChecksumTx(ctx, tx)
 		return err
 	})
-	return dg, err
+	return sum, err
 }
 
 // pending says whether rel's replica may rightly be behind: it waits in

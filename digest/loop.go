@@ -79,8 +79,8 @@ const (
 	// devicesAtOnce bounds one person's pushes in flight: all their
 	// devices (nah.MaxDevices) at once, so ten devices on a relay that hangs
 	// cost one person's budget, not ten times three tries one after
-	// another (2m42s measured before, holding a worker and delaying the
-	// next people). At most Workers x 10 requests are in flight.
+	// another, which held a worker for minutes and delayed the next
+	// people. At most Workers x 10 requests are in flight.
 	devicesAtOnce = nah.MaxDevices
 )
 

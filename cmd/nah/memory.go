@@ -31,8 +31,9 @@ const (
 
 // With NAH_MAX_OPEN_FILES=auto, the default, the open-file bound is what
 // the plan leaves after every other share and the requests' reserve, in
-// steps of 64: 1,024 at 320 MiB, so on people-1k no post opens or closes a
-// file, which was 40 % of a post's CPU (bench/THRESHOLDS.md).
+// steps of 64: 1,024 at 320 MiB, so that on people-1k no post opens or
+// closes a file, the dearest part of a post that does (bench/THRESHOLDS.md,
+// "The open-file bound from the memory plan").
 const (
 	requestReserve = 24 << 20
 	minAutoFiles   = 64

@@ -18,7 +18,7 @@ func PersonRel(id string) string { return PersonDirRel(id) + "/" + PersonFileNam
 // PersonOfRel is the person whose file rel is, or "" if rel is not one:
 // only an id of ValidPersonID's exact shape becomes a path.
 func PersonOfRel(rel string) string {
-	id, ok := strings.CutPrefix(rel, "people/")
+	id, ok := strings.CutPrefix(rel, PeopleRel+"/")
 	if !ok {
 		return ""
 	}
@@ -38,6 +38,10 @@ const PeopleRel = "people"
 
 // PersonDirRel is person id's folder: their file and their media.
 func PersonDirRel(id string) string { return PeopleRel + "/" + id }
+
+// InPeopleRel says whether rel is under PeopleRel: in a person's folder,
+// whatever it is (their file, media, uploads), by its first element only.
+func InPeopleRel(rel string) bool { return strings.HasPrefix(rel, PeopleRel+"/") }
 
 // DeletedDirRel is where a deleted person's folder waits for the purge.
 func DeletedDirRel(id string) string { return "deleted/" + id }

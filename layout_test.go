@@ -57,6 +57,12 @@ func TestLayout(t *testing.T) {
 			t.Errorf("%q split as a media file", rel)
 		}
 	}
+	for rel, want := range map[string]bool{PersonRel(id): true, MediaRel(id, m): true, PersonDirRel(id): true, "people/x": true,
+		DirectoryRel: false, "people": false, "peoplex/" + id: false, DeletedDirRel(id): false, ReplacedDirRel(id): false, "/people/" + id: false} {
+		if got := InPeopleRel(rel); got != want {
+			t.Errorf("InPeopleRel(%q) = %v, want %v", rel, got, want)
+		}
+	}
 	if got := RestoreFailedMarkerRel(id); got != "restore-failed/"+id {
 		t.Errorf("RestoreFailedMarkerRel(%q) = %q", id, got)
 	}

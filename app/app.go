@@ -40,8 +40,8 @@ type App struct {
 	exportsHeld          atomic.Int64 // the budget exports in flight hold (export.go)
 	exportMu             sync.Mutex
 	exporting            map[string]struct{} // people with an export in flight
-	fullBackups          chan struct{}       // the one slot for a full backup (console_backups.go)
-	imports              chan struct{}       // the one slot for an import (console_import.go)
+	fullBackups          oneAtATime          // the one slot for a full backup or a nightly copy (console_backups.go)
+	imports              oneAtATime          // the one slot for an import (console_import.go)
 	// restoring holds the people whose file a restore or its undo is
 	// replacing now and how far it is (console_restore_progress.go): a
 	// second ask is refused, not run again after the first.
@@ -120,8 +120,8 @@ func New(cfg Config, s *store.Store, log *slog.Logger) *App {
 		secretsByAddr:        newLimiter(secretFailuresPerAddr, secretWindow, cfg.Now),
 		exportByPerson:       newLimiter(exportsPerPerson, exportWindow, cfg.Now),
 		exporting:            make(map[string]struct{}),
-		fullBackups:          make(chan struct{}, 1),
-		imports:              make(chan struct{}, 1),
+		fullBackups:          make(oneAtATime, 1),
+		imports:              make(oneAtATime, 1),
 	}
 	if len(cfg.TLS.Domains) > 0 {
 		a.certs = newCertWatch(cfg.TLS, log)

@@ -2,12 +2,10 @@ package app
 
 import (
 	"net/http"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/nah-app/nah"
-	"github.com/nah-app/nah/ui"
 )
 
 // Admission control before memory. Every request holds some memory while it
@@ -91,11 +89,7 @@ func (a *App) takeBulkOrOverloaded(n int) error {
 func (a *App) admit(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !a.mem.take(requestCost) {
-			if isConsole(r) {
-				a.consoleError(w, r, ui.Page{}, errOverloaded())
-			} else {
-				a.writeError(w, r, errOverloaded())
-			}
+			a.refuse(w, r, errOverloaded())
 			return
 		}
 		defer a.mem.give(requestCost)
@@ -103,9 +97,52 @@ func (a *App) admit(next http.Handler) http.Handler {
 	})
 }
 
-// isConsole reports whether r is for the console's pages, which answer in
-// HTML, rather than the API's JSON.
-func isConsole(r *http.Request) bool {
-	p := r.URL.Path
-	return p == "/console" || strings.HasPrefix(p, "/console/") || strings.HasPrefix(p, "/reset/")
+// The long transfers (the full backup, a nightly copy, an import, a
+// person's export) are admitted in two steps: a slot, one of the few of
+// their kind that may run at once, then their memory from the budget.
+// Each is taken at once or refused (a queue would be memory too), and in
+// that order, so that a request refused at either step holds nothing.
+
+// taker takes something a request holds while it runs, or refuses at once
+// with the error to answer; give gives it back.
+type taker func() (give func(), err error)
+
+// admitTransfer takes slot, then memory; done gives both back.
+func admitTransfer(slot, memory taker) (done func(), err error) {
+	giveSlot, err := slot()
+	if err != nil {
+		return nil, err
+	}
+	giveMemory, err := memory()
+	if err != nil {
+		giveSlot()
+		return nil, err
+	}
+	return func() {
+		giveMemory()
+		giveSlot()
+	}, nil
+}
+
+// oneAtATime is a slot one request holds at a time (the full backup and a
+// nightly copy share one, an import has its own): a second is overloaded.
+type oneAtATime chan struct{}
+
+func (s oneAtATime) take() (func(), error) {
+	select {
+	case s <- struct{}{}:
+		return func() { <-s }, nil
+	default:
+		return nil, errOverloaded()
+	}
+}
+
+// charge takes n bytes of the memory budget (take), or is overloaded.
+func (a *App) charge(n int64) taker {
+	return func() (func(), error) {
+		if err := a.takeOrOverloaded(int(n)); err != nil {
+			return nil, err
+		}
+		return func() { a.mem.give(n) }, nil
+	}
 }

@@ -116,3 +116,36 @@ func TestBudgetSpentIs503(t *testing.T) {
 		t.Fatalf("after the budget is back: %d", r.status)
 	}
 }
+
+// TestTransferAdmission: the full backup's slot taken, a second download
+// is 503 at once; with the budget too low for its memory, it is 503 and
+// gives the slot back, so the next one is served once the memory is; in
+// the end neither the slot nor any of the budget is still held.
+func TestTransferAdmission(t *testing.T) {
+	ts := newTestServer(t, func(c *serverConfig) { c.MemoryBudget = 4 << 20 })
+	admin := signedInAdmin(t, ts)
+	u := ts.URL + "/console/backups/download"
+	ts.app.fullBackups <- struct{}{} // a download running
+	if p := get(t, admin, u); p.status != 503 || p.header.Get("Retry-After") == "" {
+		t.Errorf("a download while one runs: %d, Retry-After %q", p.status, p.header.Get("Retry-After"))
+	}
+	<-ts.app.fullBackups
+	held := ts.app.mem.limit - 512<<10 // room for a request, not for an archive
+	if !ts.app.mem.take(held) {
+		t.Fatal("could not take the budget")
+	}
+	if p := get(t, admin, u); p.status != 503 || p.header.Get("Retry-After") == "" {
+		t.Errorf("a download without the memory for it: %d, Retry-After %q", p.status, p.header.Get("Retry-After"))
+	}
+	ts.app.mem.give(held)
+	if p := get(t, admin, u); p.status != 200 || len(p.body) == 0 {
+		t.Errorf("a download once the memory is back: %d, %d bytes", p.status, len(p.body))
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for ts.app.mem.used.Load() != 0 || len(ts.app.fullBackups) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after the downloads: %d bytes of the budget and %d slot held", ts.app.mem.used.Load(), len(ts.app.fullBackups))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -144,10 +144,22 @@ func formPageURL(r *http.Request) string {
 	return u.Path
 }
 
-// consolePath reports whether path is the console's, whose unknown
-// addresses and wrong methods are answered with a page, not JSON.
+// consolePath reports whether path is the console's, whose errors
+// (unknown addresses and wrong methods included) are answered with a
+// page in HTML, not the API's JSON.
 func consolePath(path string) bool {
 	return path == "/console" || strings.HasPrefix(path, "/console/") || strings.HasPrefix(path, "/reset/")
+}
+
+// refuse answers err before any handler has run (a header too large, the
+// budget spent): the console's page for the console, JSON for the API,
+// both by the one error path.
+func (a *App) refuse(w http.ResponseWriter, r *http.Request, err error) {
+	if consolePath(r.URL.Path) {
+		a.consoleError(w, r, ui.Page{}, err)
+		return
+	}
+	a.writeError(w, r, err)
 }
 
 // consoleNoRoute answers a console address that does not exist, or not

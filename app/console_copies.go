@@ -80,20 +80,14 @@ func (a *App) handleCopyDownload(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
-	select {
-	case a.fullBackups <- struct{}{}:
-		defer func() { <-a.fullBackups }()
-	default:
-		a.consoleError(w, r, pg, errOverloaded())
-		return
-	}
-	if err := a.takeOrOverloaded(backup.ArchiveBytes); err != nil {
+	done, err := admitTransfer(a.fullBackups.take, a.charge(backup.ArchiveBytes))
+	if err != nil {
 		a.consoleError(w, r, pg, err)
 		return
 	}
-	defer a.mem.give(backup.ArchiveBytes)
+	defer done()
 	out := &firstByte{w: w, paced: newPacedWriter(w, r, a.cfg.Transfer), name: backup.CopyName(stamp)}
-	err := backup.WriteCopy(r.Context(), b.Repl.Target(), stamp, a.databaseCount(r.Context()), out)
+	err = backup.WriteCopy(r.Context(), b.Repl.Target(), stamp, a.databaseCount(r.Context()), out)
 	switch {
 	case err == nil:
 	case !out.started && errors.Is(err, backup.ErrNoCopy):

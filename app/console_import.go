@@ -57,18 +57,12 @@ const (
 func (a *App) handlePersonImport(w http.ResponseWriter, r *http.Request) {
 	pg := page(r, "Import a person", "people")
 	fail := func(err error) { a.consoleError(w, r, pg, err) }
-	select {
-	case a.imports <- struct{}{}:
-		defer func() { <-a.imports }()
-	default:
-		fail(errOverloaded())
-		return
-	}
-	if err := a.takeOrOverloaded(importCost); err != nil {
+	done, err := admitTransfer(a.imports.take, a.charge(importCost))
+	if err != nil {
 		fail(err)
 		return
 	}
-	defer a.mem.give(importCost)
+	defer done()
 	rc := http.NewResponseController(w)
 	deadline := time.Now().Add(importTimeout)
 	if err := errors.Join(rc.SetReadDeadline(deadline), rc.SetWriteDeadline(deadline)); err != nil {

@@ -67,7 +67,7 @@ func (a *App) diskHealth() *diskHealth {
 		h.ReplicaBytesPerDay, h.HistoryBytesPerDay, h.DataBytesPerDay = &d.ReplicaPerDay, &d.HistoryPerDay, &d.DataPerDay
 	}
 	if d.Err != "" {
-		h.Error = absPath.ReplaceAllString(personRef.ReplaceAllString(d.Err, "people/…"), "${1}…")
+		h.Error = publicError(d.Err)
 	}
 	return h
 }

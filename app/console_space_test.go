@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nah-app/nah"
 	"github.com/nah-app/nah/backup"
 )
 
@@ -284,4 +285,21 @@ func bytesWords(n int64) string {
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
 	return fmt.Sprint(n, " B")
+}
+
+// TestPublicError: what /healthz shows of an error names no person and no
+// absolute path, and keeps the rest.
+func TestPublicError(t *testing.T) {
+	id, other := nah.NewPersonID(), nah.NewPersonID()
+	for in, want := range map[string]string{
+		"sync " + nah.PersonRel(id) + ": timeout":                           "sync people/…/person.db: timeout",
+		"copy " + nah.MediaRel(id, "m") + " and " + nah.PersonDirRel(other): "copy people/…/media/m and people/…",
+		`open "/srv/nah/data/` + nah.PersonRel(id) + `": no space left`:     `open "…": no space left`,
+		"stat /srv/replica: denied":                                         "stat …: denied",
+		"directory.db: locked (people/ is fine)":                            "directory.db: locked (people/ is fine)",
+	} {
+		if got := publicError(in); got != want {
+			t.Errorf("publicError(%q) = %q, want %q", in, got, want)
+		}
+	}
 }

@@ -40,27 +40,24 @@ const (
 // exportSQLite (448 KiB) of its bulk share, and all of them at most a
 // quarter of the budget: 35 exports of the server's default 62 MiB. A slow
 // reader's export may last hours (2 GiB at 45 KB/s: 13 h) and a person has
-// one at a time (a.exporting), so holding them all takes 35 accounts where
+// one at a time (exportTurn), so holding them all takes 35 accounts where
 // 4 took the 4 slots there were, and the other three quarters stay for
 // feeds, posts and the full backup, which has a slot of its own.
-func (a *App) takeExport() error {
+func (a *App) takeExport() (give func(), err error) {
 	const n = exportCost + exportSQLite
 	if a.exportsHeld.Add(n) > a.mem.limit/4 {
 		a.exportsHeld.Add(-n)
 		a.mem.shed.Add(1)
-		return errOverloaded()
+		return nil, errOverloaded()
 	}
 	if !a.mem.takeBulk(n) {
 		a.exportsHeld.Add(-n)
-		return errOverloaded()
+		return nil, errOverloaded()
 	}
-	return nil
-}
-
-func (a *App) giveExport() {
-	const n = exportCost + exportSQLite
-	a.mem.give(n)
-	a.exportsHeld.Add(-n)
+	return func() {
+		a.mem.give(n)
+		a.exportsHeld.Add(-n)
+	}, nil
 }
 
 // errExportInFlight answers a second export of one person while the
@@ -71,22 +68,32 @@ func errExportInFlight() error {
 	return e
 }
 
-// takeExporting marks person id as having an export in flight, or
-// reports that they already have one.
-func (a *App) takeExporting(id string) bool {
-	a.exportMu.Lock()
-	defer a.exportMu.Unlock()
-	if _, ok := a.exporting[id]; ok {
-		return false
+// exportTurn is person id's slot for an export: one in flight at a time,
+// and with l (the API's) at most exportsPerPerson a window. The limiter's
+// count goes to *at, for the caller to give back if nothing is sent.
+func (a *App) exportTurn(id string, l *limiter, at *attempt) taker {
+	return func() (func(), error) {
+		a.exportMu.Lock()
+		_, busy := a.exporting[id]
+		if !busy {
+			a.exporting[id] = struct{}{}
+		}
+		a.exportMu.Unlock()
+		if busy {
+			return nil, errExportInFlight()
+		}
+		give := func() {
+			a.exportMu.Lock()
+			delete(a.exporting, id)
+			a.exportMu.Unlock()
+		}
+		var err error
+		if *at, err = l.take(id); err != nil {
+			give()
+			return nil, err
+		}
+		return give, nil
 	}
-	a.exporting[id] = struct{}{}
-	return true
-}
-
-func (a *App) giveExporting(id string) {
-	a.exportMu.Lock()
-	delete(a.exporting, id)
-	a.exportMu.Unlock()
 }
 
 // pacedWriter paces a download of any size (an export, the full backup, a
@@ -153,22 +160,14 @@ func (a *App) serveExport(w http.ResponseWriter, r *http.Request, id string, l *
 		w.WriteHeader(http.StatusOK)
 		return
 	}
-	if !a.takeExporting(id) {
-		fail(w, r, errExportInFlight())
-		return
-	}
-	defer a.giveExporting(id)
-	at, err := l.take(id)
+	var at attempt
+	done, err := admitTransfer(a.exportTurn(id, l, &at), a.takeExport)
 	if err != nil {
+		at.giveBack() // refused: not an export (a zero attempt gives nothing back)
 		fail(w, r, err)
 		return
 	}
-	if err := a.takeExport(); err != nil {
-		at.giveBack()
-		fail(w, r, err)
-		return
-	}
-	defer a.giveExport()
+	defer done()
 	e, err := a.store.ExportPerson(r.Context(), id, a.cfg.Version)
 	if err != nil {
 		at.giveBack() // nothing was sent: trying again is not another export

@@ -4,7 +4,6 @@ import (
 	"net/http"
 
 	"github.com/nah-app/nah"
-	"github.com/nah-app/nah/ui"
 )
 
 // Headers on every response of every listener (NewServer adds them):
@@ -71,11 +70,7 @@ func (a *App) limitHeaders(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if n := headerSize(r); n > maxRequestHeader {
 			err := nah.Errorf(nah.HeadersTooLarge, "", "the request's header is %d bytes; at most %d are taken", n, maxRequestHeader)
-			if isConsole(r) {
-				a.consoleError(w, r, ui.Page{}, err)
-			} else {
-				a.writeError(w, r, err)
-			}
+			a.refuse(w, r, err)
 			return
 		}
 		next.ServeHTTP(w, r)

@@ -246,7 +246,7 @@ func TestHugeHeaderIsStill431(t *testing.T) {
 
 // TestUnknownTransferEncodingIs501: a Transfer-Encoding other than one
 // "chunked" is answered by net/http before any handler, in its own plain
-// text (issue 23 item 11 asked for the SPEC's JSON error; README "Under
+// text (issue 23 item 11 asked for the SPEC's JSON error; docs/operating.md "Under
 // attack" says why it stays): 501, the connection closed, no handler run,
 // so the post it carried is not made. The same post chunked is.
 func TestUnknownTransferEncodingIs501(t *testing.T) {

@@ -260,7 +260,7 @@ func TestIdempotentUpload(t *testing.T) {
 
 // TestIdempotentReplayAfterDelete: a retry after its moment (or media) was
 // deleted answers the first 201, with the deleted id, and makes none: the key
-// stands for the request, which did happen (README, "A phone on a bad
+// stands for the request, which did happen (docs/api.md, "A phone on a bad
 // network").
 func TestIdempotentReplayAfterDelete(t *testing.T) {
 	ts := newTestServer(t)

@@ -20,7 +20,7 @@ import (
 // Media: uploads streamed to disk through one pooled buffer, downloads by
 // http.ServeContent (Range, ETag), deletes; the store keeps files, rows and
 // quota (store/media.go). The same bytes uploaded twice are two media, never
-// deduplicated (README "Media": a delete would remove another's copy).
+// deduplicated (docs/api.md "Media": a delete would remove another's copy).
 
 const (
 	// transferCost is what an upload or download in flight holds besides

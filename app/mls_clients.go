@@ -12,7 +12,7 @@ import (
 	"github.com/nah-app/nah/store"
 )
 
-// MLS clients, their KeyPackages and the key log (README, "End-to-end
+// MLS clients, their KeyPackages and the key log (docs/api.md, "End-to-end
 // encryption"; store/mls*.go keeps them).
 
 // mlsKeyPackagesBody bounds an upload of KeyPackages: 100 of 16 KiB in

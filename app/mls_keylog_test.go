@@ -17,7 +17,7 @@ import (
 )
 
 // auditKeyLog is what a phone does with a person's key log: fetch it all,
-// recompute the chain from hash_0 with the README's entry encoding, check
+// recompute the chain from hash_0 with docs/api.md's entry encoding, check
 // the head's signature with the server's key, and check that the head it
 // pinned before (size, hash) is a prefix of this one. It returns the new
 // head, or why the log cannot be trusted.

@@ -40,9 +40,9 @@ func putPost(buf *bytes.Buffer) {
 
 // fastPostBody is the base64 text of the request {"body":"..."}, read in
 // place, when the request is exactly that (what every phone sends); ok is
-// false otherwise, and slowPostBody decodes it. The fast path took the
-// JSON decode, 4 % of the server's CPU in the 16-writer phase, to ~0
-// (issue 22, bench/THRESHOLDS.md).
+// false otherwise, and slowPostBody decodes it. The fast path takes the
+// JSON decode out of a post's CPU (bench/THRESHOLDS.md, "The post's own
+// path").
 func fastPostBody(raw []byte) (text []byte, ok bool) {
 	const open, end = `{"body":"`, `"}`
 	b := bytes.TrimRight(raw, " \t\r\n")

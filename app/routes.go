@@ -92,7 +92,7 @@ func (a *App) routes() http.Handler {
 			r.Delete("/me/devices/{token}", a.handleDeviceDelete)
 
 			// MLS: clients, KeyPackages, the key log and each person's
-			// group (README, "End-to-end encryption").
+			// group (docs/api.md, "End-to-end encryption").
 			r.Post("/me/clients", a.handleClientCreate)
 			r.Get("/me/clients", a.handleClients)
 			r.Delete("/me/clients/{id}", a.handleClientDelete)

@@ -209,7 +209,7 @@ type certState struct {
 func newCertWatch(c TLSConfig, log *slog.Logger) *certWatch {
 	w := &certWatch{
 		m: &autocert.Manager{
-			Prompt:     autocert.AcceptTOS, // setting NAH_DOMAIN is the operator's assent (README)
+			Prompt:     autocert.AcceptTOS, // setting NAH_DOMAIN is the operator's assent (docs/operating.md)
 			Cache:      autocert.DirCache(c.CacheDir),
 			HostPolicy: autocert.HostWhitelist(c.Domains...),
 			Email:      c.Email,

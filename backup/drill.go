@@ -16,7 +16,7 @@ import (
 )
 
 // The restore drill, every NAH_DRILL_EVERY: the directory and a rotating
-// sample of person files are restored (RestoreFile) and compared by Digest
+// sample of person files are restored (RestoreFile) and compared by Checksum
 // with the live file, summed before and after so a file written meanwhile is
 // retried, not failed. Sweep copies and mirrored media are checked too.
 // This file schedules drills and picks the sample; drillcompare.go restores

@@ -32,18 +32,18 @@ func drillFor(n *node, tg *backup.Target) *backup.Drill {
 	}
 }
 
-// liveDigests sums every live database of the node through the store.
-func liveDigests(t *testing.T, n *node) map[string]backup.Digest {
+// liveChecksums sums every live database of the node through the store.
+func liveChecksums(t *testing.T, n *node) map[string]backup.Checksum {
 	t.Helper()
 	ctx := context.Background()
 	rels, err := n.s.Databases(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]backup.Digest{}
+	out := map[string]backup.Checksum{}
 	for _, rel := range rels {
 		err := n.s.LiveRead(ctx, rel, func(tx *sql.Tx) error {
-			d, err := backup.DigestTx(ctx, tx)
+			d, err := backup.ChecksumTx(ctx, tx)
 			out[rel] = d
 			return err
 		})
@@ -54,7 +54,7 @@ func liveDigests(t *testing.T, n *node) map[string]backup.Digest {
 	return out
 }
 
-func sameLive(t *testing.T, before, after map[string]backup.Digest) {
+func sameLive(t *testing.T, before, after map[string]backup.Checksum) {
 	t.Helper()
 	if len(before) != len(after) {
 		t.Errorf("live databases: %d before, %d after", len(before), len(after))
@@ -249,12 +249,12 @@ func drillFaults(t *testing.T, tg *backup.Target, root string) {
 		t.Fatal(err)
 	}
 
-	before := liveDigests(t, n)
+	before := liveChecksums(t, n)
 	r, err = d.Once(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sameLive(t, before, liveDigests(t, n))
+	sameLive(t, before, liveChecksums(t, n))
 	got := failuresByPerson(r)
 	t.Logf("drill with four faults: %s", r.Summary())
 	for h, ws := range got {
@@ -298,12 +298,12 @@ func drillFaults(t *testing.T, tg *backup.Target, root string) {
 	if err := os.WriteFile(root, []byte("not a folder"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	before = liveDigests(t, n)
+	before = liveChecksums(t, n)
 	r, err = d.Once(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sameLive(t, before, liveDigests(t, n))
+	sameLive(t, before, liveChecksums(t, n))
 	got = failuresByPerson(r)
 	t.Logf("drill with the replica unreadable: %s", r.Summary())
 	for _, h := range handles {

@@ -17,7 +17,7 @@ import (
 )
 
 // One file of a drill: restored from the replica and compared with the
-// live file by Digest, summed before and after (drill.go).
+// live file by Checksum, summed before and after (drill.go).
 
 // drillOutcome is what checkFile found of one file.
 type drillOutcome int
@@ -51,7 +51,7 @@ func (d *Drill) checkFile(ctx context.Context, rel, out string) (_ drillOutcome,
 			}
 			removeScratch(out)
 		}
-		before, err := d.liveDigest(ctx, rel)
+		before, err := d.liveChecksum(ctx, rel)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) || strings.Contains(err.Error(), nah.ErrNoPerson().Message) {
 				return drillGone, "", ""
@@ -78,16 +78,16 @@ func (d *Drill) checkFile(ctx context.Context, rel, out string) (_ drillOutcome,
 		// RestoreFile checked the copy whole with SQLite's integrity check
 		// (a large share of a drill's time), and gives back no copy that
 		// fails it.
-		var restored Digest
+		var restored Checksum
 		var derr error
 		if rerr == nil {
 			derr = d.Source.ReadFile(ctx, out, func(tx *sql.Tx) error {
 				var err error
-				restored, err = DigestTx(ctx, tx)
+				restored, err = ChecksumTx(ctx, tx)
 				return err
 			})
 		}
-		after, err := d.liveDigest(ctx, rel)
+		after, err := d.liveChecksum(ctx, rel)
 		if err != nil {
 			why = "the live file cannot be read: " + err.Error()
 			continue
@@ -154,7 +154,7 @@ func (d *Drill) restore(ctx context.Context, rel, out string, limit int64) (Rest
 func drillBudget(live int64) int64 { return 2*live + 64<<20 }
 
 // liveBytes is the size of the live database rel as its read
-// transaction sees it; 0 when it cannot be read (the digest says why).
+// transaction sees it; 0 when it cannot be read (the checksum says why).
 func (d *Drill) liveBytes(ctx context.Context, rel string) int64 {
 	var pages, size int64
 	d.Source.LiveRead(ctx, rel, func(tx *sql.Tx) error {
@@ -166,14 +166,14 @@ func (d *Drill) liveBytes(ctx context.Context, rel string) int64 {
 	return pages * size
 }
 
-func (d *Drill) liveDigest(ctx context.Context, rel string) (Digest, error) {
-	var dg Digest
+func (d *Drill) liveChecksum(ctx context.Context, rel string) (Checksum, error) {
+	var sum Checksum
 	err := d.Source.LiveRead(ctx, rel, func(tx *sql.Tx) error {
 		var err error
-		dg, err = DigestTx(ctx, tx)
+		sum, err = ChecksumTx(ctx, tx)
 		return err
 	})
-	return dg, err
+	return sum, err
 }
 
 // pending says whether rel's replica may rightly be behind: it waits in

@@ -171,7 +171,7 @@ func (t *Target) Init(ctx context.Context) error {
 	}
 	// Litestream's S3 client cannot use a custom CA bundle and refuses to
 	// start when AWS_CA_BUNDLE is set (upstream issue 639): the replica
-	// client ignores it, and the README says so.
+	// client ignores it, and docs/backups.md says so.
 	os.Unsetenv("AWS_CA_BUNDLE")
 	c := lss3.NewReplicaClient()
 	c.Bucket, c.Path, c.Region = t.bucket, t.prefix, t.region

@@ -22,7 +22,7 @@ import (
 // Litestream carries a file's history on from the WAL generation (salts)
 // its last LTX file was read from; a WAL started again while nobody
 // watched would hide frames it never read, and the replica restores
-// corrupt (README, Backups). So a take-up of a WAL of another generation
+// corrupt (docs/design.md, Replication). So a take-up of a WAL of another generation
 // empties it first, and Litestream starts the file afresh with a snapshot.
 
 // walEmptyTimeout bounds the wait for readers of the file to finish

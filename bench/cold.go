@@ -18,9 +18,8 @@ import (
 
 // coldCmd starts each binary of -bin (comma-separated) -n times in turn on
 // a fresh copy of the fixture, each time exec to the first feed served, and
-// prints the median and range per binary: one start is too noisy to judge
-// (the same binary measured 39-89 ms on people-1k in one session), and
-// binaries alternated in one session share the machine's state.
+// prints the median and range per binary: one start is too noisy to judge,
+// and binaries alternated in one session share the machine's state.
 func coldCmd(ctx context.Context, args []string) error {
 	fset := flag.NewFlagSet("cold", flag.ExitOnError)
 	name, bin, cache, _ := commonFlags(fset)

@@ -19,12 +19,13 @@ import (
 	"github.com/nah-app/nah/bench/fixture"
 )
 
-// The footprint (issue 37): a fixture seeded through nah's own API, as a
-// family's phones would have written it (one request a sign-up, an invite,
-// an acceptance and a moment), on a server replicating to a directory, then
-// stopped cleanly. The seed is kept in cache/NAME-api (data, replica,
-// people.json) and is what run -seed api starts on: a server restarted on
-// its own data and replica, as an operator's is.
+// The footprint (bench/THRESHOLDS.md, "The replica over time"): a fixture
+// seeded through nah's own API, as a family's phones would have written it
+// (one request a sign-up, an invite, an acceptance and a moment), on a
+// server replicating to a directory, then stopped cleanly. The seed is kept
+// in cache/NAME-api (data, replica, people.json) and is what run -seed api
+// starts on: a server restarted on its own data and replica, as an
+// operator's is.
 
 // Footprint is the result of bench footprint: sizes after the clean stop.
 type Footprint struct {

@@ -17,15 +17,18 @@ import (
 	"time"
 
 	_ "modernc.org/sqlite"
+
+	"github.com/nah-app/nah"
 )
 
-// The restore time of a person against the length of their history (issue
-// 37): a "week" and a "year" of one heavy poster (5 moments a day), in
-// time scaled down by a short NAH_RETENTION, since the retention policy
-// follows from the window alone: with a window of W, a week is W and a
-// year 52 W. Two servers, one person each, post at the same rate at the
-// same time; after a clean stop, nah restore of each replica is timed,
-// alternated, and the restored file is checked to hold every moment.
+// The restore time of a person against the length of their history
+// (bench/THRESHOLDS.md, "Restore by the length of a history"): a "week" and
+// a "year" of one heavy poster (5 moments a day), in time scaled down by a
+// short NAH_RETENTION, since the retention policy follows from the window
+// alone: with a window of W, a week is W and a year 52 W. Two servers, one
+// person each, post at the same rate at the same time; after a clean stop,
+// nah restore of each replica is timed, alternated, and the restored file
+// is checked to hold every moment.
 
 // HistoryResult is bench restore-history's result.
 type HistoryResult struct {
@@ -195,7 +198,7 @@ func historyServer(ctx context.Context, bin, dir string, window, d time.Duration
 		return run, fmt.Errorf("server did not stop 2 min after SIGTERM")
 	}
 	repl := filepath.Join(dir, "replica")
-	filepath.WalkDir(filepath.Join(repl, "people"), func(p string, e fs.DirEntry, err error) error {
+	filepath.WalkDir(filepath.Join(repl, nah.PeopleRel), func(p string, e fs.DirEntry, err error) error {
 		if err == nil && strings.HasSuffix(p, ".ltx") {
 			run.ReplicaFiles++
 		}
@@ -208,7 +211,7 @@ func historyServer(ctx context.Context, bin, dir string, window, d time.Duration
 // restoredPerson is the size in MB and the count of moments of the one
 // person file restored into data.
 func restoredPerson(ctx context.Context, data string) (float64, int, error) {
-	files, _ := filepath.Glob(filepath.Join(data, "people", "*", "*.db"))
+	files, _ := filepath.Glob(filepath.Join(data, filepath.FromSlash(nah.PersonRel("*"))))
 	if len(files) != 1 {
 		return 0, 0, fmt.Errorf("%d person files restored into %s, want 1", len(files), data)
 	}

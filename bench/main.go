@@ -72,10 +72,10 @@ func usage() {
   go run ./bench run -fixture NAME -bin BINARY    measure; writes bench/results/NAME-TIME.json
       [-pocketbase PB_BINARY]                      then PocketBase the same way, side by side; writes bench/results/pocketbase-NAME-TIME.json
   go run ./bench seed-pocketbase -fixture NAME -bin PB_BINARY  only seed PocketBase's copy of the fixture into the cache
-  go run ./bench hostile -fixture NAME -bin BINARY the hostile mix (issue 8); writes bench/results/hostile-NAME-TIME.json
-  go run ./bench media -fixture NAME -bin BINARY   media uploads and downloads (issue 11); writes bench/results/media-NAME-TIME.json
-  go run ./bench digest                            5,000 digests due in one minute (issue 12); writes bench/results/digest-TIME.json
-  go run ./bench mls -bin BINARY [-runs 5] [-week 7]  MLS delivery (issue 38): 150 claims, a commit adding 150 clients, a week of commits of 150 groups fetched; writes bench/results/mls-TIME.json
+  go run ./bench hostile -fixture NAME -bin BINARY the hostile mix; writes bench/results/hostile-NAME-TIME.json
+  go run ./bench media -fixture NAME -bin BINARY   media uploads and downloads; writes bench/results/media-NAME-TIME.json
+  go run ./bench digest                            5,000 digests due in one minute; writes bench/results/digest-TIME.json
+  go run ./bench mls -bin BINARY [-runs 5] [-week 7]  MLS delivery: 150 claims, a commit adding 150 clients, a week of commits of 150 groups fetched; writes bench/results/mls-TIME.json
   go run ./bench restore -fixture NAME -bin BINARY threshold 7: replicate the fixture, time nah restore; writes bench/results/restore-NAME-TIME.json
   go run ./bench soak -fixture NAME -bin BINARY [-for 30m] [-env NAH_RETENTION=5m]  minutes of steady posts and feeds, the disk sampled every 30 s; writes bench/results/soak-NAME-TIME.json
   go run ./bench restart -fixture NAME -bin A[,B] [-n 20]  what each person's first post after a clean restart ships; writes bench/results/restart-NAME-TIME.json

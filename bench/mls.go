@@ -19,14 +19,15 @@ import (
 	"github.com/nah-app/nah/internal/mlswire"
 )
 
-// The delivery service's cost (issue 38), on a fresh server started from
-// the release binary: R owners each connected to the same 150 members,
-// every member with one MLS client and KeyPackages. Per run r, owner r
-// claims a KeyPackage of each of the 150 members (150 claims), then posts
-// one commit adding those 150 clients to its group, with the Welcome and a
-// GroupInfo. Then each member's own group gets the first owner's client
-// and a week of commits, and the first owner's phone fetches the commits
-// of all 150 groups after the epoch it joined at, following next.
+// The delivery service's cost (bench/THRESHOLDS.md, "MLS delivery"), on a
+// fresh server started from the release binary: R owners each connected to
+// the same 150 members, every member with one MLS client and KeyPackages.
+// Per run r, owner r claims a KeyPackage of each of the 150 members (150
+// claims), then posts one commit adding those 150 clients to its group,
+// with the Welcome and a GroupInfo. Then each member's own group gets the
+// first owner's client and a week of commits, and the first owner's phone
+// fetches the commits of all 150 groups after the epoch it joined at,
+// following next.
 
 const (
 	mlsMembers = 150

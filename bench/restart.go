@@ -14,12 +14,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nah-app/nah"
 	"github.com/nah-app/nah/bench/fixture"
 )
 
-// RestartResult is what a clean restart costs the replica (issue 37): the
-// LTX files each person's first post after the restart added, for each
-// binary measured. Written to bench/results/restart-NAME-TIME.json.
+// RestartResult is what a clean restart costs the replica
+// (bench/THRESHOLDS.md, "after a restart"): the LTX files each person's
+// first post after the restart added, for each binary measured. Written to
+// bench/results/restart-NAME-TIME.json.
 type RestartResult struct {
 	Fixture   string       `json:"fixture"`
 	Time      time.Time    `json:"time"`
@@ -165,7 +167,7 @@ func firstPosts(data, repl string, before map[string]ltxFile, people []fixture.P
 	after := scanLTX(repl)
 	var out []RestartPerson
 	for _, p := range people {
-		db := filepath.ToSlash(filepath.Join("people", p.ID, "person.db"))
+		db := nah.PersonRel(p.ID)
 		rp := RestartPerson{ID: p.ID}
 		if st, err := os.Stat(filepath.Join(data, db)); err == nil {
 			rp.DBBytes = st.Size()

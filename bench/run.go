@@ -6,15 +6,11 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
-	"io/fs"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -176,37 +172,6 @@ func runCmd(ctx context.Context, args []string) error {
 	return nil
 }
 
-var listenRE = regexp.MustCompile(`listen=(\S+)`)
-
-// startProcess starts cmd and returns the address it prints on standard
-// output as listen=ADDR.
-func startProcess(cmd *exec.Cmd) (string, error) {
-	pr, pw := io.Pipe()
-	cmd.Stdout = pw
-	if err := cmd.Start(); err != nil {
-		return "", err
-	}
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pr)
-		sent := false
-		for sc.Scan() {
-			if m := listenRE.FindStringSubmatch(sc.Text()); m != nil && !sent {
-				addr <- m[1]
-				sent = true
-			}
-		}
-	}()
-	go func() { cmd.Wait(); pw.Close() }()
-	select {
-	case a := <-addr:
-		return a, nil
-	case <-time.After(30 * time.Second):
-		cmd.Process.Kill()
-		return "", fmt.Errorf("%s did not start", cmd.Path)
-	}
-}
-
 func measure(ctx context.Context, bin, data string, f fixture.Fixture, people []fixture.Person, d time.Duration, drillCookie, seed string, env ...string) (Result, error) {
 	res := Result{Fixture: f.Name, Time: time.Now().UTC(), Cores: runtime.NumCPU(), GoVersion: runtime.Version(), Env: env, Seed: seed}
 	st, err := os.Stat(bin)
@@ -333,25 +298,6 @@ func measure(ctx context.Context, bin, data string, f fixture.Fixture, people []
 	return res, nil
 }
 
-// dirStats is the size of the data directory in MB and its count of
-// non-empty -wal files.
-func dirStats(data string) (float64, int) {
-	var size int64
-	wal := 0
-	filepath.WalkDir(data, func(p string, e fs.DirEntry, err error) error {
-		if err == nil && e.Type().IsRegular() {
-			if info, err := e.Info(); err == nil {
-				size += info.Size()
-				if strings.HasSuffix(p, "-wal") && info.Size() > 0 {
-					wal++
-				}
-			}
-		}
-		return nil
-	})
-	return mb(size), wal
-}
-
 // runCeiling starts the static server (bench ceiling) with pages of size
 // bytes and loads it with 50 readers for d.
 func runCeiling(ctx context.Context, size int, d time.Duration) (Latency, error) {
@@ -409,119 +355,11 @@ func mixOf(f fixture.Fixture, people []fixture.Person) (func(*rand.Rand) int, er
 // stopLimit is how long measure waits for the server to exit after SIGTERM.
 const stopLimit = 10 * time.Minute
 
-func freePort() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
-
-// procStatusMB reads a kB field of /proc/PID/status in MB.
-func procStatusMB(pid int, field string) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, field+":"); ok {
-			kb, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")))
-			return float64(kb) / 1024
-		}
-	}
-	return 0
-}
-
-func mb(n int64) float64 { return float64(n) / (1 << 20) }
-
-// copyDir copies a data directory file by file.
-func copyDir(src, dst string) error {
-	return filepath.WalkDir(src, func(p string, e fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		target := filepath.Join(dst, rel)
-		if e.IsDir() {
-			return os.MkdirAll(target, 0o700)
-		}
-		in, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer in.Close()
-		out, err := os.OpenFile(target, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-		if err != nil {
-			return err
-		}
-		if _, err := io.Copy(out, in); err != nil {
-			out.Close()
-			return err
-		}
-		return out.Close()
-	})
-}
-
 // envList collects repeated -env flags.
 type envList []string
 
 func (e *envList) String() string     { return strings.Join(*e, " ") }
 func (e *envList) Set(v string) error { *e = append(*e, v); return nil }
-
-// copyFixture copies the cached fixture f (seeding it on first use) into a
-// fresh data directory, and returns it with the fixture's people and a
-// function that removes the copy. The copy is written to disk before it
-// returns: the first measurement, the cold start, otherwise ran while the
-// kernel wrote back the copy (151 MB for people-1k, 1.5 GB for
-// people-10k), and the first feed's file creations (each person file it
-// opens makes its -wal and -shm) waited behind that writeback: the same
-// binary measured 61-115 ms right after the copy and 41-50 ms after a
-// sync, in alternate starts.
-func copyFixture(ctx context.Context, cache string, f fixture.Fixture) (data string, people []fixture.Person, cleanup func(), err error) {
-	src, err := fixtureDir(ctx, cache, f)
-	if err != nil {
-		return "", nil, nil, err
-	}
-	raw, err := os.ReadFile(filepath.Join(src, fixture.PeopleFile))
-	if err != nil {
-		return "", nil, nil, err
-	}
-	if err := json.Unmarshal(raw, &people); err != nil {
-		return "", nil, nil, err
-	}
-	work, err := os.MkdirTemp("", "nah-bench-run")
-	if err != nil {
-		return "", nil, nil, err
-	}
-	cleanup = func() { os.RemoveAll(work) }
-	data = filepath.Join(work, "data")
-	fmt.Fprintf(os.Stderr, "copying %s\n", f.Name)
-	if err := copyDir(filepath.Join(src, fixture.DataDir), data); err != nil {
-		cleanup()
-		return "", nil, nil, err
-	}
-	syscall.Sync()
-	return data, people, cleanup, nil
-}
-
-// procCPUms is the CPU time (user + system) of process pid so far, from
-// /proc/PID/stat, exited threads included.
-func procCPUms(pid int) (float64, bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, false
-	}
-	// Fields after the command's closing parenthesis; utime and stime are
-	// the 14th and 15th of the line, in clock ticks of 10 ms (USER_HZ 100).
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	if len(f) < 13 {
-		return 0, false
-	}
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (ut + st) * 10, true
-}
 
 // readCost reads the server's counts of opens, closes and take-ups from its
 // metrics and its CPU time so far from /proc (nil when either fails).

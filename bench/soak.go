@@ -21,12 +21,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nah-app/nah"
 	"github.com/nah-app/nah/bench/fixture"
 	"github.com/superfly/ltx"
 )
 
-// SoakResult is one soak (issue 37): minutes of a steady mixed load, the
-// disk sampled every 30 s. Written to bench/results/soak-NAME-TIME.json.
+// SoakResult is one soak (bench/THRESHOLDS.md, "The replica over time"):
+// minutes of a steady mixed load, the disk sampled every 30 s. Written to
+// bench/results/soak-NAME-TIME.json.
 type SoakResult struct {
 	Fixture   string    `json:"fixture"`
 	Time      time.Time `json:"time"`
@@ -347,7 +349,7 @@ func paced(ctx context.Context, workers int, perS float64, do func(*rand.Rand) b
 // dataUse is the data directory's live databases (*.db), WALs (*-wal) and
 // local replication state (replication/, whatever its files).
 func dataUse(data string) (live, wal, state DirUse) {
-	stateDir := filepath.Join(data, "replication") + string(filepath.Separator)
+	stateDir := filepath.Join(data, nah.ReplicationRel) + string(filepath.Separator)
 	filepath.WalkDir(data, func(p string, e fs.DirEntry, err error) error {
 		if err != nil || !e.Type().IsRegular() {
 			return nil

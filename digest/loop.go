@@ -5,7 +5,7 @@
 // minute. It has its own clock, start, stop and relay client, reads and
 // writes only through store, and app reads its Status and Totals.
 //
-// Exactly once a day (README "Daily digests"): a slot (schedule.go) is
+// Exactly once a day (docs/api.md "Daily digests"): a slot (schedule.go) is
 // claimed in the directory before its pushes and marked done after, batched
 // into one transaction; a claimed slot is never claimed again that local
 // day, one claimed but not done is resent with the same digest id, and a
@@ -79,8 +79,8 @@ const (
 	// devicesAtOnce bounds one person's pushes in flight: all their
 	// devices (nah.MaxDevices) at once, so ten devices on a relay that hangs
 	// cost one person's budget, not ten times three tries one after
-	// another (2m42s measured before, holding a worker and delaying the
-	// next people). At most Workers x 10 requests are in flight.
+	// another, which held a worker for minutes and delayed the next
+	// people. At most Workers x 10 requests are in flight.
 	devicesAtOnce = nah.MaxDevices
 )
 

@@ -300,7 +300,7 @@ func (s *Store) Commit(ctx context.Context, owner, caller string, c MLSCommit) (
 	}
 	// The commit stands; a Welcome not delivered leaves its client in the
 	// group without knowing it, and a member's device adds it again after
-	// removing it (the README's recovery).
+	// removing it (the recovery in docs/api.md).
 	for _, to := range c.WelcomeTo {
 		if err := s.deliverWelcome(ctx, to, owner, epoch, c.Welcome); err != nil {
 			s.log.Warn("a Welcome could not be delivered", "client", to, "err", err)

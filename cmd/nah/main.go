@@ -164,8 +164,9 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer, re
 	}
 	// The head cache is a large, long-lived heap (58 MB for 10,000 people);
 	// at the default GOGC of 100 the heap may grow to twice what is live
-	// before a collection. 50 measured 287 -> 237 MB peak on people-10k at
-	// the same feed throughput. GOGC in the environment still wins.
+	// before a collection. 50 lowers people-10k's peak at the same feed
+	// throughput (bench/THRESHOLDS.md, "GOGC 100" under "Tried and
+	// dropped"). GOGC in the environment still wins.
 	if getenv("GOGC") == "" {
 		debug.SetGCPercent(50)
 	}

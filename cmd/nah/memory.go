@@ -14,7 +14,7 @@ import (
 	"github.com/nah-app/nah/store"
 )
 
-// The memory plan splits NAH_MEMORY_LIMIT, in this order (README, its row):
+// The memory plan splits NAH_MEMORY_LIMIT, in this order (docs/design.md, "The memory plan"):
 //   - SQLite, outside the Go heap (store.SQLiteMemoryBound); GOMEMLIMIT is the rest;
 //   - the head cache, and half again for the collector at GOGC 50;
 //   - a base of 40 MB: runtime, graph (6 MB for 10,000 people), caches, metrics;
@@ -31,8 +31,9 @@ const (
 
 // With NAH_MAX_OPEN_FILES=auto, the default, the open-file bound is what
 // the plan leaves after every other share and the requests' reserve, in
-// steps of 64: 1,024 at 320 MiB, so on people-1k no post opens or closes a
-// file, which was 40 % of a post's CPU (bench/THRESHOLDS.md).
+// steps of 64: 1,024 at 320 MiB, so that on people-1k no post opens or
+// closes a file, the dearest part of a post that does (bench/THRESHOLDS.md,
+// "The open-file bound from the memory plan").
 const (
 	requestReserve = 24 << 20
 	minAutoFiles   = 64

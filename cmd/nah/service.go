@@ -84,7 +84,7 @@ func service(args []string, getenv func(string) string, stdout, stderr io.Writer
 	}
 	// The replica: the default ./replica means nothing to systemd either;
 	// a service's goes beside its data directory (another disk or S3 is
-	// better: README), and a local one must be writable in the sandbox.
+	// better: docs/backups.md), and a local one must be writable in the sandbox.
 	switch r := strings.TrimSpace(getenv("NAH_REPLICA_URL")); {
 	case r == "":
 		u.ReplicaDir, u.ReplicaEnv = u.DataDir+"-replica", true

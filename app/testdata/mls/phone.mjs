@@ -1,4 +1,4 @@
-// What a phone app built on nah does with ts-mls (RFC 9420), as the README's
+// What a phone app built on nah does with ts-mls (RFC 9420), as docs/api.md's
 // MLS section describes: one Phone is one MLS client of a person. It
 // registers its signature key, uploads KeyPackages, creates its person's
 // group, adds the clients nah says are waiting (claiming their KeyPackages,

@@ -11,29 +11,29 @@ import (
 	"strings"
 )
 
-// Digest is what the restore drill compares of two copies of a database:
+// Checksum is what the restore drill compares of two copies of a database:
 // the schema, and every table's row count and a SHA-256 of its rows in key
 // order. Litestream's own tables (_litestream_seq, which it writes on its
 // own) are left out.
-type Digest struct {
+type Checksum struct {
 	Tables []TableSum // the schema first, then the tables by name
 }
 
-// TableSum is one table's part of a Digest.
+// TableSum is one table's part of a Checksum.
 type TableSum struct {
 	Name string
 	Rows int64
 	Sum  [sha256.Size]byte
 }
 
-// schemaName is the Digest entry of the schema and user_version.
+// schemaName is the Checksum entry of the schema and user_version.
 const schemaName = "(schema)"
 
-// DigestTx reads every row of the database tx reads, in one transaction,
+// ChecksumTx reads every row of the database tx reads, in one transaction,
 // and sums it up. Rows are streamed: memory is one row at a time (a moment
 // is at most NAH_MAX_MOMENT_BYTES).
-func DigestTx(ctx context.Context, tx *sql.Tx) (Digest, error) {
-	var d Digest
+func ChecksumTx(ctx context.Context, tx *sql.Tx) (Checksum, error) {
+	var d Checksum
 	sh := sha256.New()
 	var uv int64
 	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&uv); err != nil {
@@ -184,7 +184,7 @@ func putValue(h hash.Hash, v any) {
 // Diff says in a phrase how the copy other differs from d, the live
 // file ("" when they are the same): the first table with another row
 // count, or else the first whose rows differ.
-func (d Digest) Diff(other Digest) string {
+func (d Checksum) Diff(other Checksum) string {
 	by := make(map[string]TableSum, len(other.Tables))
 	for _, t := range other.Tables {
 		by[t.Name] = t
@@ -209,8 +209,8 @@ func (d Digest) Diff(other Digest) string {
 	return ""
 }
 
-// Equal says whether the two digests are the same.
-func (d Digest) Equal(other Digest) bool {
+// Equal says whether the two checksums are the same.
+func (d Checksum) Equal(other Checksum) bool {
 	return len(d.Tables) == len(other.Tables) && d.Diff(other) == ""
 }
 

@@ -21,8 +21,9 @@ import (
 // request path.
 type Replicator = personfile.Replicator
 
-// What replication (package backup) needs from the store: the files to
-// copy, consistent copies of them, a way to bring a file back into the
+// What backup needs from the store (backup.Source, what it reads, and
+// backup.Files, what it changes; drill.go has the drill's part): the files
+// to copy, consistent copies of them, a way to bring a file back into the
 // watched set, and a person's file swapped for a restored one while the
 // server runs. Paths are relative to the data directory, slash-separated:
 // directory.db and people/<id>/person.db.

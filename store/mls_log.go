@@ -28,12 +28,12 @@ type MLSCommitEntry struct {
 }
 
 // The log is pruned of the commits every member has passed (the least
-// mls_members.passed: a client's own commit, the commit that added it, or
-// its fetch of the commits after an epoch moves it on), of those older
-// than MLSCommitMaxAge even when a member is behind, and past
-// MLSCommitsKept. Each rule cuts a prefix, so the log stays whole from
-// its oldest commit to the group's epoch, and a member whose next commit
-// is gone gets a PrunedError.
+// mls_members.passed: the epoch a Welcome added the client at, moved on by
+// its fetches of the commits after an epoch, never by its own commit,
+// whose answer may be lost), of those older than MLSCommitMaxAge even
+// when a member is behind, and past MLSCommitsKept. Each rule cuts a
+// prefix, so the log stays whole from its oldest commit to the group's
+// epoch, and a member whose next commit is gone gets a PrunedError.
 
 // pruneCommits prunes the log of the file tx is on, whose group is at
 // epoch.

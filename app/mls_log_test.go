@@ -25,10 +25,14 @@ func (f *mlsFamily) logRows(t *testing.T) (n int) {
 	return n
 }
 
-// commitAt commits, as ann's client at leaf 0, an empty commit at epoch.
+// commitAt commits, as ann's client at leaf 0, an empty commit at epoch
+// with the new epoch's GroupInfo.
 func (f *mlsFamily) commitAt(t *testing.T, epoch uint64) {
 	t.Helper()
-	r := f.ts.do(t, "POST", f.commits, f.ann.token, map[string]string{"commit": b64(mlswire.Commit([]byte(f.gid), epoch, 0, nil))})
+	r := f.ts.do(t, "POST", f.commits, f.ann.token, map[string]string{
+		"commit":     b64(mlswire.Commit([]byte(f.gid), epoch, 0, nil)),
+		"group_info": b64(mlswire.GroupInfo([]byte(f.gid), epoch+1, 0)),
+	})
 	if r.status != 201 {
 		t.Fatalf("commit at epoch %d: %d %s", epoch, r.status, r.raw)
 	}
@@ -153,5 +157,23 @@ func TestMLSLogCap(t *testing.T) {
 	}
 	if r := f.fetch(t, f.ann, f.annC, 5); r.status != 200 || len(r.json["commits"].([]any)) != 100 {
 		t.Errorf("a fetch after epoch 5, the oldest kept: %d %s", r.status, r.raw)
+	}
+}
+
+// TestMLSGroupInfoOfTheNewestCommit: the GroupInfo served is the one of
+// the group's newest commit; a commit without one leaves none, never an
+// older epoch's, from which an external join would be refused.
+func TestMLSGroupInfoOfTheNewestCommit(t *testing.T) {
+	f := newMLSFamily(t)
+	info := "/api/v1/people/" + f.ann.id + "/group/info"
+	f.commitAt(t, 0)
+	if r := f.ts.do(t, "GET", info, f.bob.token, nil); r.status != 200 || r.json["group_info"] == "" || r.json["epoch"] != 1.0 {
+		t.Fatalf("the GroupInfo after a commit that brought one: %d %s", r.status, r.raw)
+	}
+	if r := f.ts.do(t, "POST", f.commits, f.ann.token, map[string]string{"commit": b64(mlswire.Commit([]byte(f.gid), 1, 0, nil))}); r.status != 201 {
+		t.Fatalf("a commit without a GroupInfo: %d %s", r.status, r.raw)
+	}
+	if r := f.ts.do(t, "GET", info, f.bob.token, nil); r.status != 404 || r.errCode() != "no_group_info" {
+		t.Errorf("the GroupInfo after a commit without one: %d %s, want 404 no_group_info, not epoch 1's", r.status, r.raw)
 	}
 }

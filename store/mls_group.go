@@ -313,7 +313,9 @@ func (s *Store) Commit(ctx context.Context, owner, caller string, c MLSCommit) (
 				args []any
 			}{
 				{`DELETE FROM mls_removals WHERE client NOT IN (SELECT client FROM mls_members)`, nil},
-				{`UPDATE mls_group SET epoch = ?, group_info = coalesce(?, group_info)`, []any{epoch, c.GroupInfo}},
+				// A commit without a GroupInfo drops the older one: a client
+				// joining from it would be refused at the wrong epoch.
+				{`UPDATE mls_group SET epoch = ?, group_info = ?`, []any{epoch, c.GroupInfo}},
 				{`INSERT INTO mls_commits(epoch, body, created_at) VALUES (?, ?, ?)`, []any{epoch, c.Body, now}},
 			}
 			for _, st := range stmts {

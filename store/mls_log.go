@@ -147,7 +147,7 @@ func (s *Store) passed(ctx context.Context, owner, client string, epoch uint64) 
 	})
 }
 
-// GroupInfo returns the newest GroupInfo given with a commit of owner's
+// GroupInfo returns the GroupInfo given with the newest commit of owner's
 // group, and the group's epoch.
 func (s *Store) GroupInfo(ctx context.Context, owner string) (info []byte, epoch uint64, err error) {
 	if s.graph.node(owner) == nil {
@@ -159,7 +159,7 @@ func (s *Store) GroupInfo(ctx context.Context, owner string) (info []byte, epoch
 			return errNoGroup()
 		}
 		if err == nil && info == nil {
-			return nah.Errorf(nah.NotFound, "no_group_info", "no commit of this group came with a GroupInfo")
+			return nah.Errorf(nah.NotFound, "no_group_info", "the group's newest commit, to epoch %d, came without a GroupInfo: a member's next commit brings one", epoch)
 		}
 		return err
 	})

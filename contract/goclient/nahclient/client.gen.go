@@ -1967,7 +1967,7 @@ type ClientInterface interface {
 
 	// GetGroupInfo A group's newest GroupInfo
 	//
-	// The GroupInfo given with the newest commit that had one: for a member that fell further behind than the kept log (an external join is not accepted; ask a member to Add you again).
+	// The GroupInfo given with the group's newest commit: a client told 410 log_pruned joins again from it with an external commit. 404 no_group_info when the newest commit came without one (members send one with every commit).
 	//
 	// Corresponds with GET /api/v1/people/{id}/group/info (the `GetGroupInfo` operationId).
 	GetGroupInfo(ctx context.Context, id PersonID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3077,7 +3077,7 @@ func (c *Client) PostCommit(ctx context.Context, id PersonID, body PostCommitJSO
 
 // GetGroupInfo A group's newest GroupInfo
 //
-// The GroupInfo given with the newest commit that had one: for a member that fell further behind than the kept log (an external join is not accepted; ask a member to Add you again).
+// The GroupInfo given with the group's newest commit: a client told 410 log_pruned joins again from it with an external commit. 404 no_group_info when the newest commit came without one (members send one with every commit).
 //
 // Corresponds with GET /api/v1/people/{id}/group/info (the `GetGroupInfo` operationId).
 func (c *Client) GetGroupInfo(ctx context.Context, id PersonID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -6799,7 +6799,7 @@ type ClientWithResponsesInterface interface {
 
 	// GetGroupInfoWithResponse A group's newest GroupInfo
 	//
-	// The GroupInfo given with the newest commit that had one: for a member that fell further behind than the kept log (an external join is not accepted; ask a member to Add you again).
+	// The GroupInfo given with the group's newest commit: a client told 410 log_pruned joins again from it with an external commit. 404 no_group_info when the newest commit came without one (members send one with every commit).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -13131,7 +13131,7 @@ func (c *ClientWithResponses) PostCommitWithResponse(ctx context.Context, id Per
 
 // GetGroupInfoWithResponse A group's newest GroupInfo
 //
-// The GroupInfo given with the newest commit that had one: for a member that fell further behind than the kept log (an external join is not accepted; ask a member to Add you again).
+// The GroupInfo given with the group's newest commit: a client told 410 log_pruned joins again from it with an external commit. 404 no_group_info when the newest commit came without one (members send one with every commit).
 //
 // Returns a wrapper object for the known response body format(s).
 //

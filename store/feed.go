@@ -12,11 +12,11 @@ import (
 
 // The feed (SPEC 3) visits the circle newest poster first, stopping at the
 // first whose newest moment is older than the full page: 30 moments read at
-// most 31 files, usually none (head.go). A deleted person shows nothing; an
+// most 31 files, usually none (feed_head.go). A deleted person shows nothing; an
 // unusable file is its owner's error, and others' pages are rebuilt without it.
 
 // Page is one page of moments, newest first. Take one with NewPage, fill it
-// with Feed and give it back with Release: its buffers are pooled, since
+// with FeedRange and give it back with Release: its buffers are pooled, since
 // the feed is the hottest path of the server.
 type Page struct {
 	// Moments holds at most limit moments, newest first. Their bodies point
@@ -29,7 +29,7 @@ type Page struct {
 	Next *nah.Cursor
 	// Take, when set, is asked for the bytes of every body before the page
 	// copies it from a file (bodies from heads are already in memory and
-	// cost nothing more): an error stops the read and Feed returns it. It
+	// cost nothing more): an error stops the read and FeedRange returns it. It
 	// is how a caller keeps pages inside a memory budget; Taken says how
 	// much to give back once the page is written.
 	Take func(n int) error
@@ -115,16 +115,11 @@ func newer(a, b item) int {
 	return nah.CompareNewest(a.CreatedAt, a.ID, a.Author, b.CreatedAt, b.ID, b.Author)
 }
 
-// Feed fills p with up to limit moments older than before (all when before
-// is nil), newest first: of person id and everyone connected to them when
-// circle is set, else of id alone. Who may read it is the caller's to
-// decide. An unknown person is NotFound.
-func (s *Store) Feed(ctx context.Context, id string, circle bool, before *nah.Cursor, limit int, p *Page) error {
-	return s.FeedRange(ctx, id, circle, before, nil, limit, p)
-}
-
-// FeedRange is Feed of the moments strictly between after and before (nil
-// for no bound on that side); Next then pages on within the same range.
+// FeedRange fills p with up to limit moments strictly between after and
+// before (nil for no bound on that side), newest first: of person id and
+// everyone connected to them when circle is set, else of id alone. Who may
+// read it is the caller's to decide. An unknown person is NotFound. Next
+// then pages on within the same range.
 func (s *Store) FeedRange(ctx context.Context, id string, circle bool, before, after *nah.Cursor, limit int, p *Page) error {
 	if err := nah.CheckPageLimit(limit); err != nil {
 		return err
@@ -365,7 +360,7 @@ func (s *Store) readBodies(ctx context.Context, p *Page, n int) error {
 		err := s.momentBodies(ctx, p, k.Author, p.ids, func(id string, body []byte) bool {
 			// Twice the bodies held: the buffer they are appended to may
 			// double. Charged as a high-water mark, since a page read again
-			// without an unreadable person (Feed) reuses the same buffer.
+			// without an unreadable person (FeedRange) reuses the same buffer.
 			if need := 2 * (len(p.bodies) + len(body)); p.Take != nil && need > p.taken {
 				if over = p.Take(need - p.taken); over != nil {
 					return false

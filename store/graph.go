@@ -34,7 +34,7 @@ type node struct {
 	stamp   fileStamp            // guarded by headMu: the file when head was loaded
 	stamped bool                 // guarded by headMu: stamp can reveal the next write
 
-	usage mediaUsage // the person's storage against their quota (media.go)
+	usage mediaUsage // the person's storage against their quota (person_media.go)
 }
 
 func newGraph() *graph {

@@ -266,7 +266,7 @@ func mustLoad(fsys fs.FS, dir string) []migration {
 var ErrTooNew = fmt.Errorf("database is newer than this binary")
 
 // migrator is what migrate runs on: a *sql.DB, or the one *sql.Conn of an
-// untrusted file (untrusted.go).
+// untrusted file (lifecycle_untrusted.go).
 type migrator interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)

@@ -1,9 +1,3 @@
-// Package store owns SQLite: the directory database (accounts, sessions,
-// codes, connections) and one database file per person under
-// Dir/people/<id>/, with the in-memory graph the feed reads.
-//
-// It is the only package that imports the SQLite driver and knows nothing of
-// HTTP. It owns the stored form of secrets (secrets.go, passwords.go).
 package store
 
 import (
@@ -43,11 +37,11 @@ type Config struct {
 	// DefaultStaleAfter.
 	StaleAfter time.Duration
 	// HeadCacheBytes bounds the in-memory heads of newest moments;
-	// DefaultHeadCacheBytes (head.go). Negative turns heads off.
+	// DefaultHeadCacheBytes (feed_head.go). Negative turns heads off.
 	HeadCacheBytes int64
 	// DeleteGrace is how long a deleted person's folder and row wait, for
 	// an undo, before the sweep purges them; DefaultDeleteGrace when zero,
-	// negative to purge at once (lifecycle.go).
+	// negative to purge at once (lifecycle_delete.go).
 	DeleteGrace time.Duration
 	// Sweep runs the purge of deleted people due one (at start, then every
 	// minute). Only the serving process sets it: a command-line tool opening
@@ -55,7 +49,7 @@ type Config struct {
 	// grace, nor race the server's undo.
 	Sweep bool
 	// UploadExpiry is how long a resumable upload lives after its
-	// creation or last piece; DefaultUploadExpiry when zero (uploads.go).
+	// creation or last piece; DefaultUploadExpiry when zero (person_uploads.go).
 	UploadExpiry time.Duration
 
 	// Replicator, if set, follows every file written (replication.go).
@@ -124,12 +118,12 @@ type Store struct {
 	inserts    inserts    // insertMoment prepared on each open person file
 	connMu     sync.Mutex // serialises connection changes with their graph updates
 
-	lifeMu      sync.Mutex // serialises deletions, undos and purges (lifecycle.go)
+	lifeMu      sync.Mutex // serialises deletions, undos and purges (lifecycle_delete.go)
 	deleteGrace time.Duration
 	swept       chan struct{} // closed when the purge sweep has stopped
 
 	uploadExpiry time.Duration
-	uploaders    sync.Map // person id → true: they have resumable uploads (uploads.go)
+	uploaders    sync.Map // person id → true: they have resumable uploads (person_uploads.go)
 
 	dirtyMu sync.Mutex
 	dirty   map[string]dirtyPerson // what the directory has not heard yet

@@ -54,7 +54,7 @@ func newHeldTicket() string {
 
 // HeldUpload is an upload being written, to be kept (Keep) or not (Drop).
 // Until then it lives in an import's temporary folder, locked as an
-// import's is (import.go), so that a crash leaves nothing that the next
+// import's is (lifecycle_import.go), so that a crash leaves nothing that the next
 // Open does not remove.
 type HeldUpload struct {
 	s    *Store

@@ -349,9 +349,9 @@ func (s *Store) checkpointDirectory(ctx context.Context) error {
 const sweepFirstAfter = 2 * time.Second
 
 // sweepLoop purges deleted people and the files restores replaced when due,
-// and removes expired resumable uploads (uploads.go) and sessions
-// (sessions.go): sweepFirstAfter after start, then every minute. Its first
-// pass also removes what interrupted uploads left (media.go).
+// and removes expired resumable uploads (person_uploads.go) and sessions
+// (dir_sessions.go): sweepFirstAfter after start, then every minute. Its first
+// pass also removes what interrupted uploads left (person_media.go).
 func (s *Store) sweepLoop() {
 	defer close(s.swept)
 	first := time.NewTimer(sweepFirstAfter)
@@ -369,7 +369,7 @@ func (s *Store) sweepLoop() {
 		if _, err := s.PurgeDeleted(context.Background()); err != nil {
 			s.log.Error("purge deleted people", "err", err)
 		}
-		if _, err := s.PurgeReplaced(context.Background()); err != nil {
+		if _, err := s.purgeReplaced(context.Background()); err != nil {
 			s.log.Error("purge the files restores replaced", "err", err)
 		}
 		s.SweepResumables(context.Background())

@@ -43,7 +43,7 @@ type mediaUsage struct {
 	uploading int
 	// staged is the charge of the unfinished resumable uploads at their
 	// declared length, resumables those uploads and the finished ones kept
-	// (uploads.go).
+	// (person_uploads.go).
 	staged     int64
 	resumables map[string]*resumable
 }
@@ -434,7 +434,7 @@ func (up *Upload) Commit(ctx context.Context, contentType string) (nah.Media, er
 	return m, err
 }
 
-// CommitOnce is Commit under an idempotency key (idem.go; nil for none),
+// CommitOnce is Commit under an idempotency key (person_idem.go; nil for none),
 // stored in the row's transaction. When the key was used before for the
 // same request, the upload is dropped and replay is the first answer.
 func (up *Upload) CommitOnce(ctx context.Context, contentType string, idem *Idem) (m nah.Media, replay []byte, err error) {

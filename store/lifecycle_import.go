@@ -22,11 +22,11 @@ import (
 )
 
 // An import ("move") recreates a person from their export,
-// another server's tar (export.go). Everything in the tar is untrusted: it
+// another server's tar (lifecycle_export.go). Everything in the tar is untrusted: it
 // is copied into a temporary folder under the data directory, checked whole
 // (entries, sizes, checksums, schema, SQLite's integrity check), and only
 // then does anything reach the directory or people/. person.db is read as
-// an untrusted file (untrusted.go): exactly our schema, every value bounded
+// an untrusted file (lifecycle_untrusted.go): exactly our schema, every value bounded
 // in SQL before Go reads it. The moments are copied row by row into a fresh
 // person file rather than the file being moved in, and the quota counts
 // what that copy writes, not what the tar claims.
@@ -648,7 +648,7 @@ func copyEntry(r io.Reader, p string, size int64, buf []byte) (int64, string, er
 }
 
 // openExportedDB opens the copied person.db as an untrusted file
-// (untrusted.go) and checks it: SQLite at all, its own schema version (the
+// (lifecycle_untrusted.go) and checks it: SQLite at all, its own schema version (the
 // manifest's is not trusted), exactly our schema at that version, brought
 // to this binary's (migrateExported), and PRAGMA integrity_check. maxBody
 // is the largest value read from it.
@@ -717,7 +717,7 @@ func migrateExported(ctx context.Context, u *untrustedDB, p string, maxBody int)
 
 // untrustedValueMax bounds every value of an imported person.db but a
 // moment's body: ids are 26 bytes, hashes 64, content types and
-// idempotency keys at most 255, a stored answer under 600 (store/idem.go).
+// idempotency keys at most 255, a stored answer under 600 (store/person_idem.go).
 const untrustedValueMax = 4 << 10
 
 // checkSizes refuses a file with a value over its bound in any column of

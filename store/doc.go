@@ -11,8 +11,9 @@
 //
 //	app (HTTP), backup (replication), cmd/nah
 //	  │
-//	lifecycle_*.go  moves a person's whole file: import (lifecycle_import*),
-//	  │             export, delete and restore, the file a restore replaced
+//	lifecycle_*.go  moves a person's whole file: import (lifecycle_import*:
+//	  │             its folder, tar, checks, copy), export, delete and
+//	  │             restore, the file a restore replaced
 //	  ▼
 //	feed*.go        the feed read: the circle's files merged newest poster
 //	  │             first, over each person's newest moments kept in memory
@@ -22,8 +23,9 @@
 //	dir_*.go        directory.db: people, sessions, admins, join codes,
 //	  │             links, invites, connections, devices, digests, settings
 //	  ▼
-//	the base        store.go (Open, Close, stats, the directory's flush),
-//	                graph.go (a node per person), files.go (the open-file
-//	                cache, internal/personfile), sqlite.go, faults.go, runs.go
+//	the base        store.go (Open, Close, stats), graph.go (a node per
+//	                person), files.go (the open-file cache,
+//	                internal/personfile), flush.go (newest times to the
+//	                directory), datadir.go, sqlite.go, faults.go, runs.go
 //	replication.go, drill.go: what backup reads and is told
 package store

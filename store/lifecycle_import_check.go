@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/nah-app/nah"
+	"github.com/nah-app/nah/internal/integrity"
 )
 
 // openExportedDB opens the copied person.db as an untrusted file
@@ -38,14 +39,13 @@ func openExportedDB(ctx context.Context, p string, maxBody int) (*untrustedDB, e
 		u.Close()
 		return nil, err
 	}
-	var check string
-	if err := u.QueryRowContext(ctx, "PRAGMA integrity_check(1)").Scan(&check); err != nil {
+	if err := integrity.Check(ctx, u, 1); err != nil {
 		u.Close()
+		var ie *integrity.Error
+		if errors.As(err, &ie) {
+			return nil, badExport("person.db fails SQLite's integrity check: %s", short(ie.Problem))
+		}
 		return nil, badExport("person.db is not a readable SQLite database: %v", err)
-	}
-	if check != "ok" {
-		u.Close()
-		return nil, badExport("person.db fails SQLite's integrity check: %s", short(check))
 	}
 	return u, nil
 }

@@ -10,8 +10,9 @@ import (
 
 // The feed (SPEC 3) visits the circle newest poster first, stopping at the
 // first whose newest moment is older than the full page: 30 moments read at
-// most 31 files, usually none (feed_head.go). A deleted person shows nothing; an
-// unusable file is its owner's error, and others' pages are rebuilt without it.
+// most 31 files, usually none (feed_head.go). A deleted person shows
+// nothing; an unusable file is its owner's error, and others' pages are
+// rebuilt without it.
 
 // Page is one page of moments, newest first. Take one with NewPage, fill it
 // with FeedRange and give it back with Release: its buffers are pooled, since

@@ -74,9 +74,9 @@ func (s *Store) flushDirty(ctx context.Context) error {
 	s.dirty = make(map[string]dirtyPerson)
 	s.dirtyMu.Unlock()
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
-		// Prepared once a flush: under the 16-writer burst a flush updates
-		// ~1,000 rows, and parsing each was most of the flush's 3 % of the
-		// server's CPU (issue 22).
+		// Prepared once a flush: under the 16-writer burst a flush updates a
+		// row for each person who posted, and parsing the update for each
+		// was most of the flush's CPU (bench/THRESHOLDS.md).
 		stmt, err := tx.PrepareContext(ctx, `UPDATE people SET newest_at = max(newest_at, ?), moments = max(0, moments + ?) WHERE id = ?`)
 		if err != nil {
 			return err

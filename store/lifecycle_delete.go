@@ -342,10 +342,10 @@ func (s *Store) checkpointDirectory(ctx context.Context) error {
 	return errors.Join(err, rerr)
 }
 
-// sweepFirstAfter is how long after Open the sweep's first pass waits:
-// its walk of people/*/media was 12% of the CPU people-1k spent from exec to
-// the first feed (perf, bench/THRESHOLDS.md), and the first requests after
-// a restart need not share the two cores with it.
+// sweepFirstAfter is how long after Open the sweep's first pass waits: its
+// walk of people/*/media was a large share of the CPU people-1k spent from
+// exec to the first feed (bench/THRESHOLDS.md), and the first requests
+// after a restart need not share the two cores with it.
 const sweepFirstAfter = 2 * time.Second
 
 // sweepLoop purges deleted people and the files restores replaced when due,

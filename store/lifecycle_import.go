@@ -12,15 +12,15 @@ import (
 	"github.com/nah-app/nah"
 )
 
-// An import ("move") recreates a person from their export,
-// another server's tar (lifecycle_export.go). Everything in the tar is untrusted: it
-// is copied into a temporary folder under the data directory, checked whole
+// An import ("move") recreates a person from their export, another server's
+// tar (lifecycle_export.go). Everything in the tar is untrusted: it is
+// copied into a temporary folder under the data directory, checked whole
 // (entries, sizes, checksums, schema, SQLite's integrity check), and only
 // then does anything reach the directory or people/. person.db is read as
-// an untrusted file (lifecycle_untrusted.go): exactly our schema, every value bounded
-// in SQL before Go reads it. The moments are copied row by row into a fresh
-// person file rather than the file being moved in, and the quota counts
-// what that copy writes, not what the tar claims.
+// an untrusted file (lifecycle_untrusted.go): exactly our schema, every
+// value bounded in SQL before Go reads it. The moments are copied row by
+// row into a fresh person file rather than the file being moved in, and the
+// quota counts what that copy writes, not what the tar claims.
 
 // ImportLinkTTL is how long the one-time link of an imported person works.
 const ImportLinkTTL = 24 * time.Hour

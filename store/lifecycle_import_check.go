@@ -12,10 +12,10 @@ import (
 )
 
 // openExportedDB opens the copied person.db as an untrusted file
-// (lifecycle_untrusted.go) and checks it: SQLite at all, its own schema version (the
-// manifest's is not trusted), exactly our schema at that version, brought
-// to this binary's (migrateExported), and PRAGMA integrity_check. maxBody
-// is the largest value read from it.
+// (lifecycle_untrusted.go) and checks it: SQLite at all, its own schema
+// version (the manifest's is not trusted), exactly our schema at that
+// version, brought to this binary's (migrateExported), and PRAGMA
+// integrity_check. maxBody is the largest value read from it.
 func openExportedDB(ctx context.Context, p string, maxBody int) (*untrustedDB, error) {
 	u, err := openUntrusted(ctx, p, maxBody)
 	if err != nil {
@@ -79,8 +79,8 @@ func migrateExported(ctx context.Context, u *untrustedDB, p string, maxBody int)
 }
 
 // untrustedValueMax bounds every value of an imported person.db but a
-// moment's body: ids are 26 bytes, hashes 64, content types and
-// idempotency keys at most 255, a stored answer under 600 (store/person_idem.go).
+// moment's body: ids are 26 bytes, hashes 64, content types and idempotency
+// keys at most 255, a stored answer under 600 (store/person_idem.go).
 const untrustedValueMax = 4 << 10
 
 // checkSizes refuses a file with a value over its bound in any column of

@@ -54,8 +54,8 @@ func newHeldTicket() string {
 
 // HeldUpload is an upload being written, to be kept (Keep) or not (Drop).
 // Until then it lives in an import's temporary folder, locked as an
-// import's is (lifecycle_import.go), so that a crash leaves nothing that the next
-// Open does not remove.
+// import's is (lifecycle_import.go), so that a crash leaves nothing that
+// the next Open does not remove.
 type HeldUpload struct {
 	s    *Store
 	f    *os.File

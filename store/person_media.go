@@ -147,9 +147,9 @@ func (up *Upload) Commit(ctx context.Context, contentType string) (nah.Media, er
 	return m, err
 }
 
-// CommitOnce is Commit under an idempotency key (person_idem.go; nil for none),
-// stored in the row's transaction. When the key was used before for the
-// same request, the upload is dropped and replay is the first answer.
+// CommitOnce is Commit under an idempotency key (person_idem.go; nil for
+// none), stored in the row's transaction. When the key was used before for
+// the same request, the upload is dropped and replay is the first answer.
 func (up *Upload) CommitOnce(ctx context.Context, contentType string, idem *Idem) (m nah.Media, replay []byte, err error) {
 	if up.size == 0 {
 		up.Abort()

@@ -95,7 +95,8 @@ type Store struct {
 	w *sql.DB // the directory's one writer connection
 	r *sql.DB // the directory's readers
 	// tokenQuery is PersonForToken's query on r, prepared once a connection:
-	// its parse was 40 % of the check (people-10k's posts, bench/THRESHOLDS.md).
+	// its parse was a large share of the check (people-10k's posts,
+	// bench/THRESHOLDS.md).
 	tokenQuery *sql.Stmt
 
 	files      *personfile.Cache

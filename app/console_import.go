@@ -17,7 +17,7 @@ import (
 
 // The console's "Import a person": an operator uploads
 // a person's export from another server, and the store recreates them
-// (store/import.go). The upload is streamed from the request into the
+// (store/lifecycle_import.go). The upload is streamed from the request into the
 // store's temporary folder, never held in memory.
 
 const (

@@ -20,7 +20,7 @@ import (
 
 // Resumable uploads speak tus 1.0.0 (https://tus.io/protocols/resumable-upload)
 // with its creation, termination, expiration and checksum extensions, over
-// store/uploads.go: POST creates, HEAD says the offset, PATCH appends a
+// store/person_uploads.go: POST creates, HEAD says the offset, PATCH appends a
 // piece at it, DELETE abandons. The last piece makes the file a media.
 
 const (

@@ -372,7 +372,7 @@ func (s *Store) sweepLoop() {
 		if _, err := s.purgeReplaced(context.Background()); err != nil {
 			s.log.Error("purge the files restores replaced", "err", err)
 		}
-		s.SweepResumables(context.Background())
+		s.Resumables().Sweep(context.Background())
 		if _, err := s.DeleteExpiredSessions(context.Background()); err != nil {
 			s.log.Error("delete expired sessions", "err", err)
 		}

@@ -218,10 +218,18 @@ func saveState(dir string, r *resumable) error {
 	return os.Rename(tmp, filepath.Join(dir, r.id+".json"))
 }
 
-// CreateResumable starts an upload of spec.Length bytes for owner, whose
-// storage with every unfinished upload at its declared length may not pass
-// quota; with an Idempotency-Key used before, it returns that upload.
-func (s *Store) CreateResumable(ctx context.Context, owner string, spec ResumableSpec, quota int64) (Resumable, bool, error) {
+// Resumables are the people's resumable uploads (tus): the bytes beside
+// their media, the state in a file each.
+type Resumables struct{ s *Store }
+
+// Resumables returns the store's resumable uploads.
+func (s *Store) Resumables() Resumables { return Resumables{s} }
+
+// Create starts an upload of spec.Length bytes for owner, whose storage
+// with every unfinished upload at its declared length may not pass quota;
+// with an Idempotency-Key used before, it returns that upload.
+func (rs Resumables) Create(ctx context.Context, owner string, spec ResumableSpec, quota int64) (Resumable, bool, error) {
+	s := rs.s
 	if spec.Length < 1 {
 		return Resumable{}, false, ErrEmptyMedia()
 	}
@@ -289,8 +297,9 @@ func (s *Store) CreateResumable(ctx context.Context, owner string, spec Resumabl
 	return out, replayed, s.spaceErr(err)
 }
 
-// ResumableOf returns owner's upload uid as it stands.
-func (s *Store) ResumableOf(ctx context.Context, owner, uid string) (Resumable, error) {
+// Of returns owner's upload uid as it stands.
+func (rs Resumables) Of(ctx context.Context, owner, uid string) (Resumable, error) {
+	s := rs.s
 	var out Resumable
 	err := s.withUsage(ctx, owner, func(u *mediaUsage) error {
 		r, err := s.liveResumable(owner, u, uid)
@@ -302,9 +311,10 @@ func (s *Store) ResumableOf(ctx context.Context, owner, uid string) (Resumable, 
 	return out, err
 }
 
-// Resumables lists owner's unfinished uploads, oldest first, so that a
-// phone that lost a creation's answer can find the upload and delete it.
-func (s *Store) Resumables(ctx context.Context, owner string) ([]Resumable, error) {
+// List returns owner's unfinished uploads, oldest first, so that a phone
+// that lost a creation's answer can find the upload and delete it.
+func (rs Resumables) List(ctx context.Context, owner string) ([]Resumable, error) {
+	s := rs.s
 	var out []Resumable
 	err := s.withUsage(ctx, owner, func(u *mediaUsage) error {
 		s.expireResumables(owner, u)
@@ -368,8 +378,9 @@ func (s *Store) dropResumable(dir string, u *mediaUsage, r *resumable) {
 	r.gone = true
 }
 
-// SweepResumables removes the expired uploads of everyone who has some.
-func (s *Store) SweepResumables(ctx context.Context) {
+// Sweep removes the expired uploads of everyone who has some.
+func (rs Resumables) Sweep(ctx context.Context) {
+	s := rs.s
 	s.uploaders.Range(func(k, _ any) bool {
 		id := k.(string)
 		err := s.withUsage(ctx, id, func(u *mediaUsage) error {
@@ -393,7 +404,7 @@ func (s *Store) sweepExpiredAtStart(ctx context.Context) {
 	for _, d := range dirs {
 		s.uploaders.Store(filepath.Base(filepath.Dir(d)), true)
 	}
-	s.SweepResumables(ctx)
+	s.Resumables().Sweep(ctx)
 }
 
 // takeResumable holds owner's upload uid for one request, stopping the one that
@@ -441,9 +452,10 @@ func (s *Store) releaseResumable(u *mediaUsage, r *resumable) {
 	<-r.busy
 }
 
-// DeleteResumable abandons owner's upload uid: its files go and its length
-// is given back to the quota. A finished one's media stays.
-func (s *Store) DeleteResumable(ctx context.Context, owner, uid string) error {
+// Delete abandons owner's upload uid: its files go and its length is given
+// back to the quota. A finished one's media stays.
+func (rs Resumables) Delete(ctx context.Context, owner, uid string) error {
+	s := rs.s
 	r, u, err := s.takeResumable(ctx, owner, uid, nil)
 	if err != nil {
 		return err

@@ -41,11 +41,12 @@ func ErrChecksumMismatch(whole bool) error {
 
 var pieceBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
-// WriteResumable appends p to owner's upload uid, streamed to its file
-// through one 32 KiB buffer, and fsyncs it; the last piece makes it a
-// media. What was written of a piece cut off is kept (without Checksum)
-// and the body's error returned; the state returned is the upload's after.
-func (s *Store) WriteResumable(ctx context.Context, owner, uid string, p Piece) (Resumable, error) {
+// Write appends p to owner's upload uid, streamed to its file through one
+// 32 KiB buffer, and fsyncs it; the last piece makes it a media. What was
+// written of a piece cut off is kept (without Checksum) and the body's
+// error returned; the state returned is the upload's after.
+func (rs Resumables) Write(ctx context.Context, owner, uid string, p Piece) (Resumable, error) {
+	s := rs.s
 	r, u, err := s.takeResumable(ctx, owner, uid, p.Stop)
 	if err != nil {
 		return Resumable{}, err

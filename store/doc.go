@@ -28,4 +28,9 @@
 //	                internal/personfile), flush.go (newest times to the
 //	                directory), datadir.go, sqlite.go, faults.go, runs.go
 //	replication.go, drill.go: what backup reads and is told
+//
+// A table that callers use as a whole hangs on a value of its own that
+// *Store hands out, so that *Store lists what is about the store: Admins
+// and JoinCodes (the directory), Devices (push tokens), Resumables (a
+// person's tus uploads), HeldImports (exports kept for a second try).
 package store

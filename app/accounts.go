@@ -75,7 +75,7 @@ func (a *App) handleAccountCreate(w http.ResponseWriter, r *http.Request) {
 	// A bogus code is refused before the hash and before CreatePerson
 	// makes the person's file; CreatePerson redeems the code atomically.
 	if in.JoinCode != "" {
-		if err = a.checkSecret(r, func() error { return a.store.CheckJoinCode(r.Context(), string(in.JoinCode)) }); err != nil {
+		if err = a.checkSecret(r, func() error { return a.store.JoinCodes().Check(r.Context(), string(in.JoinCode)) }); err != nil {
 			a.writeError(w, r, err)
 			return
 		}

@@ -197,7 +197,7 @@ func TestJoinCodes(t *testing.T) {
 	if r := ts.do(t, "POST", "/api/v1/accounts", "", body); r.status != 400 || r.errCode() != "invalid_join_code" {
 		t.Fatalf("bad code: %d %s", r.status, r.raw)
 	}
-	code, _, err := ts.store.CreateJoinCode(t.Context(), time.Hour)
+	code, _, err := ts.store.JoinCodes().Create(t.Context(), time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +210,7 @@ func TestJoinCodes(t *testing.T) {
 	if r := ts.do(t, "POST", "/api/v1/accounts", "", body); r.status != 400 || r.errCode() != "invalid_join_code" {
 		t.Fatalf("used code: %d %s", r.status, r.raw)
 	}
-	code, _, _ = ts.store.CreateJoinCode(t.Context(), time.Hour)
+	code, _, _ = ts.store.JoinCodes().Create(t.Context(), time.Hour)
 	ts.clock.Advance(2 * time.Hour)
 	body["join_code"] = code
 	if r := ts.do(t, "POST", "/api/v1/accounts", "", body); r.status != 400 || r.errCode() != "invalid_join_code" {
@@ -308,7 +308,7 @@ func TestFailedSignupLeavesNoFolder(t *testing.T) {
 	}
 	joinCode := func() string {
 		t.Helper()
-		code, _, err := ts.store.CreateJoinCode(t.Context(), time.Hour)
+		code, _, err := ts.store.JoinCodes().Create(t.Context(), time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -177,7 +177,7 @@ func (a *App) requireAdmin(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, err := r.Cookie(adminCookie)
 		if err == nil {
-			if ad, err := a.store.AdminForSession(r.Context(), c.Value); err == nil {
+			if ad, err := a.store.Admins().ForSession(r.Context(), c.Value); err == nil {
 				next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), adminKey, ad)))
 				return
 			}

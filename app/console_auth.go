@@ -22,7 +22,7 @@ const (
 )
 
 func (a *App) startAdminSession(w http.ResponseWriter, r *http.Request, ad store.Admin) {
-	token, err := a.store.CreateAdminSession(r.Context(), ad.ID, adminSessionTTL)
+	token, err := a.store.Admins().CreateSession(r.Context(), ad.ID, adminSessionTTL)
 	if err != nil {
 		a.consoleError(w, r, ui.Page{}, err)
 		return
@@ -59,7 +59,7 @@ func (a *App) handleConsoleLogin(w http.ResponseWriter, r *http.Request) {
 		a.formError(w, r, form, bad)
 		return
 	}
-	ad, hash, err := a.store.FindAdminByName(r.Context(), name)
+	ad, hash, err := a.store.Admins().FindByName(r.Context(), name)
 	if err != nil && nah.ErrorCode(err) != nah.NotFound {
 		giveBack() // nothing was checked
 		a.consoleError(w, r, form.Page, err)
@@ -82,7 +82,7 @@ func (a *App) handleConsoleLogin(w http.ResponseWriter, r *http.Request) {
 
 func (a *App) handleConsoleLogout(w http.ResponseWriter, r *http.Request) {
 	if c, err := r.Cookie(adminCookie); err == nil {
-		if err := a.store.DeleteAdminSession(r.Context(), c.Value); err != nil {
+		if err := a.store.Admins().DeleteSession(r.Context(), c.Value); err != nil {
 			a.consoleError(w, r, page(r, "", ""), err)
 			return
 		}
@@ -136,7 +136,7 @@ func (a *App) handleSetup(w http.ResponseWriter, r *http.Request) {
 		a.consoleError(w, r, form.Page, err)
 		return
 	}
-	ad, err := a.store.CreateAdminWithLink(r.Context(), token, name, hash)
+	ad, err := a.store.Admins().CreateWithLink(r.Context(), token, name, hash)
 	if err != nil {
 		a.consoleError(w, r, form.Page, err)
 		return

@@ -21,7 +21,7 @@ func (a *App) firstRun(ctx context.Context, backups ui.BackupHealth) ([]ui.Check
 	if err != nil {
 		return nil, err
 	}
-	codes, err := a.store.JoinCodes(ctx, 1)
+	codes, err := a.store.JoinCodes().List(ctx, 1)
 	if err != nil {
 		return nil, err
 	}

@@ -36,6 +36,6 @@ func (a *App) personDigest(r *http.Request, v *ui.Person) error {
 	case nah.ErrorCode(err) != nah.NotFound:
 		return err
 	}
-	v.Devices, err = a.store.DeviceCount(r.Context(), v.ID)
+	v.Devices, err = a.store.Devices().Count(r.Context(), v.ID)
 	return err
 }

@@ -17,7 +17,7 @@ import (
 
 // The console's "Import a person": an operator uploads
 // a person's export from another server, and the store recreates them
-// (store/import.go). The upload is streamed from the request into the
+// (store/lifecycle_import.go). The upload is streamed from the request into the
 // store's temporary folder, never held in memory.
 
 const (
@@ -118,7 +118,7 @@ func (a *App) handlePersonImport(w http.ResponseWriter, r *http.Request) {
 // Writing the copy never fails the import: a copy that could not be
 // written whole is dropped, and the form asks for the file again.
 func (a *App) importFrom(w http.ResponseWriter, r *http.Request, pg ui.Page, part *multipart.Part, handle string) {
-	held, err := a.store.HoldImport()
+	held, err := a.store.HeldImports().Hold()
 	if err != nil {
 		a.consoleError(w, r, pg, err)
 		return
@@ -146,7 +146,7 @@ func (a *App) importHeld(w http.ResponseWriter, r *http.Request, pg ui.Page, tic
 		a.importAgain(w, r, err, "", ticket)
 		return
 	}
-	f, next, err := a.store.TakeHeldImport(r.Context(), ticket)
+	f, next, err := a.store.HeldImports().Take(r.Context(), ticket)
 	if err != nil {
 		a.importAgain(w, r, err, "", "")
 		return
@@ -157,7 +157,7 @@ func (a *App) importHeld(w http.ResponseWriter, r *http.Request, pg ui.Page, tic
 		a.importAgain(w, r, err, res.Person.Handle, next)
 		return
 	}
-	a.store.DropHeldImport(next)
+	a.store.HeldImports().Drop(next)
 	a.imported(w, r, pg, res, err)
 }
 

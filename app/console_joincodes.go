@@ -15,7 +15,7 @@ import (
 
 func (a *App) joinCodesPage(w http.ResponseWriter, r *http.Request, status int, secret string, expires int64) {
 	pg := page(r, "Join codes", "joincodes")
-	cs, err := a.store.JoinCodes(r.Context(), 200)
+	cs, err := a.store.JoinCodes().List(r.Context(), 200)
 	var open bool
 	if err == nil {
 		open, _, err = a.openSignup(r.Context())
@@ -60,7 +60,7 @@ func (a *App) handleJoinCodeCreate(w http.ResponseWriter, r *http.Request) {
 		a.consoleError(w, r, page(r, "Join codes", "joincodes"), nah.Errorf(nah.Invalid, "", "a join code is valid for up to 90 days"))
 		return
 	}
-	code, jc, err := a.store.CreateJoinCode(r.Context(), ttl)
+	code, jc, err := a.store.JoinCodes().Create(r.Context(), ttl)
 	if err != nil {
 		a.consoleError(w, r, page(r, "Join codes", "joincodes"), err)
 		return
@@ -69,7 +69,7 @@ func (a *App) handleJoinCodeCreate(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *App) handleJoinCodeRevoke(w http.ResponseWriter, r *http.Request) {
-	if err := a.store.RevokeJoinCode(r.Context(), chi.URLParam(r, "id")); err != nil {
+	if err := a.store.JoinCodes().Revoke(r.Context(), chi.URLParam(r, "id")); err != nil {
 		a.consoleError(w, r, page(r, "Join codes", "joincodes"), err)
 		return
 	}

@@ -90,7 +90,7 @@ func consolePageURLs(t *testing.T, rs *replicatedServer) [][2]string {
 	if err := rs.store.DeletePerson(ctx, eve.id); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := rs.store.CreateJoinCode(ctx, 24*time.Hour); err != nil {
+	if _, _, err := rs.store.JoinCodes().Create(ctx, 24*time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	reset, err := rs.store.CreateLink(ctx, store.LinkReset, ann.id, time.Hour)

@@ -309,7 +309,7 @@ func TestConsoleDangerInBrowser(t *testing.T) {
 	browserWait(t, ctx, "ann's page", `document.querySelector("#delete") !== null`)
 	danger("ann's page", true, "#delete")
 	plain("ann's page", "#toggle", `button[aria-label^="Sign out phone"]`, "#signout-all")
-	if _, _, err := rs.store.CreateJoinCode(context.Background(), time.Hour); err != nil {
+	if _, _, err := rs.store.JoinCodes().Create(context.Background(), time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	must("join codes", chromedp.Do(ctx, chromedp.Navigate(rs.URL+"/console/joincodes")))

@@ -87,7 +87,7 @@ func mustAdmin(t *testing.T, s *store.Store, name, password string) {
 		t.Fatal(err)
 	}
 	hash, _ := store.HashPassword(password, 4)
-	if _, err := s.CreateAdminWithLink(ctx, link, name, hash); err != nil {
+	if _, err := s.Admins().CreateWithLink(ctx, link, name, hash); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -86,7 +86,7 @@ func (a *App) handleDevicePut(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	if err := a.store.PutDevice(r.Context(), sessionOf(r).person.ID, token, string(in.Platform)); err != nil {
+	if err := a.store.Devices().Put(r.Context(), sessionOf(r).person.ID, token, string(in.Platform)); err != nil {
 		a.writeError(w, r, err)
 		return
 	}
@@ -111,7 +111,7 @@ func (a *App) handleDeviceDelete(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	if err := a.store.DeleteDevice(r.Context(), sessionOf(r).person.ID, token); err != nil {
+	if err := a.store.Devices().Delete(r.Context(), sessionOf(r).person.ID, token); err != nil {
 		a.writeError(w, r, err)
 		return
 	}

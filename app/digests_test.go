@@ -68,7 +68,7 @@ func TestDevicesInTheBody(t *testing.T) {
 	ann := ts.signup(t, "ann")
 	fcm := "dXk1:APA91bH-x_y.z"
 	devices := func() []store.Device {
-		ds, err := ts.store.Devices(context.Background(), ann.id)
+		ds, err := ts.store.Devices().List(context.Background(), ann.id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -118,7 +118,7 @@ func TestDevices(t *testing.T) {
 	ann, bob := ts.signup(t, "ann"), ts.signup(t, "bob")
 	ios := map[string]string{"platform": "ios"}
 	count := func(a account) int {
-		n, err := ts.store.DeviceCount(context.Background(), a.id)
+		n, err := ts.store.Devices().Count(context.Background(), a.id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -135,7 +135,7 @@ func TestDevices(t *testing.T) {
 	for i := 1; i <= 10; i++ {
 		ts.do(t, "PUT", fmt.Sprintf("/api/v1/me/devices/tok-%d", i), ann.token, map[string]string{"platform": "android"})
 	}
-	ds, _ := ts.store.Devices(context.Background(), ann.id)
+	ds, _ := ts.store.Devices().List(context.Background(), ann.id)
 	if len(ds) != 10 || ds[len(ds)-1].Token != "tok-1" {
 		t.Errorf("after 11 tokens: %d devices, oldest %v", len(ds), ds[len(ds)-1])
 	}

@@ -15,7 +15,7 @@ import (
 
 // A person's export: GET /api/v1/me/export for the person, and
 // the console's "Export" on their page for an operator. The store makes
-// the tar (store/export.go); this file only bounds it and answers.
+// the tar (store/lifecycle_export.go); this file only bounds it and answers.
 
 const (
 	// exportsPerPerson in exportWindow: an export copies the whole

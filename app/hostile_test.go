@@ -399,7 +399,7 @@ func TestIDPathTricks(t *testing.T) {
 	if p := postForm(t, admin, ts.URL+"/console/joincodes", url.Values{"ttl": {"24h"}}); p.status != 201 {
 		t.Fatalf("join code: %d", p.status)
 	}
-	codes, err := ts.store.JoinCodes(t.Context(), 10)
+	codes, err := ts.store.JoinCodes().List(t.Context(), 10)
 	if err != nil || len(codes) != 1 {
 		t.Fatalf("join codes: %v %v", codes, err)
 	}
@@ -483,7 +483,7 @@ func TestIDPathTricks(t *testing.T) {
 	if r := ts.do(t, "GET", "/api/v1/me", bob.token, nil); r.status != 200 || r.json["connections"] != float64(1) {
 		t.Errorf("bob after the tricks: %d %s", r.status, r.raw)
 	}
-	if codes, err := ts.store.JoinCodes(t.Context(), 10); err != nil || codes[0].RevokedAt != 0 {
+	if codes, err := ts.store.JoinCodes().List(t.Context(), 10); err != nil || codes[0].RevokedAt != 0 {
 		t.Errorf("the join code after the tricks: %+v %v", codes, err)
 	}
 }

@@ -14,7 +14,7 @@ import (
 
 // Idempotency keys: POST /moments and POST /media take an
 // Idempotency-Key header. The key, the hash of what was asked and the first
-// answer are committed with the write in the person's file (store/idem.go),
+// answer are committed with the write in the person's file (store/person_idem.go),
 // so a retry with the same key and the same request gets the first answer,
 // marked Idempotent-Replayed: true, and writes nothing, after any crash;
 // the same key with another request is 422.

@@ -19,7 +19,7 @@ import (
 
 // Media: uploads streamed to disk through one pooled buffer, downloads by
 // http.ServeContent (Range, ETag), deletes; the store keeps files, rows and
-// quota (store/media.go). The same bytes uploaded twice are two media, never
+// quota (store/person_media.go). The same bytes uploaded twice are two media, never
 // deduplicated (docs/api.md "Media": a delete would remove another's copy).
 
 const (

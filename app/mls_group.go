@@ -48,18 +48,24 @@ func (a *App) pageTake() (take store.Take, give func()) {
 }
 
 // writeMLSError is writeError with an EpochError's epoch beside the
-// SPEC's error body, so that a phone knows where the group is.
+// SPEC's error body, so that a phone knows where the group is, and a
+// PrunedError's 410 with the path of the GroupInfo to join again from.
 func (a *App) writeMLSError(w http.ResponseWriter, r *http.Request, err error) {
-	var ee *store.EpochError
-	if !errors.As(err, &ee) {
-		a.writeError(w, r, err)
-		return
-	}
 	type errorJSON struct {
 		Code    string `json:"code"`
 		Message string `json:"message"`
 	}
-	writeJSON(w, http.StatusConflict, map[string]any{"error": errorJSON{ee.Reason, ee.Error()}, "epoch": ee.Epoch})
+	var ee *store.EpochError
+	var pe *store.PrunedError
+	switch {
+	case errors.As(err, &ee):
+		writeJSON(w, http.StatusConflict, map[string]any{"error": errorJSON{ee.Reason, ee.Error()}, "epoch": ee.Epoch})
+	case errors.As(err, &pe):
+		writeJSON(w, http.StatusGone, map[string]any{"error": errorJSON{"log_pruned", pe.Error()}, "epoch": pe.Epoch,
+			"group_info": "/api/v1/people/" + pathParam(r, "id") + "/group/info"})
+	default:
+		a.writeError(w, r, err)
+	}
 }
 
 // handleGroupCreate registers the caller's group at epoch 0.
@@ -187,19 +193,23 @@ func readCommit(owner string, commit, welcome, info []byte) (store.MLSCommit, er
 		return bad("invalid_commit", "commit is a PublicMessage of content type %d, not a commit (3)", m.ContentType)
 	case !bytes.Equal(m.GroupID, store.GroupIDOf(owner)):
 		return bad("wrong_group", "the commit is for another group than this person's")
-	case m.Sender.Type != mls.SenderMember:
-		return store.MLSCommit{}, nah.Errorf(nah.Forbidden, "not_your_leaf", "a commit comes from a member (sender type 1), not %d", m.Sender.Type)
+	case m.Sender.Type != mls.SenderMember && m.Sender.Type != mls.SenderNewMemberCommit:
+		return store.MLSCommit{}, nah.Errorf(nah.Forbidden, "not_your_leaf", "a commit comes from a member (sender type 1) or joins (4), not %d", m.Sender.Type)
 	}
-	c := store.MLSCommit{Epoch: m.Epoch, SenderLeaf: m.Sender.LeafIndex, Body: commit, GroupInfo: info, Welcome: welcome}
+	c := store.MLSCommit{Epoch: m.Epoch, SenderLeaf: m.Sender.LeafIndex, Body: commit, GroupInfo: info, Welcome: welcome,
+		External: m.Sender.Type == mls.SenderNewMemberCommit}
 	if p := m.Commit.Path; p != nil {
 		c.PathClient, c.PathKey = string(p.Identity), p.SignatureKey
 	}
+	inits := 0
 	refs := map[string]string{}
 	for _, p := range m.Commit.Proposals {
 		if p.ByRef != nil {
 			return bad("proposal_by_reference", "nah takes proposals inline in commits: this one has one by reference")
 		}
 		switch p.Type {
+		case mls.ProposalExternalInit:
+			inits++
 		case mls.ProposalRemove:
 			c.Removes = append(c.Removes, p.RemoveLeaf)
 		case mls.ProposalAdd:
@@ -213,6 +223,11 @@ func readCommit(owner string, commit, welcome, info []byte) (store.MLSCommit, er
 			c.Adds = append(c.Adds, store.MLSAdd{Client: client, SignatureKey: p.Add.Leaf.SignatureKey})
 			refs[string(ref)] = client
 		}
+	}
+	// An external commit (RFC 9420 §12.4.3.2) has one ExternalInit and a
+	// path whose leaf is the joiner; nah takes no Add or Welcome with it.
+	if c.External && (inits != 1 || c.PathKey == nil || len(c.Adds) > 0 || welcome != nil) {
+		return bad("invalid_external_commit", "an external commit has one ExternalInit, a path, and no Add or Welcome")
 	}
 	if welcome != nil {
 		wm, err := mls.Parse(welcome)
@@ -252,15 +267,21 @@ func (a *App) handleCommits(w http.ResponseWriter, r *http.Request) {
 		}
 		after = n
 	}
+	client := r.URL.Query().Get("client")
+	if p, ok := store.ClientPerson(client); client != "" && (!ok || p != sessionOf(r).person.ID) {
+		a.writeError(w, r, nah.Errorf(nah.Invalid, "not_your_client", "client is the id of one of your clients, the one that fetches"))
+		return
+	}
 	take, give := a.pageTake()
 	defer give()
-	cs, epoch, more, err := a.store.Commits(r.Context(), id, after, take)
+	cs, epoch, more, err := a.store.Commits(r.Context(), id, client, after, take)
 	if err != nil {
-		a.writeError(w, r, err)
+		a.writeMLSError(w, r, err)
 		return
 	}
 	// The page is named by where it starts and the group's epoch: a
-	// commit never changes, and pruning follows the epoch.
+	// commit never changes, and a page whose first commit is pruned is a
+	// 410, not a shorter page.
 	sum := sha256.Sum256(fmt.Appendf(nil, "%d-%d", after, epoch))
 	etag := `"` + base64.RawURLEncoding.EncodeToString(sum[:18]) + `"`
 	w.Header().Set("ETag", etag)

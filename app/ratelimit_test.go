@@ -385,7 +385,7 @@ func TestBogusSecretsAreRefusedWithoutHashing(t *testing.T) {
 func TestGoodSecretsDoNotCount(t *testing.T) {
 	ts := newTestServer(t, func(c *serverConfig) { c.OpenSignup = false })
 	for i := range secretFailuresPerAddr + 1 {
-		code, _, err := ts.store.CreateJoinCode(t.Context(), time.Hour)
+		code, _, err := ts.store.JoinCodes().Create(t.Context(), time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}

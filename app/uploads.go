@@ -20,7 +20,7 @@ import (
 
 // Resumable uploads speak tus 1.0.0 (https://tus.io/protocols/resumable-upload)
 // with its creation, termination, expiration and checksum extensions, over
-// store/uploads.go: POST creates, HEAD says the offset, PATCH appends a
+// store/person_uploads.go: POST creates, HEAD says the offset, PATCH appends a
 // piece at it, DELETE abandons. The last piece makes the file a media.
 
 const (
@@ -139,7 +139,7 @@ func (a *App) handleUploadCreate(w http.ResponseWriter, r *http.Request) {
 	if spec.Idem != nil {
 		spec.Idem.Hash = idemHash("POST /uploads", []byte(strconv.FormatInt(length, 10)), []byte(meta))
 	}
-	res, replayed, err := a.store.CreateResumable(r.Context(), me, spec, a.cfg.QuotaBytes)
+	res, replayed, err := a.store.Resumables().Create(r.Context(), me, spec, a.cfg.QuotaBytes)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -175,7 +175,7 @@ func tusInt(v string) (int64, bool) {
 // their metadata: a phone whose creation's answer was lost finds the
 // upload here, and resumes or deletes it.
 func (a *App) handleUploadList(w http.ResponseWriter, r *http.Request) {
-	list, err := a.store.Resumables(r.Context(), sessionOf(r).person.ID)
+	list, err := a.store.Resumables().List(r.Context(), sessionOf(r).person.ID)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -242,7 +242,7 @@ func (a *App) handleUploadHead(w http.ResponseWriter, r *http.Request) {
 	if !a.tusCheck(w, r) {
 		return
 	}
-	res, err := a.store.ResumableOf(r.Context(), sessionOf(r).person.ID, pathParam(r, "upload_id"))
+	res, err := a.store.Resumables().Of(r.Context(), sessionOf(r).person.ID, pathParam(r, "upload_id"))
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -284,7 +284,7 @@ func (a *App) handleUploadPatch(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	res, err := a.store.ResumableOf(r.Context(), me, uid)
+	res, err := a.store.Resumables().Of(r.Context(), me, uid)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -312,7 +312,7 @@ func (a *App) handleUploadPatch(w http.ResponseWriter, r *http.Request) {
 		stopped.Store(true)
 		rc.SetReadDeadline(time.Now())
 	}
-	res, err = a.store.WriteResumable(r.Context(), me, uid, piece)
+	res, err = a.store.Resumables().Write(r.Context(), me, uid, piece)
 	if res.ID != "" {
 		uploadHeaders(w, res)
 	}
@@ -353,7 +353,7 @@ func (a *App) handleUploadDelete(w http.ResponseWriter, r *http.Request) {
 	if !a.tusCheck(w, r) {
 		return
 	}
-	if err := a.store.DeleteResumable(r.Context(), sessionOf(r).person.ID, pathParam(r, "upload_id")); err != nil {
+	if err := a.store.Resumables().Delete(r.Context(), sessionOf(r).person.ID, pathParam(r, "upload_id")); err != nil {
 		a.writeError(w, r, err)
 		return
 	}

@@ -275,7 +275,7 @@ func TestUploadAbandonAndExpiryGiveBack(t *testing.T) {
 	// By the sweep.
 	ts.createUpload(t, a, 3<<20, "")
 	ts.clock.Advance(store.DefaultUploadExpiry + time.Minute)
-	ts.store.SweepResumables(t.Context())
+	ts.store.Resumables().Sweep(t.Context())
 	if files := uploadFiles(t, dir, a.id); len(files) != 0 {
 		t.Fatalf("left after the sweep: %v", files)
 	}

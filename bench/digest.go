@@ -226,7 +226,7 @@ func seedDigest(ctx context.Context, dir string, due time.Time) error {
 		if _, err := s.CreateMoment(ctx, p.ID, make([]byte, 400)); err != nil {
 			return err
 		}
-		if err := s.PutDevice(ctx, p.ID, fmt.Sprintf("device-%04d-%040d", i, i), nah.PlatformIOS); err != nil {
+		if err := s.Devices().Put(ctx, p.ID, fmt.Sprintf("device-%04d-%040d", i, i), nah.PlatformIOS); err != nil {
 			return err
 		}
 		if err := s.SetDigest(ctx, p.ID, nah.Digest{Minute: due.Hour()*60 + due.Minute(), Timezone: "UTC", Enabled: true}); err != nil {

@@ -33,11 +33,11 @@ func adminSession(ctx context.Context, data string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	ad, err := s.CreateAdminWithLink(ctx, link, "bench", "unused")
+	ad, err := s.Admins().CreateWithLink(ctx, link, "bench", "unused")
 	if err != nil {
 		return "", err
 	}
-	return s.CreateAdminSession(ctx, ad.ID, 12*time.Hour)
+	return s.Admins().CreateSession(ctx, ad.ID, 12*time.Hour)
 }
 
 var drillLineRE = regexp.MustCompile(`(Last drill|The first restore drill|No restore drill)[^<]*`)

@@ -62,7 +62,7 @@ func (l *Loop) sendKeyChanges() {
 // one), within personBudget. A 410 removes the device as for a digest.
 func (l *Loop) sendKeyChange(c keyChange) {
 	ctx := context.Background()
-	devices, err := l.store.Devices(ctx, c.person)
+	devices, err := l.store.Devices().List(ctx, c.person)
 	if err != nil {
 		if nah.ErrorCode(err) != nah.NotFound {
 			l.log.Error("key change push: read devices", "person", c.person, "err", err)
@@ -80,7 +80,7 @@ func (l *Loop) sendKeyChange(c keyChange) {
 			case delivered:
 				l.board.keySent.Add(1)
 			case gone:
-				if err := l.store.DeleteDevice(ctx, c.person, d.Token); err != nil && nah.ErrorCode(err) != nah.NotFound {
+				if err := l.store.Devices().Delete(ctx, c.person, d.Token); err != nil && nah.ErrorCode(err) != nah.NotFound {
 					l.log.Error("key change push: remove an unregistered device", "person", c.person, "err", err)
 				}
 			case failed:

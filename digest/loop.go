@@ -403,7 +403,7 @@ func (l *Loop) digest(run context.Context, j job, marks *committer, budget *retr
 			return resultError // not claimed: the next run tries again
 		}
 	}
-	devices, err := l.store.Devices(ctx, j.person)
+	devices, err := l.store.Devices().List(ctx, j.person)
 	if err != nil {
 		l.log.Error("digests: read devices", "person", j.person, "err", err)
 		return resultError // claimed, not done: the next run resumes it
@@ -431,7 +431,7 @@ func (l *Loop) digest(run context.Context, j job, marks *committer, budget *retr
 				mu.Unlock()
 				l.board.delivered(l.cfg.Now())
 			case gone:
-				if err := l.store.DeleteDevice(ctx, j.person, d.Token); err != nil && nah.ErrorCode(err) != nah.NotFound {
+				if err := l.store.Devices().Delete(ctx, j.person, d.Token); err != nil && nah.ErrorCode(err) != nah.NotFound {
 					l.log.Error("digests: remove an unregistered device", "person", j.person, "err", err)
 				}
 			case failed:

@@ -160,7 +160,7 @@ func (w *world) post(author string) {
 func (w *world) digestAt(person, token string, minute int, zone string) {
 	w.t.Helper()
 	ctx := context.Background()
-	if err := w.s.PutDevice(ctx, person, token, nah.PlatformIOS); err != nil {
+	if err := w.s.Devices().Put(ctx, person, token, nah.PlatformIOS); err != nil {
 		w.t.Fatal(err)
 	}
 	if err := w.s.SetDigest(ctx, person, nah.Digest{Minute: minute, Timezone: zone, Enabled: true}); err != nil {
@@ -491,7 +491,7 @@ func TestDigestGoneDeviceIsRemoved(t *testing.T) {
 	w.connect(ann, pat)
 	w.post(pat)
 	w.digestAt(ann, "tok-old", 8*60, "UTC")
-	if err := w.s.PutDevice(context.Background(), ann, "tok-new", nah.PlatformAndroid); err != nil {
+	if err := w.s.Devices().Put(context.Background(), ann, "tok-new", nah.PlatformAndroid); err != nil {
 		t.Fatal(err)
 	}
 	w.relay.gone.Store("tok-old", true)
@@ -500,7 +500,7 @@ func TestDigestGoneDeviceIsRemoved(t *testing.T) {
 	if r.Sent != 1 {
 		t.Errorf("%+v", r)
 	}
-	ds, _ := w.s.Devices(context.Background(), ann)
+	ds, _ := w.s.Devices().List(context.Background(), ann)
 	if len(ds) != 1 || ds[0].Token != "tok-new" {
 		t.Errorf("devices after a 410: %v", ds)
 	}

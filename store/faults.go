@@ -224,7 +224,7 @@ type problems struct {
 	overflow int64        // when the last file past maxFileProblems was logged
 
 	// restoreFailed is the sentence of each person listed from the marker
-	// of a failed restore (restorefailed.go): it says more than the
+	// of a failed restore (lifecycle_restorefailed.go): it says more than the
 	// placeholder's "not a database", and stays until the file heals.
 	restoreFailed map[string]string
 }

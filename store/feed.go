@@ -2,9 +2,7 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"slices"
-	"strings"
 	"sync"
 
 	"github.com/nah-app/nah"
@@ -12,11 +10,12 @@ import (
 
 // The feed (SPEC 3) visits the circle newest poster first, stopping at the
 // first whose newest moment is older than the full page: 30 moments read at
-// most 31 files, usually none (head.go). A deleted person shows nothing; an
-// unusable file is its owner's error, and others' pages are rebuilt without it.
+// most 31 files, usually none (feed_head.go). A deleted person shows
+// nothing; an unusable file is its owner's error, and others' pages are
+// rebuilt without it.
 
 // Page is one page of moments, newest first. Take one with NewPage, fill it
-// with Feed and give it back with Release: its buffers are pooled, since
+// with FeedRange and give it back with Release: its buffers are pooled, since
 // the feed is the hottest path of the server.
 type Page struct {
 	// Moments holds at most limit moments, newest first. Their bodies point
@@ -29,7 +28,7 @@ type Page struct {
 	Next *nah.Cursor
 	// Take, when set, is asked for the bytes of every body before the page
 	// copies it from a file (bodies from heads are already in memory and
-	// cost nothing more): an error stops the read and Feed returns it. It
+	// cost nothing more): an error stops the read and FeedRange returns it. It
 	// is how a caller keeps pages inside a memory budget; Taken says how
 	// much to give back once the page is written.
 	Take func(n int) error
@@ -115,16 +114,11 @@ func newer(a, b item) int {
 	return nah.CompareNewest(a.CreatedAt, a.ID, a.Author, b.CreatedAt, b.ID, b.Author)
 }
 
-// Feed fills p with up to limit moments older than before (all when before
-// is nil), newest first: of person id and everyone connected to them when
-// circle is set, else of id alone. Who may read it is the caller's to
-// decide. An unknown person is NotFound.
-func (s *Store) Feed(ctx context.Context, id string, circle bool, before *nah.Cursor, limit int, p *Page) error {
-	return s.FeedRange(ctx, id, circle, before, nil, limit, p)
-}
-
-// FeedRange is Feed of the moments strictly between after and before (nil
-// for no bound on that side); Next then pages on within the same range.
+// FeedRange fills p with up to limit moments strictly between after and
+// before (nil for no bound on that side), newest first: of person id and
+// everyone connected to them when circle is set, else of id alone. Who may
+// read it is the caller's to decide. An unknown person is NotFound. Next
+// then pages on within the same range.
 func (s *Store) FeedRange(ctx context.Context, id string, circle bool, before, after *nah.Cursor, limit int, p *Page) error {
 	if err := nah.CheckPageLimit(limit); err != nil {
 		return err
@@ -365,7 +359,7 @@ func (s *Store) readBodies(ctx context.Context, p *Page, n int) error {
 		err := s.momentBodies(ctx, p, k.Author, p.ids, func(id string, body []byte) bool {
 			// Twice the bodies held: the buffer they are appended to may
 			// double. Charged as a high-water mark, since a page read again
-			// without an unreadable person (Feed) reuses the same buffer.
+			// without an unreadable person (FeedRange) reuses the same buffer.
 			if need := 2 * (len(p.bodies) + len(body)); p.Take != nil && need > p.taken {
 				if over = p.Take(need - p.taken); over != nil {
 					return false
@@ -395,118 +389,4 @@ func (s *Store) readBodies(ctx context.Context, p *Page, n int) error {
 		}
 	}
 	return nil
-}
-
-// momentKeys appends to dst up to limit keys of author's moments strictly
-// older than before and newer than after (no bound when nil), newest
-// first, through the primary key alone.
-func (s *Store) momentKeys(ctx context.Context, author string, before, after *nah.Cursor, limit int, dst []momentKey) ([]momentKey, error) {
-	_, err := s.withFile(ctx, author, func(f *personFile) error {
-		s.fileReads.Add(1)
-		var rows *sql.Rows
-		var err error
-		switch {
-		case after != nil:
-			hi, hiEq := nah.MomentIDCeiling, false
-			if before != nil {
-				hi, hiEq = nah.IDBound(before.At, before.ID, before.Inclusive(author, false))
-			}
-			// Newer than after (or at it when inclusive) is the complement of
-			// older or at it (older only).
-			lo, loEq := nah.IDBound(after.At, after.ID, !after.Inclusive(author, true))
-			rows, err = f.db.QueryContext(ctx, keysBetween[b2i(hiEq)][b2i(!loEq)], hi, lo, limit)
-		case before == nil:
-			rows, err = f.db.QueryContext(ctx, keysAll, limit)
-		default:
-			b, eq := nah.IDBound(before.At, before.ID, before.Inclusive(author, false))
-			rows, err = f.db.QueryContext(ctx, keysBefore[b2i(eq)], b, limit)
-		}
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			k := momentKey{Author: author}
-			if err := rows.Scan(&k.ID, &k.CreatedAt); err != nil {
-				return err
-			}
-			dst = append(dst, k)
-		}
-		return rows.Err()
-	})
-	return dst, err
-}
-
-// The keys queries, in the primary key's order (the ids' is their times',
-// migrations/person/0005_moments_by_id.sql). A bound includes the moment
-// at exactly the cursor when nah.IDBound says so: keysBefore[1] is `<=`,
-// keysBetween[i][1] is `>=`.
-const (
-	keysSelect = `SELECT id, created_at FROM moments `
-	keysOrder  = `ORDER BY id DESC LIMIT ?`
-	keysAll    = keysSelect + keysOrder
-)
-
-var (
-	keysBefore  = [2]string{keysSelect + `WHERE id < ? ` + keysOrder, keysSelect + `WHERE id <= ? ` + keysOrder}
-	keysBetween = [2][2]string{
-		{keysSelect + `WHERE id < ? AND id > ? ` + keysOrder, keysSelect + `WHERE id < ? AND id >= ? ` + keysOrder},
-		{keysSelect + `WHERE id <= ? AND id > ? ` + keysOrder, keysSelect + `WHERE id <= ? AND id >= ? ` + keysOrder},
-	}
-)
-
-func b2i(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-// momentBodies reads the bodies of moments ids of author and calls fn for
-// each one found (a moment deleted since its key was read is skipped) until
-// fn returns false. The body passed to fn is only valid during the call.
-func (s *Store) momentBodies(ctx context.Context, p *Page, author string, ids []string, fn func(id string, body []byte) bool) error {
-	if len(ids) == 0 {
-		return nil
-	}
-	_, err := s.withFile(ctx, author, func(f *personFile) error {
-		p.args = p.args[:0]
-		for _, id := range ids {
-			p.args = append(p.args, id)
-		}
-		rows, err := f.db.QueryContext(ctx, bodiesQuery(len(ids)), p.args...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		var id string
-		var body sql.RawBytes
-		for rows.Next() {
-			if err := rows.Scan(&id, &body); err != nil {
-				return err
-			}
-			if !fn(id, body) {
-				return nil
-			}
-		}
-		return rows.Err()
-	})
-	return err
-}
-
-// bodiesQueries holds the IN (...) query text for each count up to the
-// largest page, built once.
-var bodiesQueries = func() []string {
-	qs := make([]string, nah.FeedPageMax+2)
-	for n := 1; n < len(qs); n++ {
-		qs[n] = `SELECT id, body FROM moments WHERE id IN (?` + strings.Repeat(",?", n-1) + `)`
-	}
-	return qs
-}()
-
-func bodiesQuery(n int) string {
-	if n < len(bodiesQueries) {
-		return bodiesQueries[n]
-	}
-	return `SELECT id, body FROM moments WHERE id IN (?` + strings.Repeat(",?", n-1) + `)`
 }

@@ -8,8 +8,9 @@ import (
 
 // graph is who is connected to whom and everyone's newest moment time, for
 // the feed. Dense int32 indexes: 10,000 people x 150 connections in 6 MB.
-// Connections load on first use (Store.loadConns): all at start took 750 ms
-// on people-10k; changes leave an unloaded node's list alone.
+// Connections load on first use (Store.loadConns): all at start held up
+// people-10k's start (bench/THRESHOLDS.md); changes leave an unloaded
+// node's list alone.
 type graph struct {
 	mu    sync.RWMutex
 	index map[string]int32
@@ -34,7 +35,7 @@ type node struct {
 	stamp   fileStamp            // guarded by headMu: the file when head was loaded
 	stamped bool                 // guarded by headMu: stamp can reveal the next write
 
-	usage mediaUsage // the person's storage against their quota (media.go)
+	usage mediaUsage // the person's storage against their quota (person_media.go)
 }
 
 func newGraph() *graph {

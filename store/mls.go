@@ -30,9 +30,15 @@ const (
 	// ratchet tree, ~250 bytes a leaf and ~100 a parent at 1,208 leaves.
 	MLSWelcomeMaxBytes   = 512 << 10
 	MLSGroupInfoMaxBytes = 512 << 10
-	// MLSCommitsKept is how many commits a group keeps; a member further
+	// MLSCommitsKept is the most commits a group keeps, a hard cap over
+	// the pruning by members and by age (mls_log.go); a member further
 	// behind starts again from the GroupInfo.
 	MLSCommitsKept = 1000
+	// MLSCommitMaxAge prunes a commit even when a member has not passed
+	// it: SessionIdle, since a phone unused that long has no session and
+	// joins again as a new one; a shorter bound would cost a phone back
+	// from a long trip the moments of the epochs it missed.
+	MLSCommitMaxAge = SessionIdle
 	// MLSInboxMax Welcomes wait for a client; a Welcome replaces an older
 	// one into the same group, and past the bound the oldest goes.
 	MLSInboxMax = 64

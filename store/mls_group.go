@@ -26,6 +26,7 @@ type MLSMember struct {
 	Leaf   uint32
 	Client string
 	Person string
+	Passed uint64 // the newest epoch the client has shown it holds (mls_log.go)
 }
 
 // MLSGroup is a person's group as nah keeps it.
@@ -87,13 +88,13 @@ func readGroup(ctx context.Context, q querier) (MLSGroup, error) {
 	if err != nil {
 		return g, err
 	}
-	rows, err := q.QueryContext(ctx, `SELECT leaf, client, person FROM mls_members ORDER BY leaf`)
+	rows, err := q.QueryContext(ctx, `SELECT leaf, client, person, passed FROM mls_members ORDER BY leaf`)
 	if err != nil {
 		return g, err
 	}
 	for rows.Next() {
 		var m MLSMember
-		if err := rows.Scan(&m.Leaf, &m.Client, &m.Person); err != nil {
+		if err := rows.Scan(&m.Leaf, &m.Client, &m.Person, &m.Passed); err != nil {
 			rows.Close()
 			return g, err
 		}
@@ -187,13 +188,16 @@ type MLSAdd struct {
 // MLSCommit is what nah reads of a commit (app/mls_group.go parses it).
 type MLSCommit struct {
 	Epoch      uint64 // the commit's, the group's current one
-	SenderLeaf uint32
-	Removes    []uint32
-	Adds       []MLSAdd
-	Body       []byte // the MLSMessage, stored as it came
-	GroupInfo  []byte // the GroupInfo of the new epoch, or nil
-	Welcome    []byte // or nil
-	WelcomeTo  []string
+	SenderLeaf uint32 // a member's commit
+	// External is a commit by a new member from the GroupInfo (RFC 9420
+	// §12.4.3.2): its sender is the client of its path, which joins.
+	External  bool
+	Removes   []uint32
+	Adds      []MLSAdd
+	Body      []byte // the MLSMessage, stored as it came
+	GroupInfo []byte // the GroupInfo of the new epoch, or nil
+	Welcome   []byte // or nil
+	WelcomeTo []string
 	// PathClient and PathKey are the identity and signature key of the
 	// committer's new LeafNode when the commit has an UpdatePath: they
 	// must be the sender's client and its registered key.
@@ -203,11 +207,13 @@ type MLSCommit struct {
 
 // Commit applies commit c of caller to owner's group: accepted only at
 // the group's epoch (the first commit wins, any other is an EpochError),
-// from a member leaf of one of caller's clients. Removes, then Adds each
-// at the leftmost free leaf (RFC 9420 §12.1); an Add must name a client
-// of the owner or of a connection, with its registered key. The Welcome
-// then goes to the inbox of each client in c.WelcomeTo. It returns the
-// new epoch.
+// from a member leaf of one of caller's clients, or external from one of
+// caller's clients that joins (removing its own old leaf at most).
+// Removes, then Adds each at the leftmost free leaf (RFC 9420 §12.1); an
+// Add must name a client of the owner or of a connection, with its
+// registered key. The log is then pruned (pruneCommits), and the Welcome
+// goes to the inbox of each client in c.WelcomeTo. It returns the new
+// epoch.
 func (s *Store) Commit(ctx context.Context, owner, caller string, c MLSCommit) (uint64, error) {
 	if s.graph.node(owner) == nil {
 		return 0, nah.ErrNoPerson()
@@ -239,20 +245,38 @@ func (s *Store) Commit(ctx context.Context, owner, caller string, c MLSCommit) (
 			for _, m := range g.Members {
 				leaves[m.Leaf] = m
 			}
-			sender, ok := leaves[c.SenderLeaf]
-			if !ok || sender.Person != caller || slices.Contains(g.PendingRemovals, sender.Client) {
-				return nah.Errorf(nah.Forbidden, "not_your_leaf", "leaf %d of this group is not one of your clients", c.SenderLeaf)
-			}
-			if c.PathKey != nil && (c.PathClient != sender.Client || string(callerKeys[sender.Client]) != string(c.PathKey)) {
-				return nah.Errorf(nah.Invalid, "wrong_signature_key", "the commit's new leaf is not client %s with its registered key", sender.Client)
+			epoch = g.Epoch + 1
+			var sender MLSMember
+			if c.External {
+				if string(callerKeys[c.PathClient]) != string(c.PathKey) {
+					return nah.Errorf(nah.Forbidden, "not_your_client", "an external commit's new leaf is one of your clients with its registered key")
+				}
+				sender = MLSMember{Client: c.PathClient, Person: caller}
+			} else {
+				m, ok := leaves[c.SenderLeaf]
+				if !ok || m.Person != caller || slices.Contains(g.PendingRemovals, m.Client) {
+					return nah.Errorf(nah.Forbidden, "not_your_leaf", "leaf %d of this group is not one of your clients", c.SenderLeaf)
+				}
+				if c.PathKey != nil && (c.PathClient != m.Client || string(callerKeys[m.Client]) != string(c.PathKey)) {
+					return nah.Errorf(nah.Invalid, "wrong_signature_key", "the commit's new leaf is not client %s with its registered key", m.Client)
+				}
+				sender = m
 			}
 			for _, l := range c.Removes {
-				if _, ok := leaves[l]; !ok {
+				m, ok := leaves[l]
+				if !ok {
 					return nah.Errorf(nah.Invalid, "bad_remove", "the commit removes leaf %d, which is blank", l)
+				}
+				if c.External && m.Client != sender.Client {
+					return nah.Errorf(nah.Forbidden, "not_your_leaf", "an external commit removes only its sender's old leaf, not leaf %d", l)
 				}
 				delete(leaves, l)
 			}
-			for _, a := range c.Adds {
+			adds := c.Adds
+			if c.External {
+				adds = []MLSAdd{{Client: sender.Client}}
+			}
+			for _, a := range adds {
 				for _, m := range leaves {
 					if m.Client == a.Client {
 						return nah.Errorf(nah.Invalid, "already_member", "client %s is a member already", a.Client)
@@ -266,33 +290,40 @@ func (s *Store) Commit(ctx context.Context, owner, caller string, c MLSCommit) (
 					l++
 				}
 				p, _ := ClientPerson(a.Client)
-				leaves[l] = MLSMember{Leaf: l, Client: a.Client, Person: p}
+				leaves[l] = MLSMember{Leaf: l, Client: a.Client, Person: p, Passed: epoch}
 			}
 			if _, err := tx.ExecContext(ctx, `DELETE FROM mls_members`); err != nil {
 				return err
 			}
+			// A client added holds the new epoch from its Welcome; the
+			// committer and an external joiner have passed only the old
+			// one until they fetch after the new: an answer lost, they
+			// find their commit in the log.
 			for _, m := range leaves {
-				if _, err := tx.ExecContext(ctx, `INSERT INTO mls_members(leaf, client, person) VALUES (?, ?, ?)`, m.Leaf, m.Client, m.Person); err != nil {
+				if m.Client == sender.Client {
+					m.Passed = min(m.Passed, g.Epoch)
+				}
+				if _, err := tx.ExecContext(ctx, `INSERT INTO mls_members(leaf, client, person, passed) VALUES (?, ?, ?, ?)`, m.Leaf, m.Client, m.Person, m.Passed); err != nil {
 					return err
 				}
 			}
-			epoch = g.Epoch + 1
 			now := s.now().UnixMilli()
 			stmts := []struct {
 				q    string
 				args []any
 			}{
 				{`DELETE FROM mls_removals WHERE client NOT IN (SELECT client FROM mls_members)`, nil},
-				{`UPDATE mls_group SET epoch = ?, group_info = coalesce(?, group_info)`, []any{epoch, c.GroupInfo}},
+				// A commit without a GroupInfo drops the older one: a client
+				// joining from it would be refused at the wrong epoch.
+				{`UPDATE mls_group SET epoch = ?, group_info = ?`, []any{epoch, c.GroupInfo}},
 				{`INSERT INTO mls_commits(epoch, body, created_at) VALUES (?, ?, ?)`, []any{epoch, c.Body, now}},
-				{`DELETE FROM mls_commits WHERE epoch <= ?`, []any{int64(epoch) - MLSCommitsKept}},
 			}
 			for _, st := range stmts {
 				if _, err := tx.ExecContext(ctx, st.q, st.args...); err != nil {
 					return err
 				}
 			}
-			return nil
+			return s.pruneCommits(ctx, tx, epoch)
 		})
 	})
 	if err != nil {

@@ -70,6 +70,7 @@ func TestImportHostileMLS(t *testing.T) {
 		{"a commit of text", `INSERT INTO mls_commits VALUES (1, 'x', 0)`, "table mls_commits is not one this server writes"},
 		{"a key log hash cut short", `UPDATE mls_key_log SET hash = substr(hash, 1, 31)`, "table mls_key_log is not one this server writes"},
 		{"a negative epoch", `UPDATE mls_group SET epoch = -1`, "table mls_group is not one this server writes"},
+		{"a member's epoch passed of text", `UPDATE mls_members SET passed = 'x'`, "table mls_members is not one this server writes"},
 		{"a GroupInfo over 512 KiB", `UPDATE mls_group SET group_info = zeroblob(524289)`, "mls_group.group_info of 524289 bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

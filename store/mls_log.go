@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 
 	"github.com/nah-app/nah"
 )
@@ -26,25 +27,72 @@ type MLSCommitEntry struct {
 	Body  []byte
 }
 
+// The log is pruned of the commits every member has passed (the least
+// mls_members.passed: the epoch a Welcome added the client at, moved on by
+// its fetches of the commits after an epoch, never by its own commit,
+// whose answer may be lost), of those older than MLSCommitMaxAge even
+// when a member is behind, and past MLSCommitsKept. Each rule cuts a
+// prefix, so the log stays whole from its oldest commit to the group's
+// epoch, and a member whose next commit is gone gets a PrunedError.
+
+// pruneCommits prunes the log of the file tx is on, whose group is at
+// epoch.
+func (s *Store) pruneCommits(ctx context.Context, tx *sql.Tx, epoch uint64) error {
+	_, err := tx.ExecContext(ctx, `DELETE FROM mls_commits WHERE epoch <= (SELECT min(passed) FROM mls_members)
+		OR epoch <= (SELECT max(epoch) FROM mls_commits WHERE created_at < ?) OR epoch <= ?`,
+		s.now().Add(-MLSCommitMaxAge).UnixMilli(), int64(epoch)-MLSCommitsKept)
+	return err
+}
+
+// PrunedError is a fetch of the commits after an epoch whose next commit
+// is pruned: the member joins again from the GroupInfo (410).
+type PrunedError struct {
+	Epoch uint64 // the group's
+}
+
+func (e *PrunedError) Error() string {
+	return fmt.Sprintf("the commits after this epoch are pruned: join again from the GroupInfo, at epoch %d", e.Epoch)
+}
+
 // Take is asked for the memory of each row a page reads before the row is
 // kept (the caller gives it back once the page is written); its error
 // ends the read.
 type Take func(n int) error
 
 // Commits returns owner's commits that made the epochs after after, oldest
-// first, at most MLSCommitsPage and MLSPageBytes, with the group's epoch.
-// more says whether there are more after the page. take is asked for
-// mlsHeld times each commit's size.
-func (s *Store) Commits(ctx context.Context, owner string, after uint64, take Take) (cs []MLSCommitEntry, epoch uint64, more bool, err error) {
+// first, at most MLSCommitsPage and MLSPageBytes, with the group's epoch,
+// or a PrunedError when the next one is pruned. more says whether there
+// are more after the page. take is asked for mlsHeld times each commit's
+// size. client, when not "", is the member client that fetches: it has
+// passed after, and the log is pruned by it (a write only when it moves on).
+func (s *Store) Commits(ctx context.Context, owner, client string, after uint64, take Take) (cs []MLSCommitEntry, epoch uint64, more bool, err error) {
 	if s.graph.node(owner) == nil {
 		return nil, 0, false, nah.ErrNoPerson()
 	}
+	moved := false
 	err = s.useFile(ctx, owner, false, func(f *personFile) error {
 		return inReadTx(ctx, f, func(tx *sql.Tx) error {
 			if err := tx.QueryRowContext(ctx, `SELECT epoch FROM mls_group`).Scan(&epoch); errors.Is(err, sql.ErrNoRows) {
 				return errNoGroup()
 			} else if err != nil {
 				return err
+			}
+			if after < epoch {
+				var one int
+				err := tx.QueryRowContext(ctx, `SELECT 1 FROM mls_commits WHERE epoch = ?`, int64(after+1)).Scan(&one)
+				if errors.Is(err, sql.ErrNoRows) {
+					return &PrunedError{Epoch: epoch}
+				} else if err != nil {
+					return err
+				}
+			}
+			if client != "" {
+				var passed uint64
+				err := tx.QueryRowContext(ctx, `SELECT passed FROM mls_members WHERE client = ?`, client).Scan(&passed)
+				if err != nil && !errors.Is(err, sql.ErrNoRows) {
+					return err
+				}
+				moved = err == nil && passed < min(after, epoch)
 			}
 			rows, err := tx.QueryContext(ctx, `SELECT epoch, body FROM mls_commits WHERE epoch > ? ORDER BY epoch LIMIT ?`, int64(min(after, 1<<62)), MLSCommitsPage)
 			if err != nil {
@@ -72,10 +120,34 @@ func (s *Store) Commits(ctx context.Context, owner string, after uint64, take Ta
 			return nil
 		})
 	})
+	if err == nil && moved {
+		// The page stands without the cursor: a write that fails (a full
+		// disk) leaves the log longer, not the member without its page.
+		if err := s.passed(ctx, owner, client, min(after, epoch)); err != nil {
+			s.log.Warn("a member's place in the commit log could not be kept", "person", owner, "client", client, "err", err)
+		}
+	}
 	return cs, epoch, more, err
 }
 
-// GroupInfo returns the newest GroupInfo given with a commit of owner's
+// passed records that client has passed epoch of owner's group, and
+// prunes the log.
+func (s *Store) passed(ctx context.Context, owner, client string, epoch uint64) error {
+	return s.useFile(ctx, owner, true, func(f *personFile) error {
+		return inTx(ctx, f, func(tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, `UPDATE mls_members SET passed = ? WHERE client = ? AND passed < ?`, epoch, client, epoch); err != nil {
+				return err
+			}
+			var now uint64
+			if err := tx.QueryRowContext(ctx, `SELECT epoch FROM mls_group`).Scan(&now); err != nil {
+				return err
+			}
+			return s.pruneCommits(ctx, tx, now)
+		})
+	})
+}
+
+// GroupInfo returns the GroupInfo given with the newest commit of owner's
 // group, and the group's epoch.
 func (s *Store) GroupInfo(ctx context.Context, owner string) (info []byte, epoch uint64, err error) {
 	if s.graph.node(owner) == nil {
@@ -87,7 +159,7 @@ func (s *Store) GroupInfo(ctx context.Context, owner string) (info []byte, epoch
 			return errNoGroup()
 		}
 		if err == nil && info == nil {
-			return nah.Errorf(nah.NotFound, "no_group_info", "no commit of this group came with a GroupInfo")
+			return nah.Errorf(nah.NotFound, "no_group_info", "the group's newest commit, to epoch %d, came without a GroupInfo: a member's next commit brings one", epoch)
 		}
 		return err
 	})

@@ -82,8 +82,8 @@ func configureSQLite() error {
 		}
 		sqlite3.Xsqlite3_soft_heap_limit64(tls, softHeapLimit)
 		// Commits use fdatasync, as SQLite's own Linux builds do: as durable,
-		// without writing the inode for its timestamps. 7 % more posts/s,
-		// 5 % less CPU a post on people-1k (bench/THRESHOLDS.md).
+		// without writing the inode for its timestamps: more posts/s and
+		// less CPU a post on people-1k (bench/THRESHOLDS.md).
 		_, _ = sqlite.Fdatasync(true) // refused on macOS and Windows: fsync there
 	})
 	return configureErr
@@ -266,7 +266,7 @@ func mustLoad(fsys fs.FS, dir string) []migration {
 var ErrTooNew = fmt.Errorf("database is newer than this binary")
 
 // migrator is what migrate runs on: a *sql.DB, or the one *sql.Conn of an
-// untrusted file (untrusted.go).
+// untrusted file (lifecycle_untrusted.go).
 type migrator interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
@@ -364,8 +364,9 @@ func FilesWithin(bytes int64) int {
 // checkpoint SQLite runs when the last connection closes: the WAL and its
 // -shm stay for the next open, which reads them back. On people-10k, where
 // a post opens one file and closes another, that checkpoint and the unlink
-// and re-creation of both files were ~15 % of a post's CPU (THRESHOLDS.md,
-// issue 22). If the option cannot be set the close checkpoints as usual.
+// and re-creation of both files were a good share of a post's CPU
+// (bench/THRESHOLDS.md). If the option cannot be set the close checkpoints
+// as usual.
 func closeKeepingWAL(db *sql.DB) error {
 	return errors.Join(noCheckpointOnClose(db), db.Close())
 }

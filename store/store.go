@@ -1,9 +1,3 @@
-// Package store owns SQLite: the directory database (accounts, sessions,
-// codes, connections) and one database file per person under
-// Dir/people/<id>/, with the in-memory graph the feed reads.
-//
-// It is the only package that imports the SQLite driver and knows nothing of
-// HTTP. It owns the stored form of secrets (secrets.go, passwords.go).
 package store
 
 import (
@@ -14,7 +8,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	mrand "math/rand/v2"
 	"os"
@@ -43,11 +36,11 @@ type Config struct {
 	// DefaultStaleAfter.
 	StaleAfter time.Duration
 	// HeadCacheBytes bounds the in-memory heads of newest moments;
-	// DefaultHeadCacheBytes (head.go). Negative turns heads off.
+	// DefaultHeadCacheBytes (feed_head.go). Negative turns heads off.
 	HeadCacheBytes int64
 	// DeleteGrace is how long a deleted person's folder and row wait, for
 	// an undo, before the sweep purges them; DefaultDeleteGrace when zero,
-	// negative to purge at once (lifecycle.go).
+	// negative to purge at once (lifecycle_delete.go).
 	DeleteGrace time.Duration
 	// Sweep runs the purge of deleted people due one (at start, then every
 	// minute). Only the serving process sets it: a command-line tool opening
@@ -55,7 +48,7 @@ type Config struct {
 	// grace, nor race the server's undo.
 	Sweep bool
 	// UploadExpiry is how long a resumable upload lives after its
-	// creation or last piece; DefaultUploadExpiry when zero (uploads.go).
+	// creation or last piece; DefaultUploadExpiry when zero (person_uploads.go).
 	UploadExpiry time.Duration
 
 	// Replicator, if set, follows every file written (replication.go).
@@ -102,7 +95,8 @@ type Store struct {
 	w *sql.DB // the directory's one writer connection
 	r *sql.DB // the directory's readers
 	// tokenQuery is PersonForToken's query on r, prepared once a connection:
-	// its parse was 40 % of the check (people-10k's posts, bench/THRESHOLDS.md).
+	// its parse was a large share of the check (people-10k's posts,
+	// bench/THRESHOLDS.md).
 	tokenQuery *sql.Stmt
 
 	files      *personfile.Cache
@@ -124,12 +118,12 @@ type Store struct {
 	inserts    inserts    // insertMoment prepared on each open person file
 	connMu     sync.Mutex // serialises connection changes with their graph updates
 
-	lifeMu      sync.Mutex // serialises deletions, undos and purges (lifecycle.go)
+	lifeMu      sync.Mutex // serialises deletions, undos and purges (lifecycle_delete.go)
 	deleteGrace time.Duration
 	swept       chan struct{} // closed when the purge sweep has stopped
 
 	uploadExpiry time.Duration
-	uploaders    sync.Map // person id → true: they have resumable uploads (uploads.go)
+	uploaders    sync.Map // person id → true: they have resumable uploads (person_uploads.go)
 
 	dirtyMu sync.Mutex
 	dirty   map[string]dirtyPerson // what the directory has not heard yet
@@ -267,85 +261,6 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// writtenByKey is the directory's meta row naming the version of nah that
-// created the directory or last migrated its schema: the oldest version
-// that reads it.
-const writtenByKey = "written_by"
-
-// recordWriter records version as the directory's writer, in the
-// transaction of its migration.
-func recordWriter(ctx context.Context, tx *sql.Tx, version string) error {
-	_, err := tx.ExecContext(ctx, `INSERT INTO meta(key, value) VALUES (?1, ?2)
-		ON CONFLICT(key) DO UPDATE SET value = excluded.value`, writtenByKey, cmp.Or(version, "dev"))
-	return err
-}
-
-// directoryTooNew is the refusal of a directory whose schema a newer
-// binary wrote, in one sentence naming that binary's version (its first
-// 64 bytes), when it recorded one.
-func directoryTooNew(ctx context.Context, db *sql.DB, dir, version string, e *tooNewError) error {
-	var writer string
-	err := db.QueryRowContext(ctx, `SELECT CAST(substr(value, 1, 64) AS TEXT) FROM meta WHERE key = ?`, writtenByKey).Scan(&writer)
-	install := "a newer nah"
-	if err == nil && writer != "" {
-		install = "nah " + writer + " or newer"
-		writer = "nah " + writer
-	} else {
-		writer = "a newer nah"
-	}
-	return sentence{fmt.Sprintf("the data in %s was written by %s (directory schema %d); this binary is nah %s and reads schema up to %d: install %s",
-		dir, writer, e.version, cmp.Or(version, "dev"), e.known, install), ErrTooNew}
-}
-
-// sentence is an error said in full by its text, which wraps err.
-type sentence struct {
-	text string
-	err  error
-}
-
-func (e sentence) Error() string { return e.text }
-func (e sentence) Unwrap() error { return e.err }
-
-// Nothing under the data directory is for other users. Every SQLite file is
-// created privateFile before SQLite opens it (openDB), so its -wal and -shm,
-// which take the database's mode, are private too.
-const (
-	privateDir  fs.FileMode = 0o700
-	privateFile fs.FileMode = 0o600
-)
-
-// tightenDataDir takes group and other permissions off the data directory,
-// people/ and directory.db, warning only if directory.db existed. No walk of
-// person folders: people/ at 0700 shuts them off. A failure is logged, not fatal.
-func tightenDataDir(dir string, log *slog.Logger) {
-	_, err := os.Stat(filepath.Join(dir, nah.DirectoryRel))
-	existing := err == nil
-	var changed []string
-	for _, p := range []struct {
-		path string
-		mode fs.FileMode
-	}{
-		{dir, privateDir},
-		{filepath.Join(dir, nah.PeopleRel), privateDir},
-		{filepath.Join(dir, nah.DirectoryRel), privateFile},
-		{filepath.Join(dir, nah.DirectoryRel+"-wal"), privateFile},
-		{filepath.Join(dir, nah.DirectoryRel+"-shm"), privateFile},
-	} {
-		info, err := os.Stat(p.path)
-		if err != nil || info.Mode().Perm()&^p.mode == 0 {
-			continue // missing (not made yet), or private already
-		}
-		if err := os.Chmod(p.path, p.mode); err != nil {
-			log.Warn("the data directory is readable by others and could not be made private", "path", p.path, "mode", info.Mode().Perm().String(), "err", err)
-			continue
-		}
-		changed = append(changed, fmt.Sprintf("%s %s->%s", p.path, info.Mode().Perm(), p.mode))
-	}
-	if len(changed) > 0 && existing {
-		log.Warn("made the data directory private: it was readable by other users", "changed", changed)
-	}
-}
-
 // load reads the cursor key and people into memory. After a crash
 // (runs.go) no newest time of the directory is trusted: each is read from
 // its person's file at their first use.
@@ -463,97 +378,6 @@ func (s *Store) Stats() Stats {
 func (s *Store) Ping(ctx context.Context) error {
 	var n int
 	return s.r.QueryRowContext(ctx, `SELECT count(*) FROM meta`).Scan(&n)
-}
-
-// flushInterval is how often newest-moment times reach the directory. A post
-// does not wait for it (one fsync per post is enough); the directory's value
-// is only a hint loaded at start, and the file is re-read after StaleAfter.
-const flushInterval = time.Second
-
-// maxFlushWait bounds the backoff of a failing flush. A flush that fails (a
-// full disk, say) is retried, and logged, 1, 2, 4... seconds later up to
-// this, instead of every second; the times wait in memory meanwhile, and
-// a write that goes through once there is space wakes the flush at once.
-const maxFlushWait = 5 * time.Minute
-
-func (s *Store) flushLoop() {
-	defer close(s.stopped)
-	wait, failures := flushInterval, 0
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	for {
-		select {
-		case <-t.C:
-		case <-s.wake:
-			if failures == 0 {
-				continue // nothing is waiting on a retry; the timer still runs
-			}
-		case <-s.stop:
-			return
-		}
-		if err := s.flushDirty(context.Background()); err != nil {
-			failures++
-			wait = min(2*wait, maxFlushWait)
-			s.log.Error("flush newest times", "err", err, "failures", failures, "next_try_in", wait)
-		} else {
-			if failures > 0 {
-				s.log.Info("flush newest times recovered", "failures", failures)
-			}
-			wait, failures = flushInterval, 0
-		}
-		t.Reset(wait)
-	}
-}
-
-// dirtyPerson is what a person's directory row is owed: a newer newest
-// time and a change in their moment count.
-type dirtyPerson struct {
-	newest int64
-	delta  int64
-}
-
-func (s *Store) markDirty(id string, newest, delta int64) {
-	s.dirtyMu.Lock()
-	d := s.dirty[id]
-	d.newest = max(d.newest, newest)
-	d.delta += delta
-	s.dirty[id] = d
-	s.dirtyMu.Unlock()
-}
-
-// flushDirty writes pending newest times and count changes in one
-// transaction; on failure they are kept for the next try.
-func (s *Store) flushDirty(ctx context.Context) error {
-	s.dirtyMu.Lock()
-	batch := s.dirty
-	if len(batch) == 0 {
-		s.dirtyMu.Unlock()
-		return nil
-	}
-	s.dirty = make(map[string]dirtyPerson)
-	s.dirtyMu.Unlock()
-	err := s.writeTx(ctx, func(tx *sql.Tx) error {
-		// Prepared once a flush: under the 16-writer burst a flush updates
-		// ~1,000 rows, and parsing each was most of the flush's 3 % of the
-		// server's CPU (issue 22).
-		stmt, err := tx.PrepareContext(ctx, `UPDATE people SET newest_at = max(newest_at, ?), moments = max(0, moments + ?) WHERE id = ?`)
-		if err != nil {
-			return err
-		}
-		defer stmt.Close()
-		for id, d := range batch {
-			if _, err := stmt.ExecContext(ctx, d.newest, d.delta, id); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		for id, d := range batch {
-			s.markDirty(id, d.newest, d.delta)
-		}
-	}
-	return err
 }
 
 // Close flushes pending times and closes every file, checkpointing each WAL.

@@ -33,6 +33,12 @@ func MustOpen(t *testing.T, cfg Config) *Store {
 	return s
 }
 
+// Feed is FeedRange with no lower bound: the first page of a feed and the
+// pages after it, as the tests read them.
+func (s *Store) Feed(ctx context.Context, id string, circle bool, before *nah.Cursor, limit int, p *Page) error {
+	return s.FeedRange(ctx, id, circle, before, nil, limit, p)
+}
+
 func mustPerson(t *testing.T, s *Store, handle string) nah.Person {
 	t.Helper()
 	p, err := s.CreatePerson(context.Background(), NewPerson{Handle: handle, PasswordHash: "x"})

@@ -79,7 +79,7 @@ func consoleAdmin(t *testing.T, dir string) {
 		t.Fatal(err)
 	}
 	hash, _ := store.HashPassword("admin-password", 4)
-	if _, err := s.CreateAdminWithLink(ctx, link, "root", hash); err != nil {
+	if _, err := s.Admins().CreateWithLink(ctx, link, "root", hash); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -48,7 +48,7 @@ func TestImportKill9Property(t *testing.T) {
 		t.Fatal(err)
 	}
 	hash, _ := store.HashPassword("admin-password", 4)
-	if _, err := s.CreateAdminWithLink(ctx, link, "root", hash); err != nil {
+	if _, err := s.Admins().CreateWithLink(ctx, link, "root", hash); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {

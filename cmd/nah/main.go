@@ -284,7 +284,7 @@ func serve(ctx context.Context, getenv func(string) string, stderr io.Writer, re
 	go func() { errc <- srv.Serve(served) }()
 	// After serving starts: the link costs a directory write, and phones
 	// need not wait for it.
-	if n, err := s.AdminCount(ctx); err != nil {
+	if n, err := s.Admins().Count(ctx); err != nil {
 		log.Error("count admins", "err", err)
 	} else if n == 0 {
 		if link, err := app.SetupLink(ctx, s, cfg.App.PublicURL); err != nil {
@@ -325,7 +325,7 @@ func joincode(ctx context.Context, args []string, getenv func(string) string, st
 		return usageError{"usage: nah joincode create [-ttl 168h]"}
 	}
 	return withStore(ctx, getenv, stderr, func(_ config, s *store.Store) error {
-		code, jc, err := s.CreateJoinCode(ctx, *ttl)
+		code, jc, err := s.JoinCodes().Create(ctx, *ttl)
 		if err != nil {
 			return err
 		}

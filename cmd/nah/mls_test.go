@@ -164,15 +164,18 @@ func TestMLSFamily(t *testing.T) {
 	fig := ph.step(t, "figures", nil)
 
 	// A key planted in fam5's file behind the API, as someone with the
-	// disk would: a client row and its key log entry, chained right.
-	var fam5 string
+	// disk would: a client row and its key log entry, chained right. And
+	// fam6's tablet away while fam6's log ages past the retention (its
+	// commits' times moved back with the server stopped).
+	ids := map[string]string{}
 	for _, x := range ph.step(t, "people", nil)["people"].([]any) {
-		if x.(map[string]any)["handle"] == "fam5" {
-			fam5 = x.(map[string]any)["id"].(string)
-		}
+		ids[x.(map[string]any)["handle"].(string)] = x.(map[string]any)["id"].(string)
 	}
+	fam5 := ids["fam5"]
+	ph.step(t, "away", nil)
 	stop(t, p)
 	plantKey(t, filepath.Join(dir, "people", fam5, "person.db"), fam5)
+	ageLog(t, filepath.Join(dir, "people", ids["fam6"], "person.db"), store.MLSCommitMaxAge+time.Hour)
 	p = start(t, dir)
 	a := ph.step(t, "audit", p)
 	failures := a["failures"].([]any)
@@ -189,13 +192,28 @@ func TestMLSFamily(t *testing.T) {
 		t.Errorf("%d of fam5's 2 phones saw the planted key; failures: %v", own, failures)
 	}
 	t.Logf("the planted key fails %d audits, all naming fam5", len(failures))
+	ph.step(t, "rejoin", nil)
 
 	refusals := fig["refusals"].(map[string]any)
-	if fig["clients"] != 17.0 || fig["groups"] != 8.0 || refusals["removal_pending"] != 2.0 || refusals["epoch_conflict"] != 1.0 {
+	if fig["clients"] != 17.0 || fig["groups"] != 8.0 || refusals["removal_pending"] != 2.0 || refusals["epoch_conflict"] != 1.0 || refusals["log_pruned"] != nil {
 		t.Errorf("figures: %v", fig)
 	}
 	t.Logf("MLS family: %v clients, %v groups, %v epochs, %v commits, %v moments, %v decrypted, refusals %v",
 		fig["clients"], fig["groups"], fig["epochs"], fig["commits"], fig["moments"], fig["decrypted"], refusals)
+}
+
+// ageLog moves the times of the commits in a person's file back by d,
+// with the server stopped, as if they had been made d earlier.
+func ageLog(t *testing.T, file string, d time.Duration) {
+	t.Helper()
+	db, err := sql.Open("sqlite", file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`UPDATE mls_commits SET created_at = created_at - ?`, d.Milliseconds()); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // plantKey adds a client to a person's file with the server stopped, and

@@ -131,6 +131,17 @@ func Commit(gid []byte, epoch uint64, leaf uint32, path []byte, proposals ...[]b
 		Vec(proposals...), path, Vec(Filler(64)), Vec(Filler(32)), Vec(Filler(32)))
 }
 
+// ExternalCommit is a PublicMessage commit to group gid at epoch by a
+// new member from the GroupInfo (sender new_member_commit, RFC 9420
+// §12.4.3.2): an ExternalInit of a 32-byte KEM output, then proposals
+// (its old leaf's Remove, to resync), and path, its new leaf. A
+// non-member's message has no membership tag.
+func ExternalCommit(gid []byte, epoch uint64, path []byte, proposals ...[]byte) []byte {
+	init := Cat([]byte{1}, U16(6), Vec(Filler(32)))
+	return Message(1, Vec(gid), U64(epoch), []byte{4}, Vec(), []byte{3},
+		Vec(append([][]byte{init}, proposals...)...), path, Vec(Filler(64)), Vec(Filler(32)))
+}
+
 // Welcome is a Welcome for the KeyPackages whose refs are given, with an
 // encrypted GroupInfo of infoBytes: each EncryptedGroupSecrets has a
 // 32-byte KEM output and the GroupSecrets (joiner secret, no path secret,

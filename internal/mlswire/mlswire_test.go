@@ -14,7 +14,8 @@ import (
 // server runs: a KeyPackage parses and verifies with its identity and key,
 // a commit of 150 Adds with a path parses with its sender, epoch and Adds,
 // a Welcome names the Adds' refs, a GroupInfo its group and epoch, a
-// PrivateMessage its group and epoch.
+// PrivateMessage its group and epoch, an external commit its sender,
+// ExternalInit, Remove and path.
 func TestEncoder(t *testing.T) {
 	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
 	gid := []byte("nah:owner")
@@ -70,5 +71,10 @@ func TestEncoder(t *testing.T) {
 	if m, err := mls.Parse(mlswire.Commit(gid, 9, 0, nil, mlswire.Remove(5))); err != nil || m.Commit.Path != nil ||
 		len(m.Commit.Proposals) != 1 || m.Commit.Proposals[0].Type != mls.ProposalRemove || m.Commit.Proposals[0].RemoveLeaf != 5 {
 		t.Fatalf("a Remove of leaf 5 without a path: %v %+v", err, m)
+	}
+	m, err = mls.Parse(mlswire.ExternalCommit(gid, 9, mlswire.UpdatePath(priv, "c_me", 4), mlswire.Remove(2)))
+	if err != nil || m.Sender.Type != mls.SenderNewMemberCommit || m.Epoch != 9 || len(m.Commit.Proposals) != 2 ||
+		m.Commit.Proposals[0].Type != mls.ProposalExternalInit || m.Commit.Proposals[1].RemoveLeaf != 2 || string(m.Commit.Path.Identity) != "c_me" {
+		t.Fatalf("an external commit: %v %+v", err, m)
 	}
 }

@@ -211,6 +211,52 @@ const steps = {
     return { groups }
   },
 
+  // away: fam6's tablet goes away while its phone commits twice and
+  // posts, and every other phone reads on: the tablet's place in the log
+  // alone holds those commits.
+  async away () {
+    const p = people[6]
+    const [x, y] = phonesOf(p)
+    await syncEveryone()
+    y.offline = true
+    for (let i = 0; i < 2; i++) check((await x.commit(p.id)).status === 201, `fam6's commit ${i + 1} while the tablet is away`)
+    check((await post(x)).status === 201, 'fam6\'s moment while the tablet is away')
+    await syncEveryone()
+    return { epoch: Number(x.epoch(p.id)) }
+  },
+
+  // rejoin: the test aged fam6's log past the retention with the server
+  // stopped. fam6's phone commits (nah prunes the aged commits though the
+  // tablet has not passed them) and posts; the tablet back is told 410
+  // log_pruned, joins again from the GroupInfo with an external commit,
+  // and reads the next moment, as do fam6's connections, which follow the
+  // external commit in the log. What it posted in the epochs it missed
+  // stays unreadable to the tablet.
+  async rejoin () {
+    const p = people[6]
+    const [x, y] = phonesOf(p)
+    await x.sync(p.id)
+    check((await x.commit(p.id)).status === 201, 'fam6\'s commit after the log aged')
+    check((await post(x)).status === 201, 'fam6\'s moment before the tablet is back')
+    const missed = posts.filter((m) => m.author === p && expected.get(y).has(m.id) && !y.groups.get(p.id).plain.has(m.id))
+    for (const m of missed) expected.get(y).delete(m.id)
+    y.offline = false
+    await y.syncAll()
+    check(y.stats.rejoined === 1 && y.stats.refused.log_pruned === 1,
+      `the tablet back after its log was pruned joined again ${y.stats.rejoined} times after ${y.stats.refused.log_pruned} 410s, want 1 and 1`)
+    await x.sync(p.id)
+    check(x.authenticator(p.id) === y.authenticator(p.id), 'the phone and the tablet joined again disagree on fam6\'s group')
+    const res = await post(x)
+    check(res.status === 201, `fam6's moment after the tablet joined again: ${res.status}`)
+    await syncEveryone()
+    const rejoined = phones.reduce((n, z) => n + z.stats.rejoined, 0)
+    check(rejoined === 1, `${rejoined} clients joined again, want the tablet alone`)
+    const got = y.groups.get(p.id).plain.get(res.body.id)
+    check(got === posts[posts.length - 1].text, `the tablet joined again read ${got} of fam6's new moment`)
+    for (const m of missed) check(!y.groups.get(p.id).plain.has(m.id), `the tablet read ${m.text}, of an epoch it missed`)
+    return { rejoined: y.stats.rejoined, missed: missed.length, reads: verifyReading() }
+  },
+
   // burst: phones post in turn, and each person's first phone commits to
   // its group every third turn, one acknowledgement line each, until the
   // server is gone (the test kills it in the middle) or 300 turns. A

@@ -3,8 +3,9 @@
 // registers its signature key, uploads KeyPackages, creates its person's
 // group, adds the clients nah says are waiting (claiming their KeyPackages,
 // with a Welcome), removes the ones a disconnect left pending, joins groups
-// from its inbox, follows each group's commit log, posts moments as
-// PrivateMessages and decrypts the feed, and audits people's key logs.
+// from its inbox, follows each group's commit log (joining again from the
+// GroupInfo when nah says the commits it needs are pruned), posts moments
+// as PrivateMessages and decrypts the feed, and audits people's key logs.
 import { createHash, createPublicKey, verify } from 'node:crypto'
 import * as mls from 'ts-mls'
 import { makeKeyPackageRef } from 'ts-mls/keyPackage.js'
@@ -123,7 +124,7 @@ export class Phone {
     this.sent = new Map() // body (b64) → plaintext: a phone cannot decrypt its own messages
     this.pins = new Map() // person id → {size, hash}: the key log heads this phone saw
     this.serverKey = null // the server's key log key, pinned at the first audit
-    this.stats = { decrypted: 0, commits: 0, refused: {} }
+    this.stats = { decrypted: 0, commits: 0, rejoined: 0, refused: {} }
     this.people = new Map() // person id → Person, for names in audit failures
   }
 
@@ -274,6 +275,35 @@ export class Phone {
     return joined
   }
 
+  // rejoin joins owner's group again from the GroupInfo nah holds, with an
+  // external commit that removes this client's old leaf (RFC 9420
+  // §12.4.3.2, resync) and sends the new epoch's GroupInfo: what a phone
+  // does when nah answers 410 log_pruned. The moments of the epochs it
+  // missed stay unreadable to it.
+  async rejoin (owner, path) {
+    const g = this.groups.get(owner)
+    for (let attempt = 0; attempt < 5; attempt++) {
+      const { body } = await this.call('GET', path, undefined, 200)
+      const info = mls.decodeMlsMessage(unb64(body.group_info), 0)[0]
+      if (info.wireformat !== 'mls_group_info') throw new Error(`${path} holds a ${info.wireformat}`)
+      const kp = await this.newKeyPackage()
+      const r = await mls.joinGroupExternal(info.groupInfo, kp.publicPackage, kp.privatePackage, true, suite)
+      const gi = await mls.createGroupInfoWithExternalPubAndRatchetTree(r.newState, [], suite)
+      const res = await this.call('POST', `/api/v1/people/${owner}/group/commits`, {
+        commit: b64(mls.encodeMlsMessage({ version: 'mls10', wireformat: 'mls_public_message', publicMessage: r.publicMessage })),
+        group_info: b64(mls.encodeMlsMessage({ version: 'mls10', wireformat: 'mls_group_info', groupInfo: gi })),
+      })
+      if (res.status === 201) {
+        g.state = r.newState
+        g.joined = r.newState.groupContext.epoch
+        this.stats.rejoined++
+        return
+      }
+      if (res.status !== 409) throw new HTTPError('POST', `/people/${owner}/group/commits`, res.status, res.body)
+    }
+    throw new Error(`${this.name}: could not join ${owner}'s group again in 5 tries`)
+  }
+
   // sync follows owner's group: the commits after this phone's epoch and
   // the moments it has not seen, each moment decrypted in its own epoch
   // before the commit that ends it (so no old epoch's keys are needed).
@@ -283,10 +313,15 @@ export class Phone {
     const g = this.groups.get(owner)
     const commits = new Map()
     let after = g.state.groupContext.epoch
-    after = after > 0n ? after - 1n : 0n
     for (let pages = 0; pages < 1000; pages++) {
-      const res = await this.call('GET', `/api/v1/people/${owner}/group/commits?after=${after}`)
+      const res = await this.call('GET', `/api/v1/people/${owner}/group/commits?after=${after}&client=${this.id}`)
       if (res.status === 404 || res.status === 403) break // no longer a member: keep what it read
+      if (res.status === 410 && res.body.error.code === 'log_pruned' && commits.size === 0) {
+        this.refused('log_pruned')
+        await this.rejoin(owner, res.body.group_info)
+        after = g.state.groupContext.epoch
+        continue
+      }
       if (res.status !== 200) throw new HTTPError('GET', 'commits', res.status, res.body)
       for (const c of res.body.commits) {
         const msg = mls.decodeMlsMessage(unb64(c.commit), 0)[0]

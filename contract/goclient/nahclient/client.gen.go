@@ -87,6 +87,7 @@ const (
 	ErrorCode0InvalidCredentials       ErrorCode0 = "invalid_credentials"
 	ErrorCode0InvalidCursor            ErrorCode0 = "invalid_cursor"
 	ErrorCode0InvalidEnabled           ErrorCode0 = "invalid_enabled"
+	ErrorCode0InvalidExternalCommit    ErrorCode0 = "invalid_external_commit"
 	ErrorCode0InvalidGroupInfo         ErrorCode0 = "invalid_group_info"
 	ErrorCode0InvalidHandle            ErrorCode0 = "invalid_handle"
 	ErrorCode0InvalidIdempotencyKey    ErrorCode0 = "invalid_idempotency_key"
@@ -111,6 +112,7 @@ const (
 	ErrorCode0JoinCodeRequired         ErrorCode0 = "join_code_required"
 	ErrorCode0KeyLogFull               ErrorCode0 = "key_log_full"
 	ErrorCode0KeyPackageTooLarge       ErrorCode0 = "key_package_too_large"
+	ErrorCode0LogPruned                ErrorCode0 = "log_pruned"
 	ErrorCode0MethodNotAllowed         ErrorCode0 = "method_not_allowed"
 	ErrorCode0MissingBody              ErrorCode0 = "missing_body"
 	ErrorCode0MissingCode              ErrorCode0 = "missing_code"
@@ -121,6 +123,7 @@ const (
 	ErrorCode0NotFound                 ErrorCode0 = "not_found"
 	ErrorCode0NotOwner                 ErrorCode0 = "not_owner"
 	ErrorCode0NotPrivateMessage        ErrorCode0 = "not_private_message"
+	ErrorCode0NotYourClient            ErrorCode0 = "not_your_client"
 	ErrorCode0NotYourLeaf              ErrorCode0 = "not_your_leaf"
 	ErrorCode0OffsetMismatch           ErrorCode0 = "offset_mismatch"
 	ErrorCode0Overloaded               ErrorCode0 = "overloaded"
@@ -223,6 +226,8 @@ func (e ErrorCode0) Valid() bool {
 		return true
 	case ErrorCode0InvalidEnabled:
 		return true
+	case ErrorCode0InvalidExternalCommit:
+		return true
 	case ErrorCode0InvalidGroupInfo:
 		return true
 	case ErrorCode0InvalidHandle:
@@ -271,6 +276,8 @@ func (e ErrorCode0) Valid() bool {
 		return true
 	case ErrorCode0KeyPackageTooLarge:
 		return true
+	case ErrorCode0LogPruned:
+		return true
 	case ErrorCode0MethodNotAllowed:
 		return true
 	case ErrorCode0MissingBody:
@@ -290,6 +297,8 @@ func (e ErrorCode0) Valid() bool {
 	case ErrorCode0NotOwner:
 		return true
 	case ErrorCode0NotPrivateMessage:
+		return true
+	case ErrorCode0NotYourClient:
 		return true
 	case ErrorCode0NotYourLeaf:
 		return true
@@ -867,6 +876,22 @@ type KeyPackageUpload struct {
 	LastResort *[]byte `json:"last_resort,omitempty"`
 }
 
+// LogPruned A fetch of commits whose next one is pruned: where to join again from.
+type LogPruned struct {
+	// Epoch The group's current epoch.
+	Epoch int `json:"epoch"`
+	Error struct {
+		// Code snake_case, for programs: each response lists the codes it carries. An open set: the known values are listed, and new ones may be added, so treat an unknown one by its status.
+		Code ErrorCode `json:"code"`
+
+		// Message A sentence for people; never parse it.
+		Message string `json:"message"`
+	} `json:"error"`
+
+	// GroupInfo The path of the group's GroupInfo, to join again from.
+	GroupInfo string `json:"group_info"`
+}
+
 // MLSClient defines model for MLSClient.
 type MLSClient struct {
 	// CreatedAt UTC with exactly three digits of milliseconds: YYYY-MM-DDTHH:MM:SS.mmmZ (RFC 3339).
@@ -1200,6 +1225,9 @@ type GetCommitsParams struct {
 	// After The epoch the member is at; absent means 0.
 	After *int `form:"after,omitempty" json:"after,omitempty"`
 
+	// Client The caller's client that fetches (its id): it has passed epoch `after`, and the log is pruned by it. Without it, this fetch holds nothing back and lets nothing go.
+	Client *string `form:"client,omitempty" json:"client,omitempty"`
+
 	// IfNoneMatch The ETag of the page the app holds: the answer is then 304 with no body when the page is the same.
 	IfNoneMatch *IfNoneMatch `json:"If-None-Match,omitempty"`
 }
@@ -1208,6 +1236,9 @@ type GetCommitsParams struct {
 type HeadCommitsParams struct {
 	// After The epoch the member is at; absent means 0.
 	After *int `form:"after,omitempty" json:"after,omitempty"`
+
+	// Client The caller's client that fetches (its id): it has passed epoch `after`, and the log is pruned by it. Without it, this fetch holds nothing back and lets nothing go.
+	Client *string `form:"client,omitempty" json:"client,omitempty"`
 
 	// IfNoneMatch The ETag of the page the app holds: the answer is then 304 with no body when the page is the same.
 	IfNoneMatch *IfNoneMatch `json:"If-None-Match,omitempty"`
@@ -1904,7 +1935,7 @@ type ClientInterface interface {
 
 	// GetCommits A group's commits
 	//
-	// The commits that made the epochs after `after`, oldest first: a member at epoch e asks with after=e. At most 100 a page and 2 MiB (at least one). A member further behind than the kept log starts from the GroupInfo.
+	// The commits that made the epochs after `after`, oldest first: a member at epoch e asks with after=e, and names itself with `client`. At most 100 a page and 2 MiB (at least one). The log is pruned of the commits every member client has passed (the epoch it fetched after, or the one a Welcome added it at), of those older than 90 days even when a member has not passed them, and past the newest 1,000: when the commit after `after` is pruned, the answer is 410 log_pruned, and the client joins again from the GroupInfo with an external commit.
 	//
 	// Corresponds with GET /api/v1/people/{id}/group/commits (the `GetCommits` operationId).
 	GetCommits(ctx context.Context, id PersonID, params *GetCommitsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1918,7 +1949,7 @@ type ClientInterface interface {
 
 	// PostCommitWithBody Commit to a group
 	//
-	// Accepted only at the group's current epoch: the first commit for an epoch wins, any other is 409 epoch_conflict with the current epoch. The sender must be a member leaf of one of the caller's clients; Removes are applied, then each Add at the leftmost free leaf (RFC 9420 section 12.1); an Add must name a client of the owner or of a connection, with its registered key; the Welcome goes to the inbox of each client whose KeyPackageRef it names. The group keeps its newest 1,000 commits.
+	// Accepted only at the group's current epoch: the first commit for an epoch wins, any other is 409 epoch_conflict with the current epoch. The sender must be a member leaf of one of the caller's clients, or, for an external commit (sender type new_member_commit, RFC 9420 section 12.4.3.2, made from the GroupInfo), one of the caller's clients with its registered key in the path, which joins: it has one ExternalInit, no Add or Welcome, and removes at most its own old leaf. Removes are applied, then each Add at the leftmost free leaf (RFC 9420 section 12.1); an Add must name a client of the owner or of a connection, with its registered key; the Welcome goes to the inbox of each client whose KeyPackageRef it names. Send the GroupInfo of the new epoch with every commit: it is what a member whose log is pruned, or a new client, joins from. The log keeps the commits some member has not passed, for at most 90 days, and at most the newest 1,000.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1927,7 +1958,7 @@ type ClientInterface interface {
 
 	// PostCommit Commit to a group
 	//
-	// Accepted only at the group's current epoch: the first commit for an epoch wins, any other is 409 epoch_conflict with the current epoch. The sender must be a member leaf of one of the caller's clients; Removes are applied, then each Add at the leftmost free leaf (RFC 9420 section 12.1); an Add must name a client of the owner or of a connection, with its registered key; the Welcome goes to the inbox of each client whose KeyPackageRef it names. The group keeps its newest 1,000 commits.
+	// Accepted only at the group's current epoch: the first commit for an epoch wins, any other is 409 epoch_conflict with the current epoch. The sender must be a member leaf of one of the caller's clients, or, for an external commit (sender type new_member_commit, RFC 9420 section 12.4.3.2, made from the GroupInfo), one of the caller's clients with its registered key in the path, which joins: it has one ExternalInit, no Add or Welcome, and removes at most its own old leaf. Removes are applied, then each Add at the leftmost free leaf (RFC 9420 section 12.1); an Add must name a client of the owner or of a connection, with its registered key; the Welcome goes to the inbox of each client whose KeyPackageRef it names. Send the GroupInfo of the new epoch with every commit: it is what a member whose log is pruned, or a new client, joins from. The log keeps the commits some member has not passed, for at most 90 days, and at most the newest 1,000.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1936,7 +1967,7 @@ type ClientInterface interface {
 
 	// GetGroupInfo A group's newest GroupInfo
 	//
-	// The GroupInfo given with the newest commit that had one: for a member that fell further behind than the kept log (an external join is not accepted; ask a member to Add you again).
+	// The GroupInfo given with the group's newest commit: a client told 410 log_pruned joins again from it with an external commit. 404 no_group_info when the newest commit came without one (members send one with every commit).
 	//
 	// Corresponds with GET /api/v1/people/{id}/group/info (the `GetGroupInfo` operationId).
 	GetGroupInfo(ctx context.Context, id PersonID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2974,7 +3005,7 @@ func (c *Client) CreateGroup(ctx context.Context, id PersonID, body CreateGroupJ
 
 // GetCommits A group's commits
 //
-// The commits that made the epochs after `after`, oldest first: a member at epoch e asks with after=e. At most 100 a page and 2 MiB (at least one). A member further behind than the kept log starts from the GroupInfo.
+// The commits that made the epochs after `after`, oldest first: a member at epoch e asks with after=e, and names itself with `client`. At most 100 a page and 2 MiB (at least one). The log is pruned of the commits every member client has passed (the epoch it fetched after, or the one a Welcome added it at), of those older than 90 days even when a member has not passed them, and past the newest 1,000: when the commit after `after` is pruned, the answer is 410 log_pruned, and the client joins again from the GroupInfo with an external commit.
 //
 // Corresponds with GET /api/v1/people/{id}/group/commits (the `GetCommits` operationId).
 func (c *Client) GetCommits(ctx context.Context, id PersonID, params *GetCommitsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3008,7 +3039,7 @@ func (c *Client) HeadCommits(ctx context.Context, id PersonID, params *HeadCommi
 
 // PostCommitWithBody Commit to a group
 //
-// Accepted only at the group's current epoch: the first commit for an epoch wins, any other is 409 epoch_conflict with the current epoch. The sender must be a member leaf of one of the caller's clients; Removes are applied, then each Add at the leftmost free leaf (RFC 9420 section 12.1); an Add must name a client of the owner or of a connection, with its registered key; the Welcome goes to the inbox of each client whose KeyPackageRef it names. The group keeps its newest 1,000 commits.
+// Accepted only at the group's current epoch: the first commit for an epoch wins, any other is 409 epoch_conflict with the current epoch. The sender must be a member leaf of one of the caller's clients, or, for an external commit (sender type new_member_commit, RFC 9420 section 12.4.3.2, made from the GroupInfo), one of the caller's clients with its registered key in the path, which joins: it has one ExternalInit, no Add or Welcome, and removes at most its own old leaf. Removes are applied, then each Add at the leftmost free leaf (RFC 9420 section 12.1); an Add must name a client of the owner or of a connection, with its registered key; the Welcome goes to the inbox of each client whose KeyPackageRef it names. Send the GroupInfo of the new epoch with every commit: it is what a member whose log is pruned, or a new client, joins from. The log keeps the commits some member has not passed, for at most 90 days, and at most the newest 1,000.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3027,7 +3058,7 @@ func (c *Client) PostCommitWithBody(ctx context.Context, id PersonID, contentTyp
 
 // PostCommit Commit to a group
 //
-// Accepted only at the group's current epoch: the first commit for an epoch wins, any other is 409 epoch_conflict with the current epoch. The sender must be a member leaf of one of the caller's clients; Removes are applied, then each Add at the leftmost free leaf (RFC 9420 section 12.1); an Add must name a client of the owner or of a connection, with its registered key; the Welcome goes to the inbox of each client whose KeyPackageRef it names. The group keeps its newest 1,000 commits.
+// Accepted only at the group's current epoch: the first commit for an epoch wins, any other is 409 epoch_conflict with the current epoch. The sender must be a member leaf of one of the caller's clients, or, for an external commit (sender type new_member_commit, RFC 9420 section 12.4.3.2, made from the GroupInfo), one of the caller's clients with its registered key in the path, which joins: it has one ExternalInit, no Add or Welcome, and removes at most its own old leaf. Removes are applied, then each Add at the leftmost free leaf (RFC 9420 section 12.1); an Add must name a client of the owner or of a connection, with its registered key; the Welcome goes to the inbox of each client whose KeyPackageRef it names. Send the GroupInfo of the new epoch with every commit: it is what a member whose log is pruned, or a new client, joins from. The log keeps the commits some member has not passed, for at most 90 days, and at most the newest 1,000.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3046,7 +3077,7 @@ func (c *Client) PostCommit(ctx context.Context, id PersonID, body PostCommitJSO
 
 // GetGroupInfo A group's newest GroupInfo
 //
-// The GroupInfo given with the newest commit that had one: for a member that fell further behind than the kept log (an external join is not accepted; ask a member to Add you again).
+// The GroupInfo given with the group's newest commit: a client told 410 log_pruned joins again from it with an external commit. 404 no_group_info when the newest commit came without one (members send one with every commit).
 //
 // Corresponds with GET /api/v1/people/{id}/group/info (the `GetGroupInfo` operationId).
 func (c *Client) GetGroupInfo(ctx context.Context, id PersonID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4923,6 +4954,18 @@ func NewGetCommitsRequest(server string, id PersonID, params *GetCommitsParams) 
 
 		}
 
+		if params.Client != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "client", *params.Client, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if encoded := queryValues.Encode(); encoded != "" {
 			rawQueryFragments = append(rawQueryFragments, encoded)
 		}
@@ -4990,6 +5033,18 @@ func NewHeadCommitsRequest(server string, id PersonID, params *HeadCommitsParams
 		if params.After != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "after", *params.After, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Client != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "client", *params.Client, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -6708,7 +6763,7 @@ type ClientWithResponsesInterface interface {
 
 	// GetCommitsWithResponse A group's commits
 	//
-	// The commits that made the epochs after `after`, oldest first: a member at epoch e asks with after=e. At most 100 a page and 2 MiB (at least one). A member further behind than the kept log starts from the GroupInfo.
+	// The commits that made the epochs after `after`, oldest first: a member at epoch e asks with after=e, and names itself with `client`. At most 100 a page and 2 MiB (at least one). The log is pruned of the commits every member client has passed (the epoch it fetched after, or the one a Welcome added it at), of those older than 90 days even when a member has not passed them, and past the newest 1,000: when the commit after `after` is pruned, the answer is 410 log_pruned, and the client joins again from the GroupInfo with an external commit.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -6726,7 +6781,7 @@ type ClientWithResponsesInterface interface {
 
 	// PostCommitWithBodyWithResponse Commit to a group
 	//
-	// Accepted only at the group's current epoch: the first commit for an epoch wins, any other is 409 epoch_conflict with the current epoch. The sender must be a member leaf of one of the caller's clients; Removes are applied, then each Add at the leftmost free leaf (RFC 9420 section 12.1); an Add must name a client of the owner or of a connection, with its registered key; the Welcome goes to the inbox of each client whose KeyPackageRef it names. The group keeps its newest 1,000 commits.
+	// Accepted only at the group's current epoch: the first commit for an epoch wins, any other is 409 epoch_conflict with the current epoch. The sender must be a member leaf of one of the caller's clients, or, for an external commit (sender type new_member_commit, RFC 9420 section 12.4.3.2, made from the GroupInfo), one of the caller's clients with its registered key in the path, which joins: it has one ExternalInit, no Add or Welcome, and removes at most its own old leaf. Removes are applied, then each Add at the leftmost free leaf (RFC 9420 section 12.1); an Add must name a client of the owner or of a connection, with its registered key; the Welcome goes to the inbox of each client whose KeyPackageRef it names. Send the GroupInfo of the new epoch with every commit: it is what a member whose log is pruned, or a new client, joins from. The log keeps the commits some member has not passed, for at most 90 days, and at most the newest 1,000.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6735,7 +6790,7 @@ type ClientWithResponsesInterface interface {
 
 	// PostCommitWithResponse Commit to a group
 	//
-	// Accepted only at the group's current epoch: the first commit for an epoch wins, any other is 409 epoch_conflict with the current epoch. The sender must be a member leaf of one of the caller's clients; Removes are applied, then each Add at the leftmost free leaf (RFC 9420 section 12.1); an Add must name a client of the owner or of a connection, with its registered key; the Welcome goes to the inbox of each client whose KeyPackageRef it names. The group keeps its newest 1,000 commits.
+	// Accepted only at the group's current epoch: the first commit for an epoch wins, any other is 409 epoch_conflict with the current epoch. The sender must be a member leaf of one of the caller's clients, or, for an external commit (sender type new_member_commit, RFC 9420 section 12.4.3.2, made from the GroupInfo), one of the caller's clients with its registered key in the path, which joins: it has one ExternalInit, no Add or Welcome, and removes at most its own old leaf. Removes are applied, then each Add at the leftmost free leaf (RFC 9420 section 12.1); an Add must name a client of the owner or of a connection, with its registered key; the Welcome goes to the inbox of each client whose KeyPackageRef it names. Send the GroupInfo of the new epoch with every commit: it is what a member whose log is pruned, or a new client, joins from. The log keeps the commits some member has not passed, for at most 90 days, and at most the newest 1,000.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6744,7 +6799,7 @@ type ClientWithResponsesInterface interface {
 
 	// GetGroupInfoWithResponse A group's newest GroupInfo
 	//
-	// The GroupInfo given with the newest commit that had one: for a member that fell further behind than the kept log (an external join is not accepted; ask a member to Add you again).
+	// The GroupInfo given with the group's newest commit: a client told 410 log_pruned joins again from it with an external commit. 404 no_group_info when the newest commit came without one (members send one with every commit).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -10039,6 +10094,8 @@ type GetCommitsResponse struct {
 	JSON401 *Unauthorized
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
+	// JSON410 the response for an HTTP 410 `application/json` response
+	JSON410 *LogPruned
 	// JSON431 the response for an HTTP 431 `application/json` response
 	JSON431 *HeadersTooLarge
 	// JSON503 the response for an HTTP 503 `application/json` response
@@ -10071,6 +10128,11 @@ func (r GetCommitsResponse) GetJSON401() *Unauthorized {
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
 func (r GetCommitsResponse) GetJSON404() *NotFound {
 	return r.JSON404
+}
+
+// GetJSON410 returns the response for an HTTP 410 `application/json` response
+func (r GetCommitsResponse) GetJSON410() *LogPruned {
+	return r.JSON410
 }
 
 // GetJSON431 returns the response for an HTTP 431 `application/json` response
@@ -13009,7 +13071,7 @@ func (c *ClientWithResponses) CreateGroupWithResponse(ctx context.Context, id Pe
 
 // GetCommitsWithResponse A group's commits
 //
-// The commits that made the epochs after `after`, oldest first: a member at epoch e asks with after=e. At most 100 a page and 2 MiB (at least one). A member further behind than the kept log starts from the GroupInfo.
+// The commits that made the epochs after `after`, oldest first: a member at epoch e asks with after=e, and names itself with `client`. At most 100 a page and 2 MiB (at least one). The log is pruned of the commits every member client has passed (the epoch it fetched after, or the one a Welcome added it at), of those older than 90 days even when a member has not passed them, and past the newest 1,000: when the commit after `after` is pruned, the answer is 410 log_pruned, and the client joins again from the GroupInfo with an external commit.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -13039,7 +13101,7 @@ func (c *ClientWithResponses) HeadCommitsWithResponse(ctx context.Context, id Pe
 
 // PostCommitWithBodyWithResponse Commit to a group
 //
-// Accepted only at the group's current epoch: the first commit for an epoch wins, any other is 409 epoch_conflict with the current epoch. The sender must be a member leaf of one of the caller's clients; Removes are applied, then each Add at the leftmost free leaf (RFC 9420 section 12.1); an Add must name a client of the owner or of a connection, with its registered key; the Welcome goes to the inbox of each client whose KeyPackageRef it names. The group keeps its newest 1,000 commits.
+// Accepted only at the group's current epoch: the first commit for an epoch wins, any other is 409 epoch_conflict with the current epoch. The sender must be a member leaf of one of the caller's clients, or, for an external commit (sender type new_member_commit, RFC 9420 section 12.4.3.2, made from the GroupInfo), one of the caller's clients with its registered key in the path, which joins: it has one ExternalInit, no Add or Welcome, and removes at most its own old leaf. Removes are applied, then each Add at the leftmost free leaf (RFC 9420 section 12.1); an Add must name a client of the owner or of a connection, with its registered key; the Welcome goes to the inbox of each client whose KeyPackageRef it names. Send the GroupInfo of the new epoch with every commit: it is what a member whose log is pruned, or a new client, joins from. The log keeps the commits some member has not passed, for at most 90 days, and at most the newest 1,000.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13054,7 +13116,7 @@ func (c *ClientWithResponses) PostCommitWithBodyWithResponse(ctx context.Context
 
 // PostCommitWithResponse Commit to a group
 //
-// Accepted only at the group's current epoch: the first commit for an epoch wins, any other is 409 epoch_conflict with the current epoch. The sender must be a member leaf of one of the caller's clients; Removes are applied, then each Add at the leftmost free leaf (RFC 9420 section 12.1); an Add must name a client of the owner or of a connection, with its registered key; the Welcome goes to the inbox of each client whose KeyPackageRef it names. The group keeps its newest 1,000 commits.
+// Accepted only at the group's current epoch: the first commit for an epoch wins, any other is 409 epoch_conflict with the current epoch. The sender must be a member leaf of one of the caller's clients, or, for an external commit (sender type new_member_commit, RFC 9420 section 12.4.3.2, made from the GroupInfo), one of the caller's clients with its registered key in the path, which joins: it has one ExternalInit, no Add or Welcome, and removes at most its own old leaf. Removes are applied, then each Add at the leftmost free leaf (RFC 9420 section 12.1); an Add must name a client of the owner or of a connection, with its registered key; the Welcome goes to the inbox of each client whose KeyPackageRef it names. Send the GroupInfo of the new epoch with every commit: it is what a member whose log is pruned, or a new client, joins from. The log keeps the commits some member has not passed, for at most 90 days, and at most the newest 1,000.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13069,7 +13131,7 @@ func (c *ClientWithResponses) PostCommitWithResponse(ctx context.Context, id Per
 
 // GetGroupInfoWithResponse A group's newest GroupInfo
 //
-// The GroupInfo given with the newest commit that had one: for a member that fell further behind than the kept log (an external join is not accepted; ask a member to Add you again).
+// The GroupInfo given with the group's newest commit: a client told 410 log_pruned joins again from it with an external commit. 404 no_group_info when the newest commit came without one (members send one with every commit).
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -16256,6 +16318,13 @@ func ParseGetCommitsResponse(rsp *http.Response) (*GetCommitsResponse, error) {
 			return nil, err
 		}
 		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest LogPruned
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON410 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
 		var dest HeadersTooLarge

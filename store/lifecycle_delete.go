@@ -342,16 +342,16 @@ func (s *Store) checkpointDirectory(ctx context.Context) error {
 	return errors.Join(err, rerr)
 }
 
-// sweepFirstAfter is how long after Open the sweep's first pass waits:
-// its walk of people/*/media was 12% of the CPU people-1k spent from exec to
-// the first feed (perf, bench/THRESHOLDS.md), and the first requests after
-// a restart need not share the two cores with it.
+// sweepFirstAfter is how long after Open the sweep's first pass waits: its
+// walk of people/*/media was a large share of the CPU people-1k spent from
+// exec to the first feed (bench/THRESHOLDS.md), and the first requests
+// after a restart need not share the two cores with it.
 const sweepFirstAfter = 2 * time.Second
 
 // sweepLoop purges deleted people and the files restores replaced when due,
-// and removes expired resumable uploads (uploads.go) and sessions
-// (sessions.go): sweepFirstAfter after start, then every minute. Its first
-// pass also removes what interrupted uploads left (media.go).
+// and removes expired resumable uploads (person_uploads.go) and sessions
+// (dir_sessions.go): sweepFirstAfter after start, then every minute. Its first
+// pass also removes what interrupted uploads left (person_media.go).
 func (s *Store) sweepLoop() {
 	defer close(s.swept)
 	first := time.NewTimer(sweepFirstAfter)
@@ -369,10 +369,10 @@ func (s *Store) sweepLoop() {
 		if _, err := s.PurgeDeleted(context.Background()); err != nil {
 			s.log.Error("purge deleted people", "err", err)
 		}
-		if _, err := s.PurgeReplaced(context.Background()); err != nil {
+		if _, err := s.purgeReplaced(context.Background()); err != nil {
 			s.log.Error("purge the files restores replaced", "err", err)
 		}
-		s.SweepResumables(context.Background())
+		s.Resumables().Sweep(context.Background())
 		if _, err := s.DeleteExpiredSessions(context.Background()); err != nil {
 			s.log.Error("delete expired sessions", "err", err)
 		}

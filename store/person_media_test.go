@@ -155,7 +155,7 @@ func TestMediaCountBound(t *testing.T) {
 	}
 	_, err := s.StartUpload(ctx, ann.ID, quota)
 	full("an upload", err)
-	_, _, err = s.CreateResumable(ctx, ann.ID, spec, quota)
+	_, _, err = s.Resumables().Create(ctx, ann.ID, spec, quota)
 	full("a resumable upload", err)
 
 	if err := s.DeleteMedia(ctx, ann.ID, ids[0]); err != nil {
@@ -165,16 +165,16 @@ func TestMediaCountBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = s.CreateResumable(ctx, ann.ID, spec, quota)
+	_, _, err = s.Resumables().Create(ctx, ann.ID, spec, quota)
 	full("a resumable upload beside one in flight", err)
 	up.Abort()
-	r, _, err := s.CreateResumable(ctx, ann.ID, spec, quota)
+	r, _, err := s.Resumables().Create(ctx, ann.ID, spec, quota)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = s.StartUpload(ctx, ann.ID, quota)
 	full("an upload beside an unfinished resumable one", err)
-	if r, err = s.WriteResumable(ctx, ann.ID, r.ID, Piece{Offset: 0, Body: strings.NewReader("x")}); err != nil || r.MediaID == "" {
+	if r, err = s.Resumables().Write(ctx, ann.ID, r.ID, Piece{Offset: 0, Body: strings.NewReader("x")}); err != nil || r.MediaID == "" {
 		t.Fatalf("finish the resumable upload: %+v %v", r, err)
 	}
 	st, err := s.StorageOf(ctx, ann.ID)

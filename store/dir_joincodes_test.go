@@ -16,32 +16,32 @@ func TestCheckJoinCode(t *testing.T) {
 	now.Store(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC).UnixNano())
 	s := MustOpen(t, Config{Now: func() time.Time { return time.Unix(0, now.Load()) }})
 	ctx := t.Context()
-	code, _, err := s.CreateJoinCode(ctx, time.Hour)
+	code, _, err := s.JoinCodes().Create(ctx, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for range 2 { // asking does not use it
-		if err := s.CheckJoinCode(ctx, code); err != nil {
+		if err := s.JoinCodes().Check(ctx, code); err != nil {
 			t.Fatalf("a fresh code: %v", err)
 		}
 	}
-	if err := s.CheckJoinCode(ctx, strings.ToUpper(code[:4])+"-"+code[4:]); err != nil {
+	if err := s.JoinCodes().Check(ctx, strings.ToUpper(code[:4])+"-"+code[4:]); err != nil {
 		t.Fatalf("a fresh code as typed: %v", err)
 	}
 	for _, bad := range []string{"", "abcdabcdabcdabcd", code + "x", strings.Repeat("a", 4000)} {
-		if err := s.CheckJoinCode(ctx, bad); nah.ErrorCode(err) != nah.Invalid {
+		if err := s.JoinCodes().Check(ctx, bad); nah.ErrorCode(err) != nah.Invalid {
 			t.Errorf("CheckJoinCode(%.20q) = %v, want invalid", bad, err)
 		}
 	}
 	if _, err := s.CreatePerson(ctx, NewPerson{Handle: "ann", PasswordHash: "x", JoinCode: code}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CheckJoinCode(ctx, code); nah.ErrorCode(err) != nah.Invalid {
+	if err := s.JoinCodes().Check(ctx, code); nah.ErrorCode(err) != nah.Invalid {
 		t.Errorf("a used code: %v", err)
 	}
-	late, _, _ := s.CreateJoinCode(ctx, time.Hour)
+	late, _, _ := s.JoinCodes().Create(ctx, time.Hour)
 	now.Add(int64(time.Hour))
-	if err := s.CheckJoinCode(ctx, late); nah.ErrorCode(err) != nah.Invalid {
+	if err := s.JoinCodes().Check(ctx, late); nah.ErrorCode(err) != nah.Invalid {
 		t.Errorf("an expired code: %v", err)
 	}
 }

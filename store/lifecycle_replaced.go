@@ -147,10 +147,10 @@ func (s *Store) undoneReplaced(id string) {
 	}
 }
 
-// PurgeReplaced removes every kept file whose grace has passed by the
+// purgeReplaced removes every kept file whose grace has passed by the
 // store's clock, and what an interrupted keep left; it returns how many
 // kept files went. The sweep runs it with PurgeDeleted.
-func (s *Store) PurgeReplaced(ctx context.Context) (int, error) {
+func (s *Store) purgeReplaced(ctx context.Context) (int, error) {
 	es, err := os.ReadDir(s.Path(nah.ReplacedRel))
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, nil

@@ -22,9 +22,17 @@ type JoinCode struct {
 	RevokedAt int64
 }
 
-// CreateJoinCode makes a join code valid for ttl and returns it in clear.
+// JoinCodes are the single-use sign-up codes of a server without open
+// sign-up: the directory's join_codes table.
+type JoinCodes struct{ s *Store }
+
+// JoinCodes returns the store's join codes.
+func (s *Store) JoinCodes() JoinCodes { return JoinCodes{s} }
+
+// Create makes a join code valid for ttl and returns it in clear.
 // It is stored hashed; the caller shows it once.
-func (s *Store) CreateJoinCode(ctx context.Context, ttl time.Duration) (string, JoinCode, error) {
+func (jcs JoinCodes) Create(ctx context.Context, ttl time.Duration) (string, JoinCode, error) {
+	s := jcs.s
 	code := newCode()
 	now := s.now().UnixMilli()
 	h := hashSecret(code)
@@ -39,12 +47,13 @@ func (s *Store) CreateJoinCode(ctx context.Context, ttl time.Duration) (string, 
 
 var errBadJoinCode = nah.Errorf(nah.Invalid, "invalid_join_code", "the join code is unknown, used, revoked or expired")
 
-// CheckJoinCode returns nil when code is a join code that can be used now
+// Check returns nil when code is a join code that can be used now
 // (known, unused, unrevoked, unexpired), without using it. Sign-up asks
 // first so that a bogus code is refused before a password is hashed or a
 // file is made; using the code stays in CreatePerson's transaction, which
 // asks again.
-func (s *Store) CheckJoinCode(ctx context.Context, code string) error {
+func (jcs JoinCodes) Check(ctx context.Context, code string) error {
+	s := jcs.s
 	code = normCode(code)
 	if len(code) != codeLen {
 		return errBadJoinCode
@@ -77,8 +86,9 @@ func useJoinCode(ctx context.Context, tx *sql.Tx, code, id string, now int64) er
 	return nil
 }
 
-// JoinCodes lists join codes, newest first.
-func (s *Store) JoinCodes(ctx context.Context, limit int) ([]JoinCode, error) {
+// List returns join codes, newest first.
+func (jcs JoinCodes) List(ctx context.Context, limit int) ([]JoinCode, error) {
+	s := jcs.s
 	rows, err := s.r.QueryContext(ctx, `SELECT hex(code_hash), hint, created_at, expires_at, coalesce(used_by, ''), coalesce(used_at, 0), coalesce(revoked_at, 0)
 		FROM join_codes ORDER BY created_at DESC LIMIT ?`, limit)
 	if err != nil {
@@ -98,8 +108,9 @@ func (s *Store) JoinCodes(ctx context.Context, limit int) ([]JoinCode, error) {
 	return cs, rows.Err()
 }
 
-// RevokeJoinCode revokes an unused join code by its ID (from JoinCodes).
-func (s *Store) RevokeJoinCode(ctx context.Context, id string) error {
+// Revoke revokes an unused join code by its ID (from List).
+func (jcs JoinCodes) Revoke(ctx context.Context, id string) error {
+	s := jcs.s
 	b, err := hex.DecodeString(id)
 	if err != nil || len(b) != 8 {
 		return nah.Errorf(nah.NotFound, "", "no such join code")

@@ -15,11 +15,19 @@ type Device struct {
 	CreatedAt int64 // unix ms of its latest registration
 }
 
-// PutDevice registers (or registers again) a push token for person: the
+// Devices are the phones people registered for pushes: the directory's
+// devices table.
+type Devices struct{ s *Store }
+
+// Devices returns the store's registered phones.
+func (s *Store) Devices() Devices { return Devices{s} }
+
+// Put registers (or registers again) a push token for person: the
 // same call twice leaves one device. A token registered by someone else
 // moves to person, since one token is one phone. Past nah.MaxDevices the
 // devices registered longest ago are dropped, in the same transaction.
-func (s *Store) PutDevice(ctx context.Context, person, token, platform string) error {
+func (dv Devices) Put(ctx context.Context, person, token, platform string) error {
+	s := dv.s
 	if err := nah.CheckDeviceToken(token); err != nil {
 		return err
 	}
@@ -45,9 +53,10 @@ func (s *Store) PutDevice(ctx context.Context, person, token, platform string) e
 	})
 }
 
-// DeleteDevice removes person's device token; one that is not theirs is
+// Delete removes person's device token; one that is not theirs is
 // NotFound.
-func (s *Store) DeleteDevice(ctx context.Context, person, token string) error {
+func (dv Devices) Delete(ctx context.Context, person, token string) error {
+	s := dv.s
 	res, err := s.exec(ctx, `DELETE FROM devices WHERE token = ? AND person_id = ?`, token, person)
 	if err != nil {
 		return err
@@ -58,9 +67,10 @@ func (s *Store) DeleteDevice(ctx context.Context, person, token string) error {
 	return nil
 }
 
-// Devices lists person's devices, newest registration first, tokens
+// List returns person's devices, newest registration first, tokens
 // included: for the digest loop only.
-func (s *Store) Devices(ctx context.Context, person string) ([]Device, error) {
+func (dv Devices) List(ctx context.Context, person string) ([]Device, error) {
+	s := dv.s
 	rows, err := s.r.QueryContext(ctx, `SELECT token, platform, created_at FROM devices WHERE person_id = ? ORDER BY created_at DESC`, person)
 	if err != nil {
 		return nil, err
@@ -77,8 +87,9 @@ func (s *Store) Devices(ctx context.Context, person string) ([]Device, error) {
 	return ds, rows.Err()
 }
 
-// DeviceCount is how many devices person has registered.
-func (s *Store) DeviceCount(ctx context.Context, person string) (int, error) {
+// Count is how many devices person has registered.
+func (dv Devices) Count(ctx context.Context, person string) (int, error) {
+	s := dv.s
 	var n int
 	err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM devices WHERE person_id = ?`, person).Scan(&n)
 	return n, err

@@ -54,11 +54,11 @@ func TestMediaAddedTellsBackups(t *testing.T) {
 	}
 	took("an upload", ann.ID)
 
-	r, _, err := s.CreateResumable(ctx, bob.ID, ResumableSpec{Length: 7, ContentType: "video/mp4"}, 1<<30)
+	r, _, err := s.Resumables().Create(ctx, bob.ID, ResumableSpec{Length: 7, ContentType: "video/mp4"}, 1<<30)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.WriteResumable(ctx, bob.ID, r.ID, Piece{Offset: 0, Body: strings.NewReader("a video")}); err != nil {
+	if _, err := s.Resumables().Write(ctx, bob.ID, r.ID, Piece{Offset: 0, Body: strings.NewReader("a video")}); err != nil {
 		t.Fatal(err)
 	}
 	took("a resumable upload", bob.ID)

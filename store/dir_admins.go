@@ -16,16 +16,25 @@ type Admin struct {
 	CreatedAt int64
 }
 
-// AdminCount returns how many admins exist; zero means first run.
-func (s *Store) AdminCount(ctx context.Context) (int, error) {
+// Admins are the console's admins and their sessions: the directory's
+// admins and admin_sessions tables.
+type Admins struct{ s *Store }
+
+// Admins returns the store's console admins.
+func (s *Store) Admins() Admins { return Admins{s} }
+
+// Count returns how many admins exist; zero means first run.
+func (ad Admins) Count(ctx context.Context) (int, error) {
+	s := ad.s
 	var n int
 	err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM admins`).Scan(&n)
 	return n, err
 }
 
-// CreateAdminWithLink uses an admin link and makes the admin, atomically.
+// CreateWithLink uses an admin link and makes the admin, atomically.
 // It is the only way an admin is made. passwordHash is hashed by the caller.
-func (s *Store) CreateAdminWithLink(ctx context.Context, token, name, passwordHash string) (Admin, error) {
+func (ad Admins) CreateWithLink(ctx context.Context, token, name, passwordHash string) (Admin, error) {
+	s := ad.s
 	if err := nah.CheckHandle(name); err != nil {
 		return Admin{}, err
 	}
@@ -44,8 +53,9 @@ func (s *Store) CreateAdminWithLink(ctx context.Context, token, name, passwordHa
 	return a, err
 }
 
-// FindAdminByName returns an admin and their password hash.
-func (s *Store) FindAdminByName(ctx context.Context, name string) (Admin, string, error) {
+// FindByName returns an admin and their password hash.
+func (ad Admins) FindByName(ctx context.Context, name string) (Admin, string, error) {
+	s := ad.s
 	var a Admin
 	var hash string
 	err := s.r.QueryRowContext(ctx, `SELECT id, name, created_at, password_hash FROM admins WHERE name = ?`, name).
@@ -56,8 +66,9 @@ func (s *Store) FindAdminByName(ctx context.Context, name string) (Admin, string
 	return a, hash, err
 }
 
-// CreateAdminSession returns a cookie token for admin id, valid for ttl.
-func (s *Store) CreateAdminSession(ctx context.Context, id string, ttl time.Duration) (string, error) {
+// CreateSession returns a cookie token for admin id, valid for ttl.
+func (ad Admins) CreateSession(ctx context.Context, id string, ttl time.Duration) (string, error) {
+	s := ad.s
 	token := newSecret(32)
 	now := s.now()
 	_, err := s.exec(ctx, `INSERT INTO admin_sessions(token_hash, admin_id, created_at, expires_at) VALUES (?, ?, ?, ?)`,
@@ -65,9 +76,10 @@ func (s *Store) CreateAdminSession(ctx context.Context, id string, ttl time.Dura
 	return token, err
 }
 
-// AdminForSession returns the admin of a cookie token that has not expired.
+// ForSession returns the admin of a cookie token that has not expired.
 // It reads the directory every time: console requests are rare.
-func (s *Store) AdminForSession(ctx context.Context, token string) (Admin, error) {
+func (ad Admins) ForSession(ctx context.Context, token string) (Admin, error) {
+	s := ad.s
 	var a Admin
 	err := s.r.QueryRowContext(ctx, `SELECT a.id, a.name, a.created_at FROM admin_sessions s JOIN admins a ON a.id = s.admin_id
 		WHERE s.token_hash = ? AND s.expires_at > ?`, hashSecret(token), s.now().UnixMilli()).Scan(&a.ID, &a.Name, &a.CreatedAt)
@@ -77,8 +89,9 @@ func (s *Store) AdminForSession(ctx context.Context, token string) (Admin, error
 	return a, err
 }
 
-// DeleteAdminSession signs an admin out.
-func (s *Store) DeleteAdminSession(ctx context.Context, token string) error {
+// DeleteSession signs an admin out.
+func (ad Admins) DeleteSession(ctx context.Context, token string) error {
+	s := ad.s
 	_, err := s.exec(ctx, `DELETE FROM admin_sessions WHERE token_hash = ?`, hashSecret(token))
 	return err
 }

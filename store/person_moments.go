@@ -16,11 +16,11 @@ func (s *Store) CreateMoment(ctx context.Context, author string, body []byte) (n
 	return m, err
 }
 
-// CreateMomentOnce is CreateMoment under an idempotency key (idem.go; nil
-// for none), stored in the moment's transaction. When the key was used
-// before for the same request, nothing is written and replay is the first
-// answer. Retries in this process wait for each other on the file's one
-// connection; another process's wait on its write lock.
+// CreateMomentOnce is CreateMoment under an idempotency key
+// (person_idem.go; nil for none), stored in the moment's transaction. When
+// the key was used before for the same request, nothing is written and
+// replay is the first answer. Retries in this process wait for each other
+// on the file's one connection; another process's wait on its write lock.
 func (s *Store) CreateMomentOnce(ctx context.Context, author string, body []byte, idem *Idem) (m nah.Moment, replay []byte, err error) {
 	n := s.graph.node(author)
 	if n == nil {

@@ -238,6 +238,10 @@ func TestImportHostile(t *testing.T) {
 	notItsTime, notItsTimeManifest := altered(`UPDATE moments SET created_at = created_at - 1000 WHERE id = (SELECT min(id) FROM moments)`)
 	view, viewManifest := altered(`DROP TABLE moments; CREATE VIEW moments AS
 		WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT '06f80une588vsk1m6147d3leds' AS id, i AS created_at, x'00' AS body FROM n`)
+	// The idempotency keys' time index pointed at the moments' b-tree: the
+	// schema's text is this server's, the file is not sound.
+	unsound, unsoundManifest := altered(`PRAGMA writable_schema = ON;
+		UPDATE sqlite_master SET rootpage = (SELECT rootpage FROM sqlite_master WHERE name = 'moments') WHERE name = 'idempotency_time'`)
 	link := func(flag byte, name string) entry {
 		return entry{hdr: tar.Header{Typeflag: flag, Name: name, Linkname: "/etc/passwd", Mode: 0o600}}
 	}
@@ -298,6 +302,7 @@ func TestImportHostile(t *testing.T) {
 		{"a body over the moment bound", makeTar(t, reg("person.db", bigBody), reg("manifest.json", bigBodyManifest)), nah.Invalid, "a body of 1 to 65536 bytes"},
 		{"a moment from the future", makeTar(t, reg("person.db", future), reg("manifest.json", futureManifest)), nah.Invalid, "invalid id or time"},
 		{"a moment whose time is not its id's", makeTar(t, reg("person.db", notItsTime), reg("manifest.json", notItsTimeManifest)), nah.Invalid, "not its id's"},
+		{"an index that is not its table's", makeTar(t, reg("person.db", unsound), reg("manifest.json", unsoundManifest)), nah.Invalid, "fails SQLite's integrity check"},
 		{"moments is an endless view", makeTar(t, reg("person.db", view), reg("manifest.json", viewManifest)), nah.Invalid, "schema is not this server's"},
 	}
 

@@ -205,11 +205,11 @@ func (s *Store) loadHead(ctx context.Context, n *node, now int64) (*head, error)
 // prefetch reads, in the background and in the page's order, the missing
 // heads of the first people of a page's circle, by up to GOMAXPROCS-1 (at
 // most 3) workers while the page reads its own: after a start no head is
-// cached, and the first feed on people-1k opened 20 files one after the
-// other (SQLite's schema read and the -shm made for each: half its CPU,
-// perf). Each head is read once, by whoever claims it first; a worker
-// keeps at most one file ahead of what the page needs, and a failure is
-// left to the page's own read, which reports it.
+// cached, and the first feed on people-1k opened its files one after the
+// other, SQLite's schema read and the -shm made for each a large share of
+// its CPU (bench/THRESHOLDS.md). Each head is read once, by whoever claims
+// it first; a worker keeps at most one file ahead of what the page needs,
+// and a failure is left to the page's own read, which reports it.
 type prefetch struct {
 	missing []*node // not the page's candidates: its buffers go back to a pool
 	claimed []atomic.Bool

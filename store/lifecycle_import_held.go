@@ -54,8 +54,8 @@ func newHeldTicket() string {
 
 // HeldUpload is an upload being written, to be kept (Keep) or not (Drop).
 // Until then it lives in an import's temporary folder, locked as an
-// import's is (import.go), so that a crash leaves nothing that the next
-// Open does not remove.
+// import's is (lifecycle_import.go), so that a crash leaves nothing that
+// the next Open does not remove.
 type HeldUpload struct {
 	s    *Store
 	f    *os.File
@@ -64,8 +64,16 @@ type HeldUpload struct {
 	done bool
 }
 
-// HoldImport starts a held upload.
-func (s *Store) HoldImport() (*HeldUpload, error) {
+// HeldImports are the exports the console keeps under a ticket after an
+// import refused for a taken handle, until it is tried under another.
+type HeldImports struct{ s *Store }
+
+// HeldImports returns the store's held imports.
+func (s *Store) HeldImports() HeldImports { return HeldImports{s} }
+
+// Hold starts a held upload.
+func (hi HeldImports) Hold() (*HeldUpload, error) {
+	s := hi.s
 	tmp, lock, err := makeImportTmp(s.dir)
 	if err != nil {
 		return nil, s.spaceErr(err)
@@ -120,11 +128,12 @@ func (h *HeldUpload) Keep() (string, error) {
 	return ticket, nil
 }
 
-// TakeHeldImport opens the held file of ticket for reading under a new
-// ticket, which it returns: ticket itself no longer works, so a form sent
-// twice imports once. A ticket unknown, past HeldImportTTL or malformed is
-// not_found, saying to choose the file again.
-func (s *Store) TakeHeldImport(ctx context.Context, ticket string) (*os.File, string, error) {
+// Take opens the held file of ticket for reading under a new ticket, which
+// it returns: ticket itself no longer works, so a form sent twice imports
+// once. A ticket unknown, past HeldImportTTL or malformed is not_found,
+// saying to choose the file again.
+func (hi HeldImports) Take(ctx context.Context, ticket string) (*os.File, string, error) {
+	s := hi.s
 	removeOldHeld(s.heldDir(), s.now())
 	p := s.heldPath(ticket)
 	if p == "" {
@@ -144,9 +153,10 @@ func (s *Store) TakeHeldImport(ctx context.Context, ticket string) (*os.File, st
 	return f, next, nil
 }
 
-// DropHeldImport removes the held file of ticket, if any, and their
-// folder once it is empty.
-func (s *Store) DropHeldImport(ticket string) {
+// Drop removes the held file of ticket, if any, and their folder once it is
+// empty.
+func (hi HeldImports) Drop(ticket string) {
+	s := hi.s
 	if p := s.heldPath(ticket); p != "" {
 		os.Remove(p)
 	}

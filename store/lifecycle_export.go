@@ -17,6 +17,7 @@ import (
 	sqlite "modernc.org/sqlite"
 
 	"github.com/nah-app/nah"
+	"github.com/nah-app/nah/internal/integrity"
 )
 
 // A person's export is a tar, its manifest last so that its checksum is
@@ -395,12 +396,8 @@ func ExportedMoments(ctx context.Context, path string) ([]string, error) {
 		return nil, err
 	}
 	defer db.Close()
-	var check string
-	if err := db.QueryRowContext(ctx, "PRAGMA integrity_check").Scan(&check); err != nil {
-		return nil, err
-	}
-	if check != "ok" {
-		return nil, fmt.Errorf("%s: integrity_check: %s", path, check)
+	if err := integrity.Check(ctx, db, 0); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	rows, err := db.QueryContext(ctx, "SELECT id FROM moments ORDER BY id")
 	if err != nil {

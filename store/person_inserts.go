@@ -11,8 +11,8 @@ import (
 const insertMoment = `INSERT INTO moments(id, created_at, body) SELECT ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM mls_group)`
 
 // inserts keeps insertMoment prepared on each open person file: parsing it
-// again for every post was 5-7 % of the server's CPU in the 16-writer
-// phase (issue 22, bench/THRESHOLDS.md). One entry per open file
+// again for every post showed in the server's CPU in the 16-writer phase
+// (bench/THRESHOLDS.md). One entry per open file
 // (AfterClose forgets it), ~2.2 KB of SQLite memory each (50 files
 // measured), inside perFileBytes.
 type inserts struct {

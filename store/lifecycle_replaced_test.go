@@ -159,7 +159,7 @@ func keptForUndo(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock.Advance(59 * time.Minute)
-	if n, err := s.PurgeReplaced(ctx); err != nil || n != 0 {
+	if n, err := s.purgeReplaced(ctx); err != nil || n != 0 {
 		t.Fatalf("purge within the grace: %d, %v", n, err)
 	}
 	if _, ok := s.ReplacedUntil(ann); !ok {
@@ -169,7 +169,7 @@ func keptForUndo(t *testing.T) {
 		t.Errorf("what a keep cut short left is still there: %v", err)
 	}
 	clock.Advance(2 * time.Minute)
-	if n, err := s.PurgeReplaced(ctx); err != nil || n != 1 {
+	if n, err := s.purgeReplaced(ctx); err != nil || n != 1 {
 		t.Fatalf("purge after the grace: %d, %v", n, err)
 	}
 	if _, err := os.Stat(s.replacedDir(ann)); !os.IsNotExist(err) {

@@ -97,7 +97,7 @@ func newReplicatedServer(t *testing.T, edit ...func(*serverConfig)) *replicatedS
 	}
 	b := &backup.Backups{
 		Repl: r, Every: 24 * time.Hour, At: 3 * time.Hour, Behind: time.Minute,
-		Source: ts.store, Drain: ts.store, Log: log,
+		Source: ts.store, Files: ts.store, Log: log,
 		Sweep: &backup.Sweeper{Target: target, Keep: 7, Source: ts.store},
 	}
 	ts.app.cfg.Backups = b // no request has been served yet
@@ -819,7 +819,6 @@ func TestBackupsFailedSyncClears(t *testing.T) {
 // is zero again.
 func TestReplicaLagIsTheOldestWriteNotShipped(t *testing.T) {
 	rs := newReplicatedServer(t)
-	rs.backups.Queue = rs.store.ReplicationQueue
 	ann := rs.signup(t, "ann")
 	rs.post(t, ann, []byte("before"))
 	mustSync(t, rs.backups)

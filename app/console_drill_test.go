@@ -8,9 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nah-app/nah"
 	"github.com/nah-app/nah/backup"
-	"github.com/nah-app/nah/store"
 )
 
 // TestDrillInConsoleAndHealth: "Run a drill now" runs one drill at a time
@@ -160,19 +158,9 @@ func runDrill(t *testing.T, rs *replicatedServer) *backup.Drill {
 	t.Helper()
 	s := rs.store
 	d := &backup.Drill{
-		Target: rs.backups.Repl.Target(), Repl: rs.backups.Repl, DataDir: s.Path(""),
-		List: s.Databases, Live: s.LiveRead, Read: store.ReadFile, Check: store.IntegrityCheck,
-		Queued: s.ReplicationQueued, LastWrite: s.LastWrite,
-		Name: func(ctx context.Context, rel string) string {
-			p, err := s.FindPersonByID(ctx, nah.PersonOfRel(rel))
-			if err != nil {
-				return ""
-			}
-			return p.Handle
-		},
-		OpenMedia: s.OpenMediaFile,
-		Dir:       filepath.Join(s.Path(""), "replication", "drill"),
-		Recheck:   []time.Duration{100 * time.Millisecond},
+		Target: rs.backups.Repl.Target(), Repl: rs.backups.Repl, DataDir: s.Path(""), Source: s,
+		Dir:     filepath.Join(s.Path(""), "replication", "drill"),
+		Recheck: []time.Duration{100 * time.Millisecond},
 	}
 	rs.backups.Drill = d
 	ctx, cancel := context.WithCancel(context.Background())

@@ -21,23 +21,19 @@ type Backups struct {
 	At     time.Duration // the sweep's time of day (UTC) when Every is a day
 	Behind time.Duration // a file further behind than this is "behind" for health
 
-	// Source brings files whose last sync failed back into the watched
-	// set (Rewatch), so that they catch up: the store.
+	// Source is the live data (the store): its databases, and its queue
+	// of written files waiting for replication, which "Sync now" empties
+	// and health counts as behind (nil: only the files replication has).
+	// Files brings files whose last sync failed back into the watched set,
+	// so that they catch up, and takes up the queued ones for "Sync now".
 	Source Source
+	Files  Files
 	Log    *slog.Logger
 	// CatchUpEvery is how often files left behind are caught up
 	// (catchUpEvery when zero).
 	CatchUpEvery time.Duration
 	// Drill is the restore drill (drill.go), nil when there is none.
 	Drill *Drill
-	// Queue, if set, is how many written files wait for replication to
-	// take them up and how long the oldest has waited (the store's queue):
-	// behind, though not yet watched.
-	Queue func() (n int, oldest time.Duration)
-
-	// Drain is the store's replication queue, which "Sync now" empties
-	// (nil: it sends the files replication has).
-	Drain Drainer
 	// SyncPace is a pause after each file "Sync now" sends (none when
 	// zero): tests slow it with it so that its progress can be seen.
 	SyncPace time.Duration
@@ -130,8 +126,8 @@ func (b *Backups) sweep(ctx context.Context) {
 // the watched set, a few at a time.
 func (b *Backups) catchUp(ctx context.Context) {
 	var databases func(context.Context) ([]string, error)
-	if b.Drain != nil {
-		databases = b.Drain.Databases
+	if b.Source != nil {
+		databases = b.Source.Databases
 	}
 	if _, err := b.Repl.CheckTarget(ctx, databases); err != nil && ctx.Err() == nil {
 		b.Log.Warn("replication: check the target's mark", "err", err)
@@ -163,14 +159,14 @@ func (b *Backups) catchUp(ctx context.Context) {
 			}
 			continue
 		}
-		if b.Source == nil || n >= 8 || tried >= 32 {
+		if b.Files == nil || n >= 8 || tried >= 32 {
 			continue
 		}
 		// Eight brought back a round; a file that cannot be (its person was
 		// deleted meanwhile, or it cannot be read) does not take their
 		// place, so a few of those never starve the rest.
 		tried++
-		err := b.Source.Rewatch(ctx, f.Path)
+		err := b.Files.Rewatch(ctx, f.Path)
 		switch {
 		case err == nil:
 			n++
@@ -187,17 +183,6 @@ func (b *Backups) NextSweepAt() time.Time {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.nextSweep
-}
-
-// Drainer is what "Sync now" needs of the store beyond Source: its
-// databases, whether a person's file waits in its replication queue
-// (written while not watched: most of what is behind once every written
-// file is shipped), and a take-up that returns once replication has the
-// file (store.Store).
-type Drainer interface {
-	Databases(ctx context.Context) ([]string, error)
-	ReplicationQueued(rel string) bool
-	WatchNow(ctx context.Context, rel string) error
 }
 
 // syncJobTimeout bounds one "Sync now": a file takes ~10 ms (a take-up
@@ -338,15 +323,15 @@ func (b *Backups) syncList(ctx context.Context) ([]syncFile, error) {
 			seen[f.Path] = true
 		}
 	}
-	if b.Drain == nil {
+	if b.Source == nil || b.Files == nil {
 		return out, nil
 	}
-	rels, err := b.Drain.Databases(ctx)
+	rels, err := b.Source.Databases(ctx)
 	if err != nil {
 		return nil, err
 	}
 	for _, rel := range rels {
-		if !seen[rel] && b.Drain.ReplicationQueued(rel) {
+		if !seen[rel] && b.Source.ReplicationQueued(rel) {
 			out = append(out, syncFile{rel: rel})
 		}
 	}
@@ -360,8 +345,8 @@ func (b *Backups) syncList(ctx context.Context) ([]syncFile, error) {
 // taken up again, syncTries times at most.
 func (b *Backups) syncOne(ctx context.Context, f syncFile) error {
 	for try := 1; ; try++ {
-		if nah.PersonOfRel(f.rel) != "" && b.Drain != nil {
-			err := b.Drain.WatchNow(ctx, f.rel)
+		if nah.PersonOfRel(f.rel) != "" && b.Files != nil {
+			err := b.Files.WatchNow(ctx, f.rel)
 			switch {
 			case nah.ErrorCode(err) == nah.NotFound:
 				b.Repl.drop(f.rel)
@@ -433,8 +418,8 @@ func (b *Backups) Health() Health {
 	})
 	h.LastErr = errOf.Err
 	h.Lag = h.Worst
-	if b.Queue != nil {
-		n, oldest := b.Queue()
+	if b.Source != nil {
+		n, oldest := b.Source.ReplicationQueue()
 		h.Queued, h.Behind = n, h.Behind+n
 		h.Lag = max(h.Lag, oldest)
 		if oldest > b.Behind {

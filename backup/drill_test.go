@@ -26,19 +26,9 @@ import (
 // server's (cmd/nah/drill.go), with short rechecks.
 func drillFor(n *node, tg *backup.Target) *backup.Drill {
 	return &backup.Drill{
-		Target: tg, Repl: n.r, DataDir: n.dir,
-		List: n.s.Databases, Live: n.s.LiveRead, Read: store.ReadFile, Check: store.IntegrityCheck,
-		Queued: n.s.ReplicationQueued, LastWrite: n.s.LastWrite,
-		Name: func(ctx context.Context, rel string) string {
-			p, err := n.s.FindPersonByID(ctx, nah.PersonOfRel(rel))
-			if err != nil {
-				return ""
-			}
-			return p.Handle
-		},
-		OpenMedia: n.s.OpenMediaFile,
-		Dir:       filepath.Join(n.dir, "replication", "drill"),
-		Recheck:   []time.Duration{200 * time.Millisecond, 500 * time.Millisecond},
+		Target: tg, Repl: n.r, DataDir: n.dir, Source: n.s,
+		Dir:     filepath.Join(n.dir, "replication", "drill"),
+		Recheck: []time.Duration{200 * time.Millisecond, 500 * time.Millisecond},
 	}
 }
 
@@ -494,7 +484,7 @@ func TestDrillDefersAFileWaitingForReplication(t *testing.T) {
 
 	// The held people are left out: their checks would wait for their writes.
 	d := drillFor(n, tg)
-	d.List = func(context.Context) ([]string, error) { return []string{nah.DirectoryRel, nah.PersonRel(x)}, nil }
+	d.Source = listed{n.s, []string{nah.DirectoryRel, nah.PersonRel(x)}}
 	r, err := d.Once(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -521,3 +511,11 @@ func TestDrillDefersAFileWaitingForReplication(t *testing.T) {
 		t.Fatalf("drill once the target took the writes: %s: %+v", r.Summary(), r.Failures)
 	}
 }
+
+// listed is a Source whose databases are rels alone.
+type listed struct {
+	backup.Source
+	rels []string
+}
+
+func (l listed) Databases(context.Context) ([]string, error) { return l.rels, nil }

@@ -17,8 +17,8 @@ import (
 // ltxWriter writes an LTX file byte for byte as ltx.Encoder does, but is
 // kept for the next ship (pooled: ~200 KiB for each ship at once, within
 // the memory plan's base): an ltx.Encoder holds a 160 KiB LZ4 table and
-// cannot be reset, which made a ship's encoders half of the server's
-// allocations under the 16-writer burst (bench/THRESHOLDS.md). Pages come
+// cannot be reset, which made a ship's encoders the largest share of the
+// server's allocations under the bench's burst (bench/THRESHOLDS.md). Pages come
 // in ascending order; ltx.Encoder's own checks of a header, a page header
 // and the trailer are called as they are.
 type ltxWriter struct {

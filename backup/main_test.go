@@ -76,7 +76,6 @@ type nodeOpts struct {
 	run                 bool          // start Backups.Run
 	walIdle             time.Duration // store.Config.WALIdle
 	queue               bool          // keep the replication queue on disk, as the server does
-	drain               bool          // Backups.Drain is the store, as the server has it
 }
 
 func openNode(t testing.TB, dir string, tg *backup.Target, o nodeOpts) *node {
@@ -105,10 +104,7 @@ func openNode(t testing.TB, dir string, tg *backup.Target, o nodeOpts) *node {
 		t.Fatal(err)
 	}
 	n := &node{dir: dir, s: s, r: r}
-	n.b = &backup.Backups{Repl: r, Behind: time.Minute, Source: s, Log: log, CatchUpEvery: time.Second}
-	if o.drain {
-		n.b.Drain = s
-	}
+	n.b = &backup.Backups{Repl: r, Behind: time.Minute, Source: s, Files: s, Log: log, CatchUpEvery: time.Second}
 	rctx, cancel := context.WithCancel(ctx)
 	n.cancel = cancel
 	if o.run {

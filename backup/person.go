@@ -9,19 +9,6 @@ import (
 	"github.com/nah-app/nah"
 )
 
-// PersonFiles is what a restore of one person needs of the store
-// (*store.Store): their file swapped for another while everyone else goes
-// on. ReplacePersonFile hides the person, closes their file (replication
-// lets go of it), calls make with the path the new file must be made at,
-// swaps it in, reconciles their media and returns once replication has the
-// new file; a failing make leaves the old file.
-// UndoReplacePersonFile swaps back the file the last of those swaps
-// replaced, in the same way, calling then before it is swapped in.
-type PersonFiles interface {
-	ReplacePersonFile(ctx context.Context, id string, make func(path string) error) error
-	UndoReplacePersonFile(ctx context.Context, id string, then func(path string) error) error
-}
-
 // ErrReplica is wrapped by every failure of RestorePerson to get a sound
 // copy from the replica (ErrNothing and ErrUnsoundHistory among them); the
 // live file is then as it was.
@@ -40,7 +27,7 @@ var ErrUnsoundHistory = errors.New("the history does not restore to a sound data
 // failed is refused (ErrUnsoundHistory): the live file may be newer than
 // it. Litestream's local state of the old file goes before the new one is
 // watched, and the restore is done once the replica has the new file.
-func (r *Replicator) RestorePerson(ctx context.Context, files PersonFiles, id string, at time.Time, steps Steps) (Restored, error) {
+func (r *Replicator) RestorePerson(ctx context.Context, files Files, id string, at time.Time, steps Steps) (Restored, error) {
 	var res Restored
 	rel := nah.PersonRel(id)
 	err := files.ReplacePersonFile(ctx, id, func(path string) error {
@@ -78,7 +65,7 @@ func (s Steps) at(step, of int, fetching string) {
 // by the store until the delete grace ends, by the same path as
 // RestorePerson: hidden while swapped, Litestream's local state cleared,
 // media reconciled, done once the replica has it.
-func (r *Replicator) UndoRestore(ctx context.Context, files PersonFiles, id string, steps Steps) error {
+func (r *Replicator) UndoRestore(ctx context.Context, files Files, id string, steps Steps) error {
 	rel := nah.PersonRel(id)
 	steps.at(1, 2, "")
 	err := files.UndoReplacePersonFile(ctx, id, func(string) error { return r.clearState(r.path(rel)) })

@@ -193,7 +193,7 @@ func corruptTarget(t *testing.T) (*backup.Target, string, string) {
 // the file at src.
 func sweepOf(t *testing.T, target *backup.Target, rel, src string, made time.Time) {
 	t.Helper()
-	sw := &backup.Sweeper{Target: target, Keep: 7, Source: oneFile{rel, src}}
+	sw := &backup.Sweeper{Target: target, Keep: 7, Source: oneFile{rel: rel, src: src}}
 	if res, err := sw.Run(context.Background(), made); err != nil || len(res.Failed) > 0 {
 		t.Fatalf("sweep: %+v %v", res, err)
 	}
@@ -201,13 +201,15 @@ func sweepOf(t *testing.T, target *backup.Target, rel, src string, made time.Tim
 
 // oneFile is a data directory of one database, rel, whose copy is the
 // file at src, and no media.
-type oneFile struct{ rel, src string }
+type oneFile struct {
+	backup.Source // nil: a sweep asks for nothing more
+	rel, src      string
+}
 
 func (o oneFile) Databases(context.Context) ([]string, error)               { return []string{o.rel}, nil }
 func (o oneFile) Backup(context.Context, string) (*os.File, error)          { return os.Open(o.src) }
 func (oneFile) MediaOf(context.Context, string, func([]string) error) error { return nil }
 func (oneFile) OpenMediaFile(string) (*os.File, error)                      { return nil, os.ErrNotExist }
-func (oneFile) Rewatch(context.Context, string) error                       { return nil }
 
 // TestRestoreFileCorruptHistory: a history that restores to a corrupt
 // database is never given back. Without a sweep nothing is left at the

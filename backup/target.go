@@ -1,9 +1,3 @@
-// Package backup keeps every database copied off the box: continuous
-// replication with Litestream (replica.go), a nightly plain copy of every
-// file (sweep.go) and the restores that bring them back (restore.go). It is
-// the only package that imports Litestream, so the rest of the code sees
-// "replicate this file, stop, sync now, status, restore" and nothing of the
-// library's API, which upstream calls unstable.
 package backup
 
 import (

@@ -30,7 +30,7 @@ func TestTargetWipedWhileRunning(t *testing.T) {
 	if err := tg.Init(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	n := openNode(t, t.TempDir(), tg, nodeOpts{maxOpen: 64, maxWatched: 8, run: true, drain: true})
+	n := openNode(t, t.TempDir(), tg, nodeOpts{maxOpen: 64, maxWatched: 8, run: true})
 	var ids []string
 	for i := range 36 {
 		ids = append(ids, n.person(t, fmt.Sprintf("wiped%02d", i)))

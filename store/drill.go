@@ -10,9 +10,10 @@ import (
 	"github.com/nah-app/nah"
 )
 
-// What the restore drill (backup/drill.go) needs from the store: the live
-// file read in a read transaction while the server runs, a plain file read
-// the same way, and whether a file still waits for replication.
+// What the restore drill (backup/drill.go) needs from the store, as part
+// of backup.Source: the live file read in a read transaction while the
+// server runs, a plain file read the same way, whether a file still waits
+// for replication, and whose file it is.
 
 // drillCacheKiB caps the page cache of the drill's own connections: one
 // file at a time, so the drill holds at most two of them.
@@ -44,6 +45,24 @@ func (s *Store) LiveRead(ctx context.Context, rel string, fn func(tx *sql.Tx) er
 
 // ReadFile runs fn in a read transaction on a connection of its own to
 // the SQLite file at p (a restored copy, or a data directory's file).
+func (s *Store) ReadFile(ctx context.Context, p string, fn func(tx *sql.Tx) error) error {
+	return readTx(ctx, p, fn)
+}
+
+// IntegrityCheck is the package's IntegrityCheck, for backup.Source.
+func (s *Store) IntegrityCheck(ctx context.Context, p string) error { return IntegrityCheck(ctx, p) }
+
+// HandleOf is the handle of the person whose database is rel ("" for the
+// directory, or a person not found).
+func (s *Store) HandleOf(ctx context.Context, rel string) string {
+	p, err := s.FindPersonByID(ctx, nah.PersonOfRel(rel))
+	if err != nil {
+		return ""
+	}
+	return p.Handle
+}
+
+// ReadFile is Store.ReadFile, with no store open.
 func ReadFile(ctx context.Context, p string, fn func(tx *sql.Tx) error) error {
 	return readTx(ctx, p, fn)
 }
@@ -85,8 +104,9 @@ func (s *Store) ReplicationQueued(rel string) bool {
 
 // LastWrite is when database rel last changed on disk: the newer of the
 // file's and its WAL's modification times (zero if it is gone).
-func (s *Store) LastWrite(rel string) (t time.Time) {
-	p := s.Path(rel)
+func (s *Store) LastWrite(rel string) time.Time { return lastWrite(s.Path(rel)) }
+
+func lastWrite(p string) (t time.Time) {
 	for _, q := range []string{p, p + "-wal"} {
 		if st, err := os.Stat(q); err == nil && st.ModTime().After(t) {
 			t = st.ModTime()

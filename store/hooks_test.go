@@ -1,6 +1,9 @@
 package store
 
-import "context"
+import (
+	"context"
+	"database/sql"
+)
 
 // testHooks are the tests' replication and open/close seams, set on a
 // Config by config: Watch and Unwatch become its Replicator (nil ones do
@@ -36,3 +39,21 @@ func (r funcReplicator) Unwatch(p string) error {
 }
 
 func (funcReplicator) Forget(context.Context, string) error { return nil }
+
+// The rest ships nothing without a take-up and leaves every WAL to the
+// store: a closed file's is emptied as the store empties it, an open
+// file's by its close.
+func (funcReplicator) Wrote(string) {}
+
+func (funcReplicator) Ship(context.Context, string, *sql.DB) (bool, error) { return false, nil }
+
+func (funcReplicator) Checkpoint(_ context.Context, p string, db *sql.DB) error {
+	if db != nil {
+		return nil
+	}
+	return checkpointClosed(p)
+}
+
+func (funcReplicator) CheckpointShipped(context.Context, string, *sql.DB) (bool, error) {
+	return false, nil
+}

@@ -12,21 +12,18 @@ import (
 	"sort"
 
 	"github.com/nah-app/nah"
+	"github.com/nah-app/nah/store/internal/personfile"
 )
 
-// Replicator is what the store calls of replication (package backup's
-// Replicator): Watch has it follow a file written (register it and sync
-// once), Unwatch let go of it after a last sync, whose failure it returns,
-// and Forget remove what the replica holds of a purged person's file (rel,
-// under the data directory). Each runs off the request path.
-type Replicator interface {
-	Watch(ctx context.Context, path string) error
-	Unwatch(path string) error
-	Forget(ctx context.Context, rel string) error
-}
+// Replicator is everything the store asks of replication (package
+// backup's Replicator), declared beside the cache that calls most of it
+// (personfile.Replicator, which draws the seam). Each call runs off the
+// request path.
+type Replicator = personfile.Replicator
 
-// What replication (package backup) needs from the store: the files to
-// copy, consistent copies of them, a way to bring a file back into the
+// What backup needs from the store (backup.Source, what it reads, and
+// backup.Files, what it changes; drill.go has the drill's part): the files
+// to copy, consistent copies of them, a way to bring a file back into the
 // watched set, and a person's file swapped for a restored one while the
 // server runs. Paths are relative to the data directory, slash-separated:
 // directory.db and people/<id>/person.db.
@@ -38,8 +35,14 @@ func (s *Store) Path(rel string) string { return filepath.Join(s.dir, filepath.F
 // every person's file (deleted people waiting for their purge included:
 // an undo needs them), sorted.
 func (s *Store) Databases(ctx context.Context) ([]string, error) {
-	es, err := os.ReadDir(filepath.Join(s.dir, nah.PeopleRel))
-	if err != nil {
+	return listDatabases(s.dir, false)
+}
+
+// listDatabases is Databases of data directory dir; with noPeopleOK a
+// directory without a people folder holds the directory alone.
+func listDatabases(dir string, noPeopleOK bool) ([]string, error) {
+	es, err := os.ReadDir(filepath.Join(dir, nah.PeopleRel))
+	if err != nil && !(noPeopleOK && errors.Is(err, fs.ErrNotExist)) {
 		return nil, err
 	}
 	out := []string{nah.DirectoryRel}
@@ -47,7 +50,7 @@ func (s *Store) Databases(ctx context.Context) ([]string, error) {
 		if !e.IsDir() || !nah.ValidPersonID(e.Name()) {
 			continue
 		}
-		if _, err := os.Stat(s.Path(nah.PersonRel(e.Name()))); err == nil {
+		if _, err := os.Stat(filepath.Join(dir, filepath.FromSlash(nah.PersonRel(e.Name())))); err == nil {
 			out = append(out, nah.PersonRel(e.Name()))
 		}
 	}
@@ -298,10 +301,15 @@ func (s *Store) replacePersonFile(ctx context.Context, id string, make func(path
 // order), so that a walk of everyone's media holds one batch, whatever the
 // count. fn must not keep the slice. A person with no folder has none.
 func (s *Store) MediaOf(ctx context.Context, owner string, fn func(names []string) error) error {
+	return mediaOf(ctx, s.dir, owner, fn)
+}
+
+// mediaOf is MediaOf in data directory dir.
+func mediaOf(ctx context.Context, dir, owner string, fn func(names []string) error) error {
 	if !nah.ValidPersonID(owner) {
 		return fmt.Errorf("store: not a person: %q", owner)
 	}
-	d, err := os.Open(s.Path(nah.MediaDirRel(owner)))
+	d, err := os.Open(filepath.Join(dir, filepath.FromSlash(nah.MediaDirRel(owner))))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -336,11 +344,13 @@ func (s *Store) MediaOf(ctx context.Context, owner string, fn func(names []strin
 }
 
 // OpenMediaFile opens media file rel (as MediaFiles names it) for reading.
-func (s *Store) OpenMediaFile(rel string) (*os.File, error) {
+func (s *Store) OpenMediaFile(rel string) (*os.File, error) { return openMediaFile(s.dir, rel) }
+
+func openMediaFile(dir, rel string) (*os.File, error) {
 	if owner, _ := nah.MediaOfRel(rel); owner == "" {
 		return nil, fmt.Errorf("store: not a media file: %q", rel)
 	}
-	return os.Open(s.Path(rel))
+	return os.Open(filepath.Join(dir, filepath.FromSlash(rel)))
 }
 
 // ConfigureSQLite applies the store's process-wide SQLite settings now.

@@ -95,8 +95,7 @@ func startBackups(ctx context.Context, cfg config, s *store.Store, r *backup.Rep
 		At:     sweepAt,
 		Behind: behindAfter,
 		Source: s,
-		Queue:  s.ReplicationQueue,
-		Drain:  s,
+		Files:  s,
 		Log:    log,
 	}
 	if cfg.SweepEvery > 0 {
@@ -128,8 +127,8 @@ func startBackups(ctx context.Context, cfg config, s *store.Store, r *backup.Rep
 		go func() { defer close(mirrored); b.Media.Run(ctx) }()
 		defer func() { <-mirrored }()
 		// In the background and a moment after start: the directory's first
-		// snapshot (21 MB compressed on people-1k) was half the CPU from exec
-		// to the first feed (perf, bench/THRESHOLDS.md). Nothing is lost
+		// snapshot was the largest share of the CPU from exec to the first
+		// feed (perf on people-1k, bench/THRESHOLDS.md). Nothing is lost
 		// meanwhile: the snapshot holds what was written before it, a stop
 		// within the wait still makes it, and the directory is let go of
 		// only at shutdown, after this goroutine ends.

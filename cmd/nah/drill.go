@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -24,20 +22,10 @@ import (
 // replication folder.
 func newDrill(cfg config, s *store.Store, r *backup.Replicator, log *slog.Logger) *backup.Drill {
 	return &backup.Drill{
-		Target: cfg.ReplicaTarget, Repl: r, DataDir: cfg.Store.Dir,
-		List: s.Databases, Live: s.LiveRead, Read: store.ReadFile, Check: store.IntegrityCheck,
-		Queued: s.ReplicationQueued, LastWrite: s.LastWrite,
-		Name: func(ctx context.Context, rel string) string {
-			p, err := s.FindPersonByID(ctx, nah.PersonOfRel(rel))
-			if err != nil {
-				return ""
-			}
-			return p.Handle
-		},
-		OpenMedia: s.OpenMediaFile,
-		Dir:       filepath.Join(cfg.Store.Dir, filepath.FromSlash(nah.DrillRel)),
-		Every:     cfg.DrillEvery,
-		Log:       log,
+		Target: cfg.ReplicaTarget, Repl: r, DataDir: cfg.Store.Dir, Source: s,
+		Dir:   filepath.Join(cfg.Store.Dir, filepath.FromSlash(nah.DrillRel)),
+		Every: cfg.DrillEvery,
+		Log:   log,
 	}
 }
 
@@ -77,24 +65,7 @@ func restoreCheckCmd(ctx context.Context, args []string, getenv func(string) str
 		return err
 	}
 	defer os.RemoveAll(scratch)
-	path := func(rel string) string { return filepath.Join(dir, filepath.FromSlash(rel)) }
-	d := &backup.Drill{
-		Target: t, DataDir: dir, All: true, Dir: scratch,
-		List: func(ctx context.Context) ([]string, error) { return dataDatabases(dir) },
-		Live: func(ctx context.Context, rel string, fn func(*sql.Tx) error) error {
-			return store.ReadFile(ctx, path(rel), fn)
-		},
-		Read: store.ReadFile, Check: store.IntegrityCheck,
-		Name: func(ctx context.Context, rel string) (handle string) {
-			store.ReadFile(ctx, path(nah.DirectoryRel), func(tx *sql.Tx) error {
-				return tx.QueryRowContext(ctx, `SELECT handle FROM people WHERE id = ?`, nah.PersonOfRel(rel)).Scan(&handle)
-			})
-			return handle
-		},
-		OpenMedia: func(rel string) (*os.File, error) {
-			return os.Open(path(rel))
-		},
-	}
+	d := &backup.Drill{Target: t, DataDir: dir, All: true, Dir: scratch, Source: store.AtRest{Dir: dir}}
 	r, err := d.Once(ctx)
 	if err != nil {
 		return err
@@ -111,25 +82,6 @@ func restoreCheckCmd(ctx context.Context, args []string, getenv func(string) str
 		return fmt.Errorf("the replica does not restore to %s: %d %s", dir, n, plural(n, "difference", "differences"))
 	}
 	return nil
-}
-
-// dataDatabases lists the databases of data directory dir as the store's
-// Databases does.
-func dataDatabases(dir string) ([]string, error) {
-	es, err := os.ReadDir(filepath.Join(dir, nah.PeopleRel))
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, err
-	}
-	out := []string{nah.DirectoryRel}
-	for _, e := range es {
-		if e.IsDir() && nah.ValidPersonID(e.Name()) {
-			if _, err := os.Stat(filepath.Join(dir, filepath.FromSlash(nah.PersonRel(e.Name())))); err == nil {
-				out = append(out, nah.PersonRel(e.Name()))
-			}
-		}
-	}
-	slices.Sort(out)
-	return out, nil
 }
 
 // isCheck says whether `nah restore` was asked for -check.

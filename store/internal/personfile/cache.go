@@ -13,14 +13,6 @@ import (
 	"github.com/nah-app/nah"
 )
 
-// Replicator is what the cache needs of replication: Watch has it follow
-// a file (register and sync once), Unwatch let go of it after a last
-// sync, whose failure it returns (the replica then lacks some of the file).
-type Replicator interface {
-	Watch(ctx context.Context, path string) error
-	Unwatch(path string) error
-}
-
 // Config configures a Cache.
 type Config struct {
 	Max  int                                                                  // open handles kept when idle
@@ -34,7 +26,7 @@ type Config struct {
 
 	// Replicator, if set, follows written files. At most MaxWatched are
 	// watched at once (0: no bound); QueueDir, if set, keeps the queue of
-	// files waiting for it on disk (queue.go). A Checkpointer empties the
+	// files waiting for it on disk (queue.go). Replication empties the
 	// WAL of an open file it does not watch WALIdle after its last write
 	// (DefaultWALIdle when zero; emptyIdleWALs).
 	Replicator Replicator
@@ -101,10 +93,8 @@ func New(cfg Config) *Cache {
 		for range extraReplicators {
 			c.watchers.Go(func() { c.replicate(behindLag) })
 		}
-		if cp, ok := c.repl.(Checkpointer); ok {
-			idle := cmp.Or(cfg.WALIdle, DefaultWALIdle)
-			c.watchers.Go(func() { c.emptyIdleWALs(cp, idle) })
-		}
+		idle := cmp.Or(cfg.WALIdle, DefaultWALIdle)
+		c.watchers.Go(func() { c.emptyIdleWALs(idle) })
 	}
 	return c
 }
@@ -354,7 +344,7 @@ func (c *Cache) Max() int { return c.cfg.Max }
 // Counts are what the cache has done since start: files opened, closed, and
 // handed to replication (take-ups: a registration and a first sync each).
 // Per post they say what a post costs beyond its insert.
-// Ships are files shipped without a take-up (Shipper).
+// Ships are files shipped without a take-up (Replicator.Ship).
 type Counts struct{ Opens, Closes, TakeUps, Ships int64 }
 
 // Counts returns the cache's counts now.
@@ -375,88 +365,4 @@ func (c *Cache) Closed() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.closed
-}
-
-// keptWAL is the largest WAL an evicted file's close leaves as it is,
-// with its -shm, for the next open to read back (walIndexRecover reads
-// every frame), rather than checkpoint and unlink both and have the next
-// open make them again. 128 KiB is ~32 frames, about eight posts. A kept
-// WAL also lets a ship carry on from its frames instead of a take-up.
-// Larger ones, and every one at shutdown, are checkpointed.
-const keptWAL = 128 << 10
-
-// shipClosing ships f, evicted (or closed by the shutdown) and about to
-// close, if it waits for a replicator: now, while it is open, so that the
-// close's checkpoint finds its WAL shipped (checkpointOpen); the
-// shutdown's drain would take it up. A replicator would open it again, and
-// once more files waited than the cache holds every ship did and the queue
-// grew without end (13 s, 5,587 files behind on people-10k's burst,
-// bench/THRESHOLDS.md).
-func (c *Cache) shipClosing(f *File) {
-	at, queued := c.q.claim(f.ID)
-	if !queued {
-		return
-	}
-	if c.ship(f) {
-		c.q.unmark(f.ID)
-	} else {
-		c.q.putBack(f.ID, at) // to be taken up
-	}
-}
-
-// closeFile closes f's database (which checkpoints its WAL and removes it,
-// unless replication watches it or it is an evicted file's small WAL,
-// keptWAL) and then tells replication. A watched file's WAL cannot be
-// checkpointed by our close (Litestream holds a read transaction on it)
-// and outlives Litestream's close: it is checkpointed once replication let
-// go if it is large or the cache is closing (bigWAL). A WAL left is
-// emptied at shutdown.
-func (c *Cache) closeFile(f *File) {
-	c.closes.Add(1)
-	final := c.Closed()
-	watched := f.watching()
-	if (f.evicted || final) && watched == nil {
-		c.shipClosing(f)
-	}
-	keep := f.evicted && !final && watched == nil && c.cfg.CloseKeepingWAL != nil && walSize(f.Path) <= keptWAL
-	if (f.evicted || final) && watched == nil && !keep {
-		// Emptied by replication rather than by the close, so that the
-		// next ship carries on from the next WAL (Checkpointer).
-		c.checkpointOpen(f)
-	}
-	var err error
-	if keep {
-		err = c.cfg.CloseKeepingWAL(f.DB)
-	} else {
-		err = f.DB.Close()
-	}
-	if err != nil {
-		// The data is safe in the WAL; the next open recovers it.
-		c.log.Error("close person file", "path", f.Path, "err", err)
-	}
-	if watched != nil {
-		<-watched
-		synced := true
-		if err := c.repl.Unwatch(f.Path); err != nil {
-			c.log.Warn("replication: last sync", "path", f.Path, "err", err)
-			synced = false
-		}
-		c.leftWAL(f.Path, final)
-		if synced {
-			c.q.unmark(f.ID)
-		}
-	} else {
-		// Left for the shutdown, or our close was the last and SQLite
-		// checkpointed it.
-		c.wal.set(f.Path, keep)
-	}
-	if c.cfg.AfterClose != nil {
-		c.cfg.AfterClose(f.Path)
-	}
-	close(f.closed)
-	c.mu.Lock()
-	if c.closing[f.ID] == f {
-		delete(c.closing, f.ID)
-	}
-	c.mu.Unlock()
 }

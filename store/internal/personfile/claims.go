@@ -2,7 +2,6 @@ package personfile
 
 import (
 	"context"
-	"database/sql"
 	"os"
 	"sync"
 )
@@ -113,10 +112,10 @@ func (w *walSet) take() []string {
 
 // bigWAL is the size past which a watched file's WAL is checkpointed as
 // soon as replication lets go of it, with the mark that lets the next ship
-// carry on (Checkpointer). Litestream checkpoints a watched file without
-// truncating its WAL, which stays as large as a second of writes made it:
-// past backup's shipWALBound (256 KiB) it is emptied here. A small one is
-// left for the next open (an open reading a WAL of a few MB took 31-51 ms,
+// carry on (Replicator.Checkpoint). Litestream checkpoints a watched file
+// without truncating its WAL, which stays as large as a second of writes
+// made it: past backup's shipWALBound (256 KiB) it is emptied here. A small
+// one is left for the next open (an open reads every frame of its WAL,
 // ../shared/notes/litestream-nah.md). At shutdown every WAL is emptied.
 const bigWAL = 256 << 10
 
@@ -133,25 +132,13 @@ func (c *Cache) leftWAL(p string, final bool) {
 	c.wal.set(p, left)
 }
 
-// Checkpointer is a Replicator that empties a WAL itself (backup's
-// Replicator.Checkpoint) and, when its history has every frame of it,
-// records what the next ship needs to carry on from the next WAL rather
-// than ship the whole file. db is the app's connection to the file, held
-// by the caller; nil for a file nobody in this process has open.
-// CheckpointShipped empties it only when the history has it whole.
-type Checkpointer interface {
-	Checkpoint(ctx context.Context, path string, db *sql.DB) error
-	CheckpointShipped(ctx context.Context, path string, db *sql.DB) (bool, error)
-}
-
 // checkpointOpen empties the WAL of f, open and not watched, through
 // replication before its close; the close checkpoints whatever is left.
 func (c *Cache) checkpointOpen(f *File) {
-	cp, ok := c.repl.(Checkpointer)
-	if !ok || walSize(f.Path) == 0 {
+	if c.repl == nil || walSize(f.Path) == 0 {
 		return
 	}
-	if err := cp.Checkpoint(context.Background(), f.Path, f.DB); err != nil {
+	if err := c.repl.Checkpoint(context.Background(), f.Path, f.DB); err != nil {
 		c.log.Warn("replication: checkpoint before the close", "path", f.Path, "err", err)
 	}
 }
@@ -159,8 +146,8 @@ func (c *Cache) checkpointOpen(f *File) {
 // checkpointClosed empties the WAL of file p, which nobody in this
 // process has open, through replication if it can, else as the store does.
 func (c *Cache) checkpointClosed(p string) error {
-	if cp, ok := c.repl.(Checkpointer); ok && walSize(p) > 0 {
-		err := cp.Checkpoint(context.Background(), p, nil)
+	if c.repl != nil && walSize(p) > 0 {
+		err := c.repl.Checkpoint(context.Background(), p, nil)
 		if err == nil {
 			return nil
 		}

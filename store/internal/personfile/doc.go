@@ -7,5 +7,9 @@
 // It is a package of its own so that its locks stay its own: store and its
 // tests drive it through Acquire, Release, Watch, Wrote, Hide and the
 // gauges, never through its fields; internal, because nothing outside
-// store may open a person file behind the store's rules.
+// store may open a person file behind the store's rules. It speaks to
+// replication through Replicator (replicator.go), the store's one
+// interface to it, and keeps the queue of written files replication has
+// not taken up yet (queue.go; backup's Replicator keeps the watched ones
+// written since their last sync).
 package personfile

@@ -11,10 +11,10 @@ const DefaultWALIdle = time.Minute
 
 // emptyIdleWALs empties, every idle/4, the WAL of each open file that
 // replication does not watch, written last idle ago or more and shipped
-// since (Checkpointer.CheckpointShipped): a file written once and left
+// since (Replicator.CheckpointShipped): a file written once and left
 // open kept its WAL until its close. A WAL holding a write still queued is
 // left to its ship. Stops with the queue (Close).
-func (c *Cache) emptyIdleWALs(cp Checkpointer, idle time.Duration) {
+func (c *Cache) emptyIdleWALs(idle time.Duration) {
 	t := time.NewTicker(idle / 4)
 	defer t.Stop()
 	for {
@@ -52,7 +52,7 @@ func (c *Cache) emptyIdleWALs(cp Checkpointer, idle time.Duration) {
 			f := h.f
 			var err error
 			if f.watching() == nil && !c.Queued(f.ID) && walSize(f.Path) > 0 {
-				if _, err = cp.CheckpointShipped(context.Background(), f.Path, f.DB); err != nil {
+				if _, err = c.repl.CheckpointShipped(context.Background(), f.Path, f.DB); err != nil {
 					c.log.Warn("replication: checkpoint an idle file", "path", f.Path, "err", err)
 				}
 			}

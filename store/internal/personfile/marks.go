@@ -16,8 +16,8 @@ import (
 // on disk so that a start after a kill replicates them: one journal in the
 // queue's folder, a line a change ("+id" marked, "-id" let go), replayed
 // at start. A change is one append; an empty file a person was a create
-// and an unlink, 6 % of the server's CPU under people-10k's burst
-// (bench/THRESHOLDS.md). Nothing is synced: a power cut may lose a mark,
+// and an unlink, a visible share of the server's CPU under people-10k's
+// burst (bench/THRESHOLDS.md). Nothing is synced: a power cut may lose a mark,
 // and that file then waits for its next write or the nightly sweep.
 type marks struct {
 	dir string

@@ -2,7 +2,6 @@ package personfile
 
 import (
 	"context"
-	"database/sql"
 	"time"
 )
 
@@ -71,9 +70,9 @@ func (c *Cache) watchFile(ctx context.Context, f *File, wait bool) {
 // replicators is how many files replication ships or takes up at once
 // for posts (replicate); extraReplicators more join while the oldest
 // queued write is behindLag old, to pull the lag back under its 5 s
-// promise (a loaded run without them reached 5.8 s). On people-1k
-// (bench/THRESHOLDS.md) they cost no measurable posts/s and cut the mixed
-// burst's worst lag from 3.1-3.5 s to 2.6-3.0 s.
+// promise, which a loaded run without them missed. On people-1k they cost
+// no measurable posts/s and cut the mixed burst's worst lag
+// (bench/THRESHOLDS.md).
 const (
 	replicators      = 2
 	extraReplicators = 2
@@ -81,9 +80,11 @@ const (
 )
 
 // Wrote records that f, which the caller holds, was just written. A file
-// that replication watches is told to it (WriteNoter), which ships it
-// within a second. Any other waits in the queue for a replicator, so that a post never pays for taking a file up (92% of posts
-// waited ~30 ms for it under 16 writers on 1,000 people, bench/THRESHOLDS.md).
+// that replication watches is told to it (Replicator.Wrote), which ships it
+// within a second. Any other waits in the queue for a replicator, so that
+// a post never pays for taking a file up: when a write took its file up
+// itself, most posts under the bench's writers waited for it (people-1k,
+// bench/THRESHOLDS.md).
 // A file written again while it waits is taken up once.
 func (c *Cache) Wrote(f *File) {
 	if c.repl == nil {
@@ -93,17 +94,11 @@ func (c *Cache) Wrote(f *File) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.watched != nil {
-		if n, ok := c.repl.(WriteNoter); ok {
-			n.Wrote(f.Path)
-		}
+		c.repl.Wrote(f.Path)
 		return
 	}
 	c.q.push(f.ID)
 }
-
-// WriteNoter is a Replicator that is told of each write to a file it
-// watches, and ships it then rather than looking for changes itself.
-type WriteNoter interface{ Wrote(path string) }
 
 // replicate ships or takes up files in the queue, one at a time, until
 // the cache closes (Close replicates what is left); with lag, only while
@@ -143,22 +138,13 @@ func (c *Cache) replicate(lag time.Duration) {
 	}
 }
 
-// Shipper is a Replicator that can ship the new writes of a file it does
-// not watch without taking it up (backup's Replicator.Ship), saying false
-// when it cannot prove the file's history carries on. db is the app's
-// connection to the file, for a snapshot read under its write lock.
-type Shipper interface {
-	Ship(ctx context.Context, path string, db *sql.DB) (bool, error)
-}
-
 // ship ships f, held by the caller and not watched, without a take-up if
 // replication can; false: it must be taken up.
 func (c *Cache) ship(f *File) bool {
-	s, ok := c.repl.(Shipper)
-	if !ok || f.watching() != nil {
+	if c.repl == nil || f.watching() != nil {
 		return false
 	}
-	shipped, err := s.Ship(context.Background(), f.Path, f.DB)
+	shipped, err := c.repl.Ship(context.Background(), f.Path, f.DB)
 	if err != nil {
 		c.log.Warn("replication: ship", "path", f.Path, "err", err)
 	}

@@ -1,0 +1,23 @@
+// Package backup keeps every database copied off the box: continuous
+// replication with Litestream (replica.go), a nightly plain copy of every
+// file (sweep.go) and the restores that bring them back (restore.go). It is
+// the only package that imports Litestream, so the rest of the code sees
+// "replicate this file, stop, sync now, status, restore" and nothing of the
+// library's API, which upstream calls unstable.
+//
+// The seam with the store, one interface each way:
+//
+//   - The store speaks to replication through store.Replicator (declared
+//     in the store, beside the cache that calls it): Watch, Wrote, Unwatch,
+//     Ship, Checkpoint, CheckpointShipped and Forget. *Replicator is it.
+//   - Backup sees the live data through Source (what it reads: databases,
+//     consistent copies, media, read transactions, the replication queue)
+//     and Files (what it changes: a file brought back into replication, a
+//     person's file swapped), both declared in source.go. *store.Store is
+//     both; store.AtRest is Source for a data directory nobody serves (nah
+//     restore -check), so a caller wires one object, never closures.
+//   - Files waiting for the replica: the store's queue holds the person
+//     files written while not watched, marked on disk until their last
+//     sync; Replicator.dirty the watched ones written since their last
+//     sync, in memory (the store's mark on disk covers a kill).
+package backup

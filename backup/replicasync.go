@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/nah-app/nah"
 )
 
 // Shipping the watched files: the writes the store reports (Wrote), the
@@ -56,7 +57,7 @@ func (r *Replicator) syncLoop() {
 		r.mu.Unlock()
 		sort.Slice(batch, func(i, j int) bool { return batch[i].since.Before(batch[j].since) })
 		for _, db := range r.ls.DBs() {
-			if rel, err := r.rel(db.Path()); err == nil && !strings.HasPrefix(rel, "people/") {
+			if rel, err := r.rel(db.Path()); err == nil && !nah.InPeopleRel(rel) {
 				batch = append(batch, item{rel: rel})
 			}
 		}

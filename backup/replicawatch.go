@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/benbjohnson/litestream"
+	"github.com/nah-app/nah"
 )
 
 // The watched set: a file taken up (Watch) and let go of after a last
@@ -46,7 +46,7 @@ func (r *Replicator) Watch(ctx context.Context, path string) error {
 	// No monitors: the syncers sync it when it is written (syncLoop).
 	db.MonitorInterval = 0
 	db.BusyTimeout = 10 * time.Second
-	if strings.HasPrefix(rel, "people/") {
+	if nah.InPeopleRel(rel) {
 		// Its WAL bounded as a shipped file's (shipWALBound), not at 1,000
 		// pages; the directory, one file written by every post, keeps
 		// Litestream's default.

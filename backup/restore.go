@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nah-app/nah"
+	"github.com/nah-app/nah/internal/integrity"
 )
 
 // Databases lists every database the target can give back, as paths under
@@ -202,21 +203,14 @@ func checkSound(ctx context.Context, p string) error {
 	if err != nil {
 		return err
 	}
-	var res string
-	err = db.QueryRowContext(ctx, "PRAGMA integrity_check").Scan(&res)
+	err = integrity.Check(ctx, db, 0)
 	db.Close()
 	for _, q := range []string{p + "-wal", p + "-shm"} {
 		if st, serr := os.Stat(q); serr == nil && (st.Size() == 0 || strings.HasSuffix(q, "-shm")) {
 			os.Remove(q)
 		}
 	}
-	if err != nil {
-		return fmt.Errorf("integrity check: %w", err)
-	}
-	if res != "ok" {
-		return fmt.Errorf("integrity check: %s", res)
-	}
-	return nil
+	return err
 }
 
 // removeDB removes a database file that failed, with its -wal and -shm.

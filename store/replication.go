@@ -12,6 +12,7 @@ import (
 	"sort"
 
 	"github.com/nah-app/nah"
+	"github.com/nah-app/nah/internal/integrity"
 	"github.com/nah-app/nah/store/internal/personfile"
 )
 
@@ -162,12 +163,8 @@ func IntegrityCheck(ctx context.Context, p string) error {
 		return err
 	}
 	defer db.Close()
-	var res string
-	if err := db.QueryRowContext(ctx, "PRAGMA integrity_check").Scan(&res); err != nil {
+	if err := integrity.Check(ctx, db, 0); err != nil {
 		return fmt.Errorf("%s: %w", p, err)
-	}
-	if res != "ok" {
-		return fmt.Errorf("%s: integrity check: %s", p, res)
 	}
 	return nil
 }

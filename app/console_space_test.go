@@ -297,6 +297,8 @@ func TestPublicError(t *testing.T) {
 		`open "/srv/nah/data/` + nah.PersonRel(id) + `": no space left`:     `open "…": no space left`,
 		"stat /srv/replica: denied":                                         "stat …: denied",
 		"directory.db: locked (people/ is fine)":                            "directory.db: locked (people/ is fine)",
+		"read people/" + id[:9] + ": cut short":                             "read people/…: cut short",
+		"people/" + id + "x/person.db":                                      "people/…/person.db",
 	} {
 		if got := publicError(in); got != want {
 			t.Errorf("publicError(%q) = %q, want %q", in, got, want)

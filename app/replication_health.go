@@ -23,8 +23,9 @@ func publicError(s string) string {
 // absPath matches an absolute path and what comes before it.
 var absPath = regexp.MustCompile(`(^|[\s"'(=])/[^\s:"')]+`)
 
-// hidePeople writes every person's folder in s as people/…: a person id
-// (nah.ValidPersonID) after nah.PeopleRel.
+// hidePeople writes every person's folder in s as people/…: whatever
+// name follows nah.PeopleRel, a whole id or a cut or garbled one (an
+// error may cut a path short), up to the next character no id has.
 func hidePeople(s string) string {
 	prefix := nah.PeopleRel + "/"
 	var b strings.Builder
@@ -35,13 +36,22 @@ func hidePeople(s string) string {
 		}
 		b.WriteString(s[:i+len(prefix)])
 		s = s[i+len(prefix):]
-		if len(s) >= nah.IDLen && nah.ValidPersonID(s[:nah.IDLen]) {
+		n := strings.IndexFunc(s, func(r rune) bool { return !idRune(r) })
+		if n < 0 {
+			n = len(s)
+		}
+		if n > 0 {
 			b.WriteString("…")
-			s = s[nah.IDLen:]
+			s = s[n:]
 		}
 	}
 	b.WriteString(s)
 	return b.String()
+}
+
+// idRune: a letter, digit, - or _, the characters of any id's alphabet.
+func idRune(r rune) bool {
+	return r < 128 && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_')
 }
 
 // replicationHealth is /healthz's replication field (nil when off).

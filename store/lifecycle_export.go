@@ -387,9 +387,9 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 }
 
 // ExportedMoments opens the database of an export at path (person.db,
-// taken out of the tar), checks it with PRAGMA integrity_check, and
+// taken out of the tar), checks it with SQLite's integrity check, and
 // returns the ids of its moments: for tests outside this package, which
-// must not import the driver, and for an import's first look at a file.
+// must not import the driver.
 func ExportedMoments(ctx context.Context, path string) ([]string, error) {
 	db, err := openDB(path, true, 1, personCacheKiB, SyncFull, false)
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"encoding/binary"
 	"hash/crc64"
 	"io"
@@ -34,14 +33,11 @@ func carryOn(ctx context.Context, db *sql.DB, wal *os.File, m *walMark, out io.W
 		return hdr, false, err
 	}
 	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+	unlock, err := writeLocked(ctx, conn)
+	if err != nil {
 		return hdr, false, err
 	}
-	defer func() {
-		if _, err := conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); err != nil {
-			conn.Raw(func(any) error { return driver.ErrBadConn })
-		}
-	}()
+	defer unlock()
 	rd, err := litestream.NewWALReader(wal, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return hdr, false, nil
@@ -147,16 +143,11 @@ func shipSnapshot(ctx context.Context, db *sql.DB, wal *os.File, out io.Writer, 
 		return hdr, false, err
 	}
 	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+	unlock, err := writeLocked(ctx, conn)
+	if err != nil {
 		return hdr, false, err
 	}
-	defer func() {
-		if _, err := conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); err != nil {
-			// Left in a transaction, the app's connection would refuse
-			// every later write: it is closed instead, and reopened.
-			conn.Raw(func(any) error { return driver.ErrBadConn })
-		}
-	}()
+	defer unlock()
 
 	rd, err := litestream.NewWALReader(wal, slog.New(slog.DiscardHandler))
 	if err != nil {

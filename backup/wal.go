@@ -388,19 +388,31 @@ func walCovered(path, level0 string, last *ltx.Header) (*ltx.Header, error) {
 	return last, nil
 }
 
+// writeLocked begins a write transaction on conn, which keeps every other
+// writer of the file out until unlock rolls it back. Left in a transaction,
+// the app's connection would refuse every later write: a failed rollback
+// closes it instead, and database/sql opens a new one.
+func writeLocked(ctx context.Context, conn *sql.Conn) (unlock func(), err error) {
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return nil, err
+	}
+	return func() {
+		if _, err := conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); err != nil {
+			conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+	}, nil
+}
+
 // markFile sums every page of the database at path, through conn just
 // after its WAL was emptied, in a write transaction so that nothing
 // commits meanwhile. Nil when the file is not last's size or the WAL is
 // not empty.
 func markFile(ctx context.Context, conn *sql.Conn, path string, last ltx.Header) (m *walMark, err error) {
-	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+	unlock, err := writeLocked(ctx, conn)
+	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if _, rerr := conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); rerr != nil {
-			conn.Raw(func(any) error { return driver.ErrBadConn })
-		}
-	}()
+	defer unlock()
 	if fi, err := os.Stat(path + "-wal"); err == nil && fi.Size() > 0 {
 		return nil, nil
 	}

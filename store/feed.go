@@ -33,18 +33,18 @@ type Page struct {
 	// much to give back once the page is written.
 	Take func(n int) error
 
-	taken  int
-	next   nah.Cursor
-	circle []candidate
-	keys   []momentKey // one file's keys
-	cand   []item      // one person's items, before merging
-	rest   []rest      // people whose files may still matter
-	top    []item      // the page so far, newest first, at most limit+1
-	spare  []item      // the other half of top's double buffer
-	ids    []string
-	args   []any
-	bodies []byte   // bodies read from files, back to back
-	spans  [][2]int // per page item read from a file: its body in bodies
+	taken   int
+	next    nah.Cursor
+	circle  []candidate
+	keys    []momentKey // one file's keys
+	cand    []item      // one person's items, before merging
+	rest    []rest      // people whose files may still matter
+	top     []item      // the page so far, newest first, at most limit+1
+	spare   []item      // the other half of top's double buffer
+	ids     []string
+	idsJSON []byte   // ids of one body read, as JSON
+	bodies  []byte   // bodies read from files, back to back
+	spans   [][2]int // per page item read from a file: its body in bodies
 }
 
 var pagePool = sync.Pool{New: func() any { return new(Page) }}
@@ -66,7 +66,6 @@ func (p *Page) Release() {
 	clear(p.cand[:cap(p.cand)])
 	clear(p.circle[:cap(p.circle)])
 	clear(p.Moments[:cap(p.Moments)])
-	clear(p.args[:cap(p.args)])
 	clear(p.rest[:cap(p.rest)])
 	p.Moments = p.Moments[:0]
 	p.Next, p.Take, p.taken = nil, nil, 0

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"database/sql"
-	"strings"
 
 	"github.com/nah-app/nah"
 )
@@ -25,12 +24,12 @@ func (s *Store) momentKeys(ctx context.Context, author string, before, after *na
 			// Newer than after (or at it when inclusive) is the complement of
 			// older or at it (older only).
 			lo, loEq := nah.IDBound(after.At, after.ID, !after.Inclusive(author, true))
-			rows, err = f.db.QueryContext(ctx, keysBetween[b2i(hiEq)][b2i(!loEq)], hi, lo, limit)
+			rows, err = s.query(ctx, f, stmtKeysBetween+stmt(2*b2i(hiEq)+b2i(!loEq)), hi, lo, limit)
 		case before == nil:
-			rows, err = f.db.QueryContext(ctx, keysAll, limit)
+			rows, err = s.query(ctx, f, stmtKeysAll, limit)
 		default:
 			b, eq := nah.IDBound(before.At, before.ID, before.Inclusive(author, false))
-			rows, err = f.db.QueryContext(ctx, keysBefore[b2i(eq)], b, limit)
+			rows, err = s.query(ctx, f, stmtKeysBefore+stmt(b2i(eq)), b, limit)
 		}
 		if err != nil {
 			return err
@@ -48,24 +47,6 @@ func (s *Store) momentKeys(ctx context.Context, author string, before, after *na
 	return dst, err
 }
 
-// The keys queries, in the primary key's order (the ids' is their times',
-// migrations/person/0005_moments_by_id.sql). A bound includes the moment
-// at exactly the cursor when nah.IDBound says so: keysBefore[1] is `<=`,
-// keysBetween[i][1] is `>=`.
-const (
-	keysSelect = `SELECT id, created_at FROM moments `
-	keysOrder  = `ORDER BY id DESC LIMIT ?`
-	keysAll    = keysSelect + keysOrder
-)
-
-var (
-	keysBefore  = [2]string{keysSelect + `WHERE id < ? ` + keysOrder, keysSelect + `WHERE id <= ? ` + keysOrder}
-	keysBetween = [2][2]string{
-		{keysSelect + `WHERE id < ? AND id > ? ` + keysOrder, keysSelect + `WHERE id < ? AND id >= ? ` + keysOrder},
-		{keysSelect + `WHERE id <= ? AND id > ? ` + keysOrder, keysSelect + `WHERE id <= ? AND id >= ? ` + keysOrder},
-	}
-)
-
 func b2i(b bool) int {
 	if b {
 		return 1
@@ -81,11 +62,8 @@ func (s *Store) momentBodies(ctx context.Context, p *Page, author string, ids []
 		return nil
 	}
 	_, err := s.withFile(ctx, author, func(f *personFile) error {
-		p.args = p.args[:0]
-		for _, id := range ids {
-			p.args = append(p.args, id)
-		}
-		rows, err := f.db.QueryContext(ctx, bodiesQuery(len(ids)), p.args...)
+		p.idsJSON = idsJSON(p.idsJSON[:0], ids)
+		rows, err := s.query(ctx, f, stmtBodies, p.idsJSON)
 		if err != nil {
 			return err
 		}
@@ -105,19 +83,11 @@ func (s *Store) momentBodies(ctx context.Context, p *Page, author string, ids []
 	return err
 }
 
-// bodiesQueries holds the IN (...) query text for each count up to the
-// largest page, built once.
-var bodiesQueries = func() []string {
-	qs := make([]string, nah.FeedPageMax+2)
-	for n := 1; n < len(qs); n++ {
-		qs[n] = `SELECT id, body FROM moments WHERE id IN (?` + strings.Repeat(",?", n-1) + `)`
+// query runs statement which, kept prepared on f (stmts), with args.
+func (s *Store) query(ctx context.Context, f *personFile, which stmt, args ...any) (*sql.Rows, error) {
+	st, err := s.stmts.get(ctx, f.path, f.db, which)
+	if err != nil {
+		return nil, err
 	}
-	return qs
-}()
-
-func bodiesQuery(n int) string {
-	if n < len(bodiesQueries) {
-		return bodiesQueries[n]
-	}
-	return `SELECT id, body FROM moments WHERE id IN (?` + strings.Repeat(",?", n-1) + `)`
+	return st.QueryContext(ctx, args...)
 }

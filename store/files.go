@@ -48,7 +48,7 @@ func (s *Store) newFileCache(cfg Config) *personfile.Cache {
 		WALIdle:         cfg.WALIdle,
 		BeforeOpen:      cfg.beforeOpen,
 		AfterClose: func(p string) {
-			s.inserts.forget(p)
+			s.stmts.forget(p)
 			if cfg.afterClose != nil {
 				cfg.afterClose(p)
 			}

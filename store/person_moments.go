@@ -27,7 +27,7 @@ func (s *Store) CreateMomentOnce(ctx context.Context, author string, body []byte
 		return nah.Moment{}, nil, nah.ErrNoPerson()
 	}
 	err = s.useFile(ctx, author, true, func(f *personFile) error {
-		ins, err := s.inserts.get(ctx, f.path, f.db)
+		ins, err := s.stmts.get(ctx, f.path, f.db, stmtInsert)
 		if err != nil {
 			return err
 		}

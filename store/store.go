@@ -115,7 +115,7 @@ type Store struct {
 	headBudget int64
 	headBytes  atomic.Int64
 	sessions   sessionCache
-	inserts    inserts    // insertMoment prepared on each open person file
+	stmts      stmts      // the post's and the feed's statements prepared on each open person file
 	connMu     sync.Mutex // serialises connection changes with their graph updates
 
 	lifeMu      sync.Mutex // serialises deletions, undos and purges (lifecycle_delete.go)

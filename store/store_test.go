@@ -228,11 +228,7 @@ func TestKeysUsePrimaryKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.files.Release(f)
-	qs := []string{keysAll, `SELECT id, created_at, body FROM moments ORDER BY id DESC LIMIT 31`}
-	qs = append(qs, keysBefore[:]...)
-	for _, b := range keysBetween {
-		qs = append(qs, b[:]...)
-	}
+	qs := append([]string{`SELECT id, created_at, body FROM moments ORDER BY id DESC LIMIT 31`}, stmtText[stmtKeysAll:stmtBodies]...)
 	for _, q := range qs {
 		args := []any{30}
 		if n := strings.Count(q, "?"); n > 1 {
@@ -258,6 +254,22 @@ func TestKeysUsePrimaryKey(t *testing.T) {
 		if !strings.HasPrefix(got, want) || strings.Contains(got, "TEMP B-TREE") || strings.Contains(got, "INDEX moments_time") {
 			t.Errorf("%s\nplan: %s", q, got)
 		}
+	}
+	// The bodies: one lookup by the primary key an id, never a scan.
+	rows, err := f.DB.Query("EXPLAIN QUERY PLAN "+stmtText[stmtBodies], `["9","1"]`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		rows.Scan(&id, &parent, &unused, &detail)
+		plan = append(plan, detail)
+	}
+	rows.Close()
+	if got := strings.Join(plan, "; "); !strings.Contains(got, "SEARCH m USING PRIMARY KEY (id=?)") || strings.Contains(got, "SCAN m") {
+		t.Errorf("bodies: %s", got)
 	}
 }
 

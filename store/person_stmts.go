@@ -58,9 +58,9 @@ var stmtText = [stmtCount]string{
 // person file, each on first use: parsing and planning them again for
 // every call was a fifth of the server's CPU at 50 feed readers on a
 // restarted people-1k, and showed in the post's (bench/THRESHOLDS.md).
-// One entry per open file (AfterClose forgets it), ~2.2 KB of SQLite
-// memory a statement (50 files measured), 2-3 used on most files: inside
-// perFileBytes.
+// One entry per open file (AfterClose forgets it); 1.9-2.8 KB of SQLite
+// memory a statement (50 files measured), 20 KB for all nine, 6-7 KB for
+// the two or three most files use: inside perFileBytes.
 type stmts struct {
 	mu sync.Mutex
 	m  map[string]*fileStmts // by file path

@@ -40,11 +40,13 @@ type Source interface {
 	HandleOf(ctx context.Context, rel string) string
 	// LastWrite is when database rel last changed on disk.
 	LastWrite(rel string) time.Time
-	// ReplicationQueued says whether person file rel was written while
-	// not watched and waits for replication to take it up;
-	// ReplicationQueue is how many wait, and how long the oldest has
-	// waited: their writes are not on the replica yet.
+	// The replication queue: every person file written and not yet on
+	// the replica, watched or not, one since per file (its oldest write
+	// the replica lacks). ReplicationQueued says whether rel waits there,
+	// ReplicationSince since when; ReplicationQueue is how many wait, and
+	// how long the oldest has waited.
 	ReplicationQueued(rel string) bool
+	ReplicationSince(rel string) (time.Time, bool)
 	ReplicationQueue() (n int, oldest time.Duration)
 }
 

@@ -43,7 +43,7 @@ func (funcReplicator) Forget(context.Context, string) error { return nil }
 // The rest ships nothing without a take-up and leaves every WAL to the
 // store: a closed file's is emptied as the store empties it, an open
 // file's by its close.
-func (funcReplicator) Wrote(string) {}
+func (funcReplicator) Sync(context.Context, string) error { return nil }
 
 func (funcReplicator) Ship(context.Context, string, *sql.DB) (bool, error) { return false, nil }
 

@@ -21,9 +21,9 @@ type queue struct {
 
 	mu     sync.Mutex
 	byID   map[string]*entry // who is queued
-	due    order             // by when they are due
-	age    order             // by since when they wait
+	due    order             // those not watched when queued, by when they are due
 	synced order             // the watched ones, by when they are due
+	age    order             // all, by since when they wait
 	seq    uint64            // entries made so far
 	wake   *sync.Cond        // on mu: an entry came due or the queue closed
 	closed bool
@@ -32,8 +32,8 @@ type queue struct {
 }
 
 // entry is one person waiting: since when, from when a replicator may
-// take them, and their place in each order (-1: not in synced, not
-// watched when queued).
+// take them, and their place in each order (-1: not in it). An entry is
+// in due or in synced, as its file was watched or not when it was queued.
 type entry struct {
 	id      string
 	at, due time.Time
@@ -140,47 +140,56 @@ func (q *queue) put(id string, at, due time.Time, watched bool) {
 
 func (q *queue) putLocked(id string, at, due time.Time, watched bool) {
 	e := q.byID[id]
-	if e == nil {
+	switch {
+	case e == nil:
 		q.seq++
 		e = &entry{id: id, at: at, due: due, seq: q.seq, idx: [3]int{-1, -1, -1}}
 		q.byID[id] = e
-		heap.Push(&q.due, e)
 		heap.Push(&q.age, e)
-	} else {
-		if at.Before(e.at) {
-			e.at = at
-			heap.Fix(&q.age, e.idx[1])
+		if watched {
+			heap.Push(&q.synced, e)
+		} else {
+			heap.Push(&q.due, e)
 		}
-		if due.Before(e.due) {
-			e.due = due
+	case at.Before(e.at) || due.Before(e.due):
+		e.at, e.due = minTime(e.at, at), minTime(e.due, due)
+		heap.Fix(&q.age, e.idx[1])
+		if e.idx[0] >= 0 {
 			heap.Fix(&q.due, e.idx[0])
-			if e.idx[2] >= 0 {
-				heap.Fix(&q.synced, e.idx[2])
-			}
+		} else {
+			heap.Fix(&q.synced, e.idx[2])
 		}
+	default:
+		return
 	}
-	if watched && e.idx[2] < 0 {
-		heap.Push(&q.synced, e)
+	q.wake.Broadcast() // replicators and syncers wait on the same cond
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
 	}
-	q.wake.Broadcast() // replicators and syncers wait on the same
+	return a
 }
 
 // removeLocked takes e out of the queue.
 func (q *queue) removeLocked(e *entry) {
-	heap.Remove(&q.due, e.idx[0])
 	heap.Remove(&q.age, e.idx[1])
-	if e.idx[2] >= 0 {
+	if e.idx[0] >= 0 {
+		heap.Remove(&q.due, e.idx[0])
+	} else {
 		heap.Remove(&q.synced, e.idx[2])
 	}
 	delete(q.byID, e.id)
 }
 
-// pop waits for the person due first, while the oldest write queued is at
-// least age old, and takes them out, with since when they waited; false
-// once the queue is closed. A wait for an age looks again every agePoll.
+// pop waits for the person due first of those queued while not watched,
+// while the oldest write queued is at least age old, and takes them out,
+// with since when they waited; false once the queue is closed. A wait for
+// an age looks again every agePoll.
 func (q *queue) pop(age time.Duration) (string, time.Time, bool) { return q.popFrom(&q.due, age) }
 
-// popSync is pop(0) of the files queued while watched, for the syncers.
+// popSync is pop(0) of those queued while watched, for the syncers.
 func (q *queue) popSync() (string, time.Time, bool) { return q.popFrom(&q.synced, 0) }
 
 func (q *queue) popFrom(o *order, age time.Duration) (string, time.Time, bool) {

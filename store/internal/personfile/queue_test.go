@@ -187,11 +187,53 @@ func TestClaimKeepsTheOrder(t *testing.T) {
 		q.push("x")
 		q.claim("x")
 	}
-	if len(q.due.es) != len(q.byID) || len(q.age.es) != len(q.byID) {
-		t.Errorf("%d and %d places for %d people queued", len(q.due.es), len(q.age.es), len(q.byID))
+	if len(q.due.es)+len(q.synced.es) != len(q.byID) || len(q.age.es) != len(q.byID) {
+		t.Errorf("%d, %d and %d places for %d people queued", len(q.due.es), len(q.synced.es), len(q.age.es), len(q.byID))
 	}
 	q.push("y")
 	if id, _, _ := q.pop(0); id != "y" {
 		t.Errorf("popped %q, want y, the one person queued", id)
+	}
+}
+
+// TestWatchedFilesWaitTheirTurn: a file queued while watched goes to the
+// syncers (popSync), not to the replicators, and not before it is due; a
+// write queued again meanwhile, and a failed sync that puts it back, keep
+// its first write's time, which the queue's lag counts from.
+func TestWatchedFilesWaitTheirTurn(t *testing.T) {
+	q := newQueue("", nil)
+	due := time.Now().Add(300 * time.Millisecond)
+	q.pushDue("w", due, true)
+	first, _ := q.since("w")
+	time.Sleep(10 * time.Millisecond)
+	q.pushDue("w", due, true) // written again
+	q.push("n")
+	if id, _, _ := q.pop(0); id != "n" {
+		t.Fatalf("a replicator took %q, want n, the one file not watched", id)
+	}
+	type popped struct {
+		id string
+		at time.Time
+	}
+	got := make(chan popped, 1)
+	go func() { id, at, _ := q.popSync(); got <- popped{id, at} }()
+	var p popped
+	select {
+	case p = <-got:
+	case <-time.After(5 * time.Second):
+		q.close()
+		t.Fatal("the syncers never got w")
+	}
+	if p.id != "w" || time.Now().Before(due) || !p.at.Equal(first) {
+		t.Fatalf("popSync = %q since %v at %v; want w since %v, not before %v", p.id, p.at, time.Now(), first, due)
+	}
+	at := p.at
+	q.pushDue("w", time.Now().Add(time.Second), true) // written during the sync
+	q.put("w", at, time.Now().Add(time.Second), true) // which failed
+	if got, _ := q.since("w"); !got.Equal(first) {
+		t.Errorf("after a failed sync w waits since %v, want its first write's %v", got, first)
+	}
+	if _, oldest := q.state(); oldest < 300*time.Millisecond {
+		t.Errorf("the oldest write waited %v, want w's since its first write", oldest)
 	}
 }

@@ -25,9 +25,10 @@ func (c *Cache) WatchWait(ctx context.Context, f *File) {
 }
 
 // watchFile is Watch; with wait set the Watch runs in the caller's
-// goroutine (a replicator's), which is then paced by it. The file is then
-// queued, due at once, for the upload the Watch leaves to a sync, waiting
-// since at (zero: now), the oldest write a replicator took it up for.
+// goroutine (a replicator's), which is then paced by it. Once watched the
+// file is queued, due at once, for the upload the Watch leaves to a sync,
+// waiting since at (zero: now), the oldest write a replicator took it up
+// for.
 func (c *Cache) watchFile(ctx context.Context, f *File, wait bool, at time.Time) {
 	if c.repl == nil {
 		return
@@ -59,7 +60,10 @@ func (c *Cache) watchFile(ctx context.Context, f *File, wait bool, at time.Time)
 		defer close(done)
 		c.takeUps.Add(1)
 		if err := c.repl.Watch(context.WithoutCancel(ctx), f.Path); err != nil {
+			// Behind with its error: the catch-up loop syncs it once the
+			// target answers.
 			c.log.Warn("replication: watch", "path", f.Path, "err", err)
+			return
 		}
 		now := time.Now()
 		if at.IsZero() {
@@ -117,9 +121,10 @@ func (c *Cache) Wrote(f *File) {
 	c.q.pushDue(f.ID, due, f.watched != nil)
 }
 
-// replicate ships or takes up files in the queue, one at a time, until
-// the cache closes (Close replicates what is left); with lag, only while
-// the oldest has waited that long.
+// replicate ships or takes up files queued while not watched, one at a
+// time, until the cache closes (Close replicates what is left); with lag,
+// only while the oldest has waited that long. One watched since it was
+// queued is synced.
 func (c *Cache) replicate(lag time.Duration) {
 	for {
 		id, at, ok := c.q.pop(lag)

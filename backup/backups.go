@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"sync"
 	"time"
 )
@@ -152,7 +151,7 @@ func (b *Backups) catchUp(ctx context.Context) {
 	for _, f := range behind {
 		if f.Watched {
 			sctx, cancel := context.WithTimeout(ctx, probeTimeout)
-			err := b.Repl.syncPath(sctx, filepath.Join(b.Repl.cfg.DataDir, filepath.FromSlash(f.Path)))
+			err := b.Repl.syncSource(sctx, b.Source, f.Path)
 			cancel()
 			if err != nil {
 				b.Log.Warn("replication: catch up", "path", f.Path, "err", err)
@@ -356,7 +355,7 @@ func (b *Backups) syncOne(ctx context.Context, f syncFile) error {
 			}
 		}
 		sctx, cancel := context.WithTimeout(ctx, probeTimeout)
-		err := b.Repl.syncPath(sctx, b.Repl.path(f.rel))
+		err := b.Repl.syncSource(sctx, b.Source, f.rel)
 		cancel()
 		if err != nil {
 			return err

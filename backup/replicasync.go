@@ -125,6 +125,17 @@ func (r *Replicator) Sync(ctx context.Context, path string) error {
 	return err
 }
 
+// syncSource is syncPath of file rel, telling src (if any) once it
+// succeeded, so that the store's queue lets go of the writes it shipped.
+func (r *Replicator) syncSource(ctx context.Context, src Source, rel string) error {
+	began := time.Now()
+	err := r.syncPath(ctx, r.path(rel))
+	if err == nil && src != nil {
+		src.ReplicationSynced(rel, began)
+	}
+	return err
+}
+
 // syncPath ships one watched file's changes now and waits for the target,
 // failing or not: the catch-up loop, "Sync now" and the drill; a file not
 // watched has nothing waiting.

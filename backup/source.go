@@ -48,6 +48,11 @@ type Source interface {
 	ReplicationQueued(rel string) bool
 	ReplicationSince(rel string) (time.Time, bool)
 	ReplicationQueue() (n int, oldest time.Duration)
+	// ReplicationSynced tells the queue that backup synced person file
+	// rel itself (the catch-up loop, "Sync now", a drill) in a sync that
+	// began at began: its writes queued before then are on the replica.
+	// The one thing Source changes: the queue's bookkeeping, no data.
+	ReplicationSynced(rel string, began time.Time)
 }
 
 // Files is what backup changes of the live data.

@@ -110,6 +110,15 @@ func (s *Store) ReplicationSince(rel string) (time.Time, bool) {
 	return s.files.QueuedSince(id)
 }
 
+// ReplicationSynced records that replication synced person file rel, in a
+// sync that began at began, outside the queue: its writes queued before
+// then are on the replica, and leave the queue.
+func (s *Store) ReplicationSynced(rel string, began time.Time) {
+	if id := nah.PersonOfRel(rel); id != "" {
+		s.files.Synced(id, began)
+	}
+}
+
 // LastWrite is when database rel last changed on disk: the newer of the
 // file's and its WAL's modification times (zero if it is gone).
 func (s *Store) LastWrite(rel string) time.Time { return lastWrite(s.Path(rel)) }

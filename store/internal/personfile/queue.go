@@ -37,8 +37,9 @@ type queue struct {
 type entry struct {
 	id      string
 	at, due time.Time
-	seq     uint64 // first come, first served among equal times
-	idx     [3]int // in due, in age, in synced
+	last    time.Time // the newest write queued
+	seq     uint64    // first come, first served among equal times
+	idx     [3]int    // in due, in age, in synced
 }
 
 // order is a heap of the queue's entries by due (k 0 and 2) or by at (k 1).
@@ -140,10 +141,13 @@ func (q *queue) put(id string, at, due time.Time, watched bool) {
 
 func (q *queue) putLocked(id string, at, due time.Time, watched bool) {
 	e := q.byID[id]
+	if e != nil && at.After(e.last) {
+		e.last = at
+	}
 	switch {
 	case e == nil:
 		q.seq++
-		e = &entry{id: id, at: at, due: due, seq: q.seq, idx: [3]int{-1, -1, -1}}
+		e = &entry{id: id, at: at, due: due, last: at, seq: q.seq, idx: [3]int{-1, -1, -1}}
 		q.byID[id] = e
 		heap.Push(&q.age, e)
 		if watched {
@@ -240,6 +244,16 @@ func (q *queue) claim(id string) (time.Time, bool) {
 	}
 	q.removeLocked(e)
 	return e.at, true
+}
+
+// syncedSince takes person id out of the queue if their newest write
+// queued came before began: a sync that began then shipped them all.
+func (q *queue) syncedSince(id string, began time.Time) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if e := q.byID[id]; e != nil && e.last.Before(began) {
+		q.removeLocked(e)
+	}
 }
 
 // close stops the replicators' pops and refuses later pushes.
@@ -350,6 +364,11 @@ func (c *Cache) Queued(id string) bool {
 	_, ok := c.q.since(id)
 	return ok
 }
+
+// Synced records that replication synced person id's file, watched, in a
+// sync that began at began and not asked by the queue (the catch-up loop,
+// "Sync now", a drill): the writes queued before then are on the replica.
+func (c *Cache) Synced(id string, began time.Time) { c.q.syncedSince(id, began) }
 
 // QueuedSince is since when person id has waited in the queue (the age of
 // the oldest write of theirs the replica lacks), and whether they wait.

@@ -199,7 +199,8 @@ func TestClaimKeepsTheOrder(t *testing.T) {
 // TestWatchedFilesWaitTheirTurn: a file queued while watched goes to the
 // syncers (popSync), not to the replicators, and not before it is due; a
 // write queued again meanwhile, and a failed sync that puts it back, keep
-// its first write's time, which the queue's lag counts from.
+// its first write's time, which the queue's lag counts from; a sync
+// outside the queue takes it out only if it began after its last write.
 func TestWatchedFilesWaitTheirTurn(t *testing.T) {
 	q := newQueue("", nil)
 	due := time.Now().Add(300 * time.Millisecond)
@@ -235,5 +236,19 @@ func TestWatchedFilesWaitTheirTurn(t *testing.T) {
 	}
 	if _, oldest := q.state(); oldest < 300*time.Millisecond {
 		t.Errorf("the oldest write waited %v, want w's since its first write", oldest)
+	}
+
+	// Synced outside the queue ("Sync now"): a write after the sync began
+	// stays queued; once one began after it, w leaves the queue.
+	began := time.Now()
+	time.Sleep(time.Millisecond)
+	q.pushDue("w", time.Now().Add(time.Second), true)
+	q.syncedSince("w", began)
+	if _, queued := q.since("w"); !queued {
+		t.Fatal("a sync that began before w's last write took w out of the queue")
+	}
+	q.syncedSince("w", time.Now())
+	if _, queued := q.since("w"); queued {
+		t.Fatal("a sync that began after w's last write left w in the queue")
 	}
 }

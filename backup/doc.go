@@ -22,6 +22,7 @@
 //     disk until its last sync. Its replicators ship one not watched
 //     (Ship) or take it up (Watch), and sync a watched one (Sync) at most
 //     once a second; Backups reads each file's since and the lag through
-//     Source. syncLoop here syncs the directory, which the store writes
-//     without telling.
+//     Source, and tells it of the syncs it makes itself (catch-up, "Sync
+//     now", a drill: ReplicationSynced). syncLoop here syncs the
+//     directory, which the store writes without telling.
 package backup

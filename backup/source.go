@@ -7,9 +7,10 @@ import (
 	"time"
 )
 
-// What backup needs of the live data, one interface for what it reads and
-// one for what it changes (the other way, the store speaks to replication
-// through store.Replicator):
+// What backup needs of the live data, one interface for what it reads
+// (and the replication queue it tells of its own syncs) and one for what
+// it changes (the other way, the store speaks to replication through
+// store.Replicator):
 //
 //	backup ──Source, Files──▶ *store.Store   (the server)
 //	backup ──Source─────────▶ store.AtRest   (nah restore -check)

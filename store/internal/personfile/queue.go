@@ -246,12 +246,13 @@ func (q *queue) claim(id string) (time.Time, bool) {
 	return e.at, true
 }
 
-// syncedSince takes person id out of the queue if their newest write
-// queued came before began: a sync that began then shipped them all.
+// syncedSince takes person id, queued while watched, out of the queue if
+// their newest write queued came before began: a sync that began then
+// shipped them all. One queued while not watched waits for its ship.
 func (q *queue) syncedSince(id string, began time.Time) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if e := q.byID[id]; e != nil && e.last.Before(began) {
+	if e := q.byID[id]; e != nil && e.idx[2] >= 0 && e.last.Before(began) {
 		q.removeLocked(e)
 	}
 }
@@ -368,7 +369,12 @@ func (c *Cache) Queued(id string) bool {
 // Synced records that replication synced person id's file, watched, in a
 // sync that began at began and not asked by the queue (the catch-up loop,
 // "Sync now", a drill): the writes queued before then are on the replica.
-func (c *Cache) Synced(id string, began time.Time) { c.q.syncedSince(id, began) }
+// A file not watched now had nothing synced.
+func (c *Cache) Synced(id string, began time.Time) {
+	if c.watchedFile(id) != nil {
+		c.q.syncedSince(id, began)
+	}
+}
 
 // QueuedSince is since when person id has waited in the queue (the age of
 // the oldest write of theirs the replica lacks), and whether they wait.

@@ -117,7 +117,7 @@ func (a *App) backupsView(r *http.Request) (ui.Backups, error) {
 	}
 	v.RestoreCommand = "nah restore -from " + shellQuote(from) + " -to /path/to/new-data-dir"
 
-	files := b.Repl.Status()
+	files := b.Status()
 	// Files behind come first, worst first; those in step follow by path,
 	// so that the pages do not shift between two clicks as syncs land.
 	inStep := slices.IndexFunc(files, func(f backup.FileStatus) bool { return !f.Behind() })

@@ -837,7 +837,7 @@ func TestReplicaLagIsTheOldestWriteNotShipped(t *testing.T) {
 	rs.post(t, ann, []byte("while the target is away"))
 	time.Sleep(1500 * time.Millisecond)
 	var lag time.Duration
-	for _, f := range rs.backups.Repl.Status() {
+	for _, f := range rs.backups.Status() {
 		if f.Path == nah.PersonRel(ann.id) {
 			lag = f.Lag(time.Now())
 		}

@@ -329,8 +329,8 @@ func (a *App) writePrometheus(w io.Writer) {
 	runtime.ReadMemStats(&ms)
 	gauges := []gauge{
 		{"nah_open_person_files", "Person files open now.", float64(st.OpenFiles)},
-		{"nah_replica_queue", "Written person files waiting for replication to take them up.", float64(st.ReplicationQueue)},
-		{"nah_replica_queue_wait_seconds", "How long the oldest written person file waiting for replication has waited.", st.ReplicationQueueWait.Seconds()},
+		{"nah_replica_queue", "Written person files waiting in the replication queue, watched or not: the replica lacks some of their writes.", float64(st.ReplicationQueue)},
+		{"nah_replica_queue_wait_seconds", "Age of the oldest write of a person file waiting in the replication queue.", st.ReplicationQueueWait.Seconds()},
 		{"nah_sqlite_connections", "SQLite connections open: one per open person file, plus the directory's writer and readers.", float64(st.SQLiteConnections)},
 		{"nah_sqlite_memory_bytes", "Memory SQLite holds now (outside the Go heap).", float64(st.SQLiteBytes)},
 		{"nah_sqlite_memory_peak_bytes", "The most memory SQLite has held.", float64(st.SQLitePeakBytes)},

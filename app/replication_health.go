@@ -57,7 +57,7 @@ func idRune(r rune) bool {
 // replicationHealth is /healthz's replication field (nil when off).
 type replicationHealth struct {
 	Status          string  `json:"status"`       // ok or behind
-	FilesBehind     int     `json:"files_behind"` // queued ones included
+	FilesBehind     int     `json:"files_behind"` // queued ones included, once
 	FilesQueued     int     `json:"files_queued"`
 	WorstLagSeconds float64 `json:"worst_lag_seconds"` // Health.Lag
 	Error           string  `json:"error,omitempty"`

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"sync"
 	"time"
 )
@@ -133,7 +132,7 @@ func (b *Backups) catchUp(ctx context.Context) {
 		b.Log.Warn("replication: check the target's mark", "err", err)
 	}
 	var behind []FileStatus
-	for _, f := range b.Repl.Status() {
+	for _, f := range b.Status() {
 		if f.Behind() {
 			behind = append(behind, f)
 		}
@@ -152,7 +151,7 @@ func (b *Backups) catchUp(ctx context.Context) {
 	for _, f := range behind {
 		if f.Watched {
 			sctx, cancel := context.WithTimeout(ctx, probeTimeout)
-			err := b.Repl.Sync(sctx, filepath.Join(b.Repl.cfg.DataDir, filepath.FromSlash(f.Path)))
+			err := b.Repl.syncSource(sctx, b.Source, f.Path)
 			cancel()
 			if err != nil {
 				b.Log.Warn("replication: catch up", "path", f.Path, "err", err)
@@ -317,7 +316,7 @@ type syncFile struct {
 func (b *Backups) syncList(ctx context.Context) ([]syncFile, error) {
 	var out []syncFile
 	seen := map[string]bool{}
-	for _, f := range b.Repl.Status() {
+	for _, f := range b.Status() {
 		if f.Watched || f.Behind() {
 			out = append(out, syncFile{rel: f.Path, watched: f.Watched})
 			seen[f.Path] = true
@@ -356,7 +355,7 @@ func (b *Backups) syncOne(ctx context.Context, f syncFile) error {
 			}
 		}
 		sctx, cancel := context.WithTimeout(ctx, probeTimeout)
-		err := b.Repl.Sync(sctx, b.Repl.path(f.rel))
+		err := b.Repl.syncSource(sctx, b.Source, f.rel)
 		cancel()
 		if err != nil {
 			return err
@@ -374,6 +373,15 @@ func (b *Backups) syncOne(ctx context.Context, f syncFile) error {
 // syncTries bounds the take-ups of one file in one "Sync now".
 const syncTries = 3
 
+// Status is Repl.Status with each file's Pending, since when it waits in
+// the store's queue: the Backups page's list, worst first.
+func (b *Backups) Status() []FileStatus {
+	if b.Source == nil {
+		return b.Repl.Status()
+	}
+	return b.Repl.status(b.Source.ReplicationSince)
+}
+
 // Health sums replication up for the overview and /healthz.
 type Health struct {
 	Target  string
@@ -381,9 +389,9 @@ type Health struct {
 	Watched int           // watched now
 	Behind  int           // files behind the target
 	Worst   time.Duration // the largest lag of a file replication has
-	// Queued files wait to be taken up (counted in Behind); Lag is the age
-	// of the oldest acknowledged write the target lacks, queued ones
-	// included: the replica's promise.
+	// Queued files wait in the store's queue, watched or not (counted in
+	// Behind, once); Lag is the age of the oldest acknowledged write the
+	// target lacks, queued ones included: the replica's promise.
 	Queued   int
 	Lag      time.Duration
 	LastErr  string    // an error of a file behind, if any
@@ -398,7 +406,14 @@ func (b *Backups) Health() Health {
 	now := time.Now()
 	h := Health{Target: b.Repl.Target().Redacted(), Watched: b.Repl.Watched(), Ok: true}
 	var errOf FileStatus // the failing file in step longest ago, as Status orders them
+	counted := 0         // files queued in the store, counted here
 	b.Repl.EachStatus(func(f FileStatus) {
+		if b.Source != nil {
+			var queued bool
+			if f.Pending, queued = b.Source.ReplicationSince(f.Path); queued {
+				counted++
+			}
+		}
 		h.Files++
 		if f.LastSync.After(h.LastSync) {
 			h.LastSync = f.LastSync
@@ -419,8 +434,9 @@ func (b *Backups) Health() Health {
 	h.LastErr = errOf.Err
 	h.Lag = h.Worst
 	if b.Source != nil {
+		// Each queued file once: those replication has were counted above.
 		n, oldest := b.Source.ReplicationQueue()
-		h.Queued, h.Behind = n, h.Behind+n
+		h.Queued, h.Behind = n, h.Behind+max(0, n-counted)
 		h.Lag = max(h.Lag, oldest)
 		if oldest > b.Behind {
 			h.Ok = false

@@ -8,7 +8,7 @@
 // The seam with the store, one interface each way:
 //
 //   - The store speaks to replication through store.Replicator (declared
-//     in the store, beside the cache that calls it): Watch, Wrote, Unwatch,
+//     in the store, beside the cache that calls it): Watch, Sync, Unwatch,
 //     Ship, Checkpoint, CheckpointShipped and Forget. *Replicator is it.
 //   - Backup sees the live data through Source (what it reads: databases,
 //     consistent copies, media, read transactions, the replication queue)
@@ -16,8 +16,13 @@
 //     person's file swapped), both declared in source.go. *store.Store is
 //     both; store.AtRest is Source for a data directory nobody serves (nah
 //     restore -check), so a caller wires one object, never closures.
-//   - Files waiting for the replica: the store's queue holds the person
-//     files written while not watched, marked on disk until their last
-//     sync; Replicator.dirty the watched ones written since their last
-//     sync, in memory (the store's mark on disk covers a kill).
+//   - Files waiting for the replica: one queue, the store's, holds every
+//     person file written and not yet on the replica, watched or not,
+//     each with the time of its oldest write the replica lacks, marked on
+//     disk until its last sync. Its replicators ship one not watched
+//     (Ship) or take it up (Watch), and sync a watched one (Sync) at most
+//     once a second; Backups reads each file's since and the lag through
+//     Source, and tells it of the syncs it makes itself (catch-up, "Sync
+//     now", a drill: ReplicationSynced). syncLoop here syncs the
+//     directory, which the store writes without telling.
 package backup

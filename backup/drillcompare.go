@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -63,7 +62,7 @@ func (d *Drill) checkFile(ctx context.Context, rel, out string) (_ drillOutcome,
 			// A watched file ships what it holds now; one not watched has
 			// nothing waiting (or is queued, which pending says).
 			sctx, cancel := context.WithTimeout(ctx, time.Minute)
-			err := d.Repl.Sync(sctx, filepath.Join(d.DataDir, filepath.FromSlash(rel)))
+			err := d.Repl.syncSource(sctx, d.Source, rel)
 			cancel()
 			if err != nil {
 				why = "its replication could not sync: " + err.Error()

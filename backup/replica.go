@@ -27,11 +27,11 @@ const PerFileBytes = 404 << 10
 
 // Timing of the replication of one file.
 const (
-	// syncEvery is how often the syncers ship the watched files written
-	// since their last sync (and the directory): a moment reaches the
-	// replica within about a second of its post when nothing waits.
+	// syncEvery is how often the directory (written without telling) is
+	// synced; a person's file is synced by the store's queue at most as
+	// often (store.Replicator.Sync).
 	syncEvery = time.Second
-	// syncers is how many files are shipped at once. Litestream's own
+	// syncers is how many of those are shipped at once. Litestream's own
 	// per-file monitors (two goroutines ticking every second for each
 	// watched file, a visible share of the server's CPU under the bench's
 	// writers, bench/THRESHOLDS.md) are off: a file is synced only when written.
@@ -91,10 +91,6 @@ type Replicator struct {
 	marked  bool
 	afresh  map[string]bool
 	emptied time.Time // when it was found gone, until every file is in step again
-	// dirty is the watched files written since their last sync began, with
-	// the time of the oldest such write: what the syncers ship next, and
-	// the lag they owe. Bounded by the watched set.
-	dirty map[string]time.Time
 
 	stop      chan struct{}
 	closeOnce sync.Once
@@ -168,7 +164,7 @@ func Open(ctx context.Context, cfg Config) (*Replicator, error) {
 		return nil, fmt.Errorf("replication: %w", err)
 	}
 	r := &Replicator{cfg: cfg, ls: ls, log: ls.Logger, started: time.Now(), files: make(map[string]*fileState),
-		dirty: make(map[string]time.Time), stop: make(chan struct{}), policy: policy, retainDue: make(map[string]time.Time)}
+		stop: make(chan struct{}), policy: policy, retainDue: make(map[string]time.Time)}
 	if _, err := r.CheckTarget(ctx, nil); err != nil {
 		r.log.Warn("replication: mark the target", "err", err)
 	}

@@ -17,7 +17,7 @@ type FileStatus struct {
 	LastSync   time.Time
 	Since      time.Time // first watched in this run
 	Err        string
-	Pending    time.Time // the oldest write the syncers have yet to ship (zero: none)
+	Pending    time.Time // since when it waits in the store's queue (zero: not queued); Backups.Status fills it
 }
 
 // Behind says whether the target lacks some of the file's transactions.
@@ -26,7 +26,7 @@ func (f FileStatus) Behind() bool {
 }
 
 // Lag is the age of the file's oldest write the target lacks when the
-// syncers know it (Pending), else how long ago the file was last in step
+// store's queue knows it (Pending), else how long ago the file was last in step
 // with the target (zero if it is in step now), or since it was first
 // watched if it never was.
 func (f FileStatus) Lag(now time.Time) time.Duration {
@@ -43,9 +43,18 @@ func (f FileStatus) Lag(now time.Time) time.Duration {
 
 // Status is the state of every file this run has replicated, worst first:
 // behind with an error, behind, then by oldest sync.
-func (r *Replicator) Status() []FileStatus {
+// Pending stays zero: Backups.Status has it.
+func (r *Replicator) Status() []FileStatus { return r.status(nil) }
+
+// status is Status, with each file's Pending from pending (nil: none).
+func (r *Replicator) status(pending func(rel string) (time.Time, bool)) []FileStatus {
 	var out []FileStatus
-	r.EachStatus(func(f FileStatus) { out = append(out, f) })
+	r.EachStatus(func(f FileStatus) {
+		if pending != nil {
+			f.Pending, _ = pending(f.Path)
+		}
+		out = append(out, f)
+	})
 	rank := func(f FileStatus) int {
 		switch {
 		case f.Err != "":
@@ -96,7 +105,7 @@ func (r *Replicator) StatusOf(rel string) (FileStatus, bool) {
 }
 
 func (r *Replicator) statusLocked(rel string, st *fileState) FileStatus {
-	return FileStatus{Path: rel, Watched: st.Watched, TXID: st.TXID, Replicated: st.Replicated, LastSync: st.LastSync, Since: st.Since, Err: st.Err, Pending: r.dirty[rel]}
+	return FileStatus{Path: rel, Watched: st.Watched, TXID: st.TXID, Replicated: st.Replicated, LastSync: st.LastSync, Since: st.Since, Err: st.Err}
 }
 
 // recordWatched brings the watched files' state up to date from Litestream.

@@ -4,35 +4,20 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"sort"
 	"sync"
 	"time"
 
 	"github.com/nah-app/nah"
 )
 
-// Shipping the watched files: the writes the store reports (Wrote), the
-// syncers that ship them every syncEvery, and a sync on demand.
+// Syncing the watched files: the store's queue has each written person
+// file synced (Sync) at most once a second; the loop here syncs what the
+// store writes without telling (the directory); and a sync on demand.
 
-// Wrote records that the database at path was just written: if it is
-// watched, the syncers ship it within syncEvery (else the store's queue
-// has it taken up, which ships it).
-func (r *Replicator) Wrote(path string) {
-	rel, err := r.rel(path)
-	if err != nil {
-		return
-	}
-	r.mu.Lock()
-	if _, ok := r.dirty[rel]; !ok {
-		r.dirty[rel] = time.Now()
-	}
-	r.mu.Unlock()
-}
-
-// syncLoop ships, every syncEvery, the watched files written since their
-// last sync, oldest write first, syncers at a time; and the directory,
-// which the store writes without telling. While the target is failing it
-// waits: the catch-up loop probes it and catches the files up.
+// syncLoop ships, every syncEvery, each watched file that is not a
+// person's (the directory, which the store writes without telling),
+// syncers at a time. While the target is failing it waits: the catch-up
+// loop probes it and catches the files up.
 func (r *Replicator) syncLoop() {
 	t := time.NewTicker(syncEvery)
 	defer t.Stop()
@@ -45,25 +30,15 @@ func (r *Replicator) syncLoop() {
 		if r.TargetErr() != nil {
 			continue
 		}
-		type item struct {
-			rel   string
-			since time.Time
-		}
-		r.mu.Lock()
-		batch := make([]item, 0, len(r.dirty)+1)
-		for rel, since := range r.dirty {
-			batch = append(batch, item{rel, since})
-		}
-		r.mu.Unlock()
-		sort.Slice(batch, func(i, j int) bool { return batch[i].since.Before(batch[j].since) })
+		var batch []string
 		for _, db := range r.ls.DBs() {
 			if rel, err := r.rel(db.Path()); err == nil && !nah.InPeopleRel(rel) {
-				batch = append(batch, item{rel: rel})
+				batch = append(batch, rel)
 			}
 		}
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, syncers)
-		for _, it := range batch {
+		for _, rel := range batch {
 			select {
 			case <-r.stop:
 				wg.Wait()
@@ -74,8 +49,8 @@ func (r *Replicator) syncLoop() {
 				defer func() { <-sem }()
 				ctx, cancel := context.WithTimeout(context.Background(), unwatchTimeout)
 				defer cancel()
-				if err := r.syncRel(ctx, it.rel); err != nil {
-					r.log.Warn("replication: sync", "path", it.rel, "err", err)
+				if err := r.syncRel(ctx, rel); err != nil {
+					r.log.Warn("replication: sync", "path", rel, "err", err)
 				}
 			})
 		}
@@ -83,15 +58,12 @@ func (r *Replicator) syncLoop() {
 	}
 }
 
-// syncRel ships watched file rel's changes and waits for the target. The
-// file's pending writes are taken out of dirty first, and put back (with
-// the older time) if the sync fails; a file not watched has none.
+// syncRel ships watched file rel's changes and waits for the target; a
+// file not watched has nothing to ship.
 func (r *Replicator) syncRel(ctx context.Context, rel string) error {
 	path := filepath.Join(r.cfg.DataDir, filepath.FromSlash(rel))
 	r.mu.Lock()
 	st := r.files[rel]
-	since, pending := r.dirty[rel]
-	delete(r.dirty, rel)
 	r.mu.Unlock()
 	if st == nil {
 		return nil
@@ -104,13 +76,6 @@ func (r *Replicator) syncRel(ctx context.Context, rel string) error {
 	_, err := r.ls.SyncDB(ctx, path, true)
 	if err != nil {
 		r.setDown(err)
-		if pending {
-			r.mu.Lock()
-			if later, ok := r.dirty[rel]; !ok || since.Before(later) {
-				r.dirty[rel] = since
-			}
-			r.mu.Unlock()
-		}
 		return r.failed(rel, err)
 	}
 	r.mu.Lock()
@@ -142,9 +107,39 @@ func (r *Replicator) SyncAll(ctx context.Context) error {
 	return nil
 }
 
-// Sync ships one watched file's changes now and waits for the target; a
-// file not watched has nothing waiting.
+// Sync ships one watched file's changes now and waits for the target, at
+// most unwatchTimeout: the store's queue asks it of each written file
+// (store.Replicator). While the target is failing it fails at once, so
+// that the queue keeps the write, with its time, and waits for the
+// catch-up loop's probe rather than for Litestream's retries.
 func (r *Replicator) Sync(ctx context.Context, path string) error {
+	if down := r.TargetErr(); down != nil {
+		return fmt.Errorf("replication: target failing: %w", down)
+	}
+	ctx, cancel := context.WithTimeout(ctx, unwatchTimeout)
+	defer cancel()
+	err := r.syncPath(ctx, path)
+	if err != nil {
+		r.log.Warn("replication: sync", "path", path, "err", err)
+	}
+	return err
+}
+
+// syncSource is syncPath of file rel, telling src (if any) once it
+// succeeded, so that the store's queue lets go of the writes it shipped.
+func (r *Replicator) syncSource(ctx context.Context, src Source, rel string) error {
+	began := time.Now()
+	err := r.syncPath(ctx, r.path(rel))
+	if err == nil && src != nil {
+		src.ReplicationSynced(rel, began)
+	}
+	return err
+}
+
+// syncPath ships one watched file's changes now and waits for the target,
+// failing or not: the catch-up loop, "Sync now" and the drill; a file not
+// watched has nothing waiting.
+func (r *Replicator) syncPath(ctx context.Context, path string) error {
 	rel, err := r.rel(path)
 	if err != nil {
 		return err

@@ -43,7 +43,8 @@ func (r *Replicator) Watch(ctx context.Context, path string) error {
 	}
 	db := litestream.NewDB(path)
 	db.SetMetaPath(filepath.Join(r.cfg.MetaDir, filepath.FromSlash(rel)))
-	// No monitors: the syncers sync it when it is written (syncLoop).
+	// No monitors: it is synced when written (Sync, from the store's
+	// queue; syncLoop for the directory).
 	db.MonitorInterval = 0
 	db.BusyTimeout = 10 * time.Second
 	if nah.InPeopleRel(rel) {
@@ -88,8 +89,9 @@ func (r *Replicator) Watch(ctx context.Context, path string) error {
 	}
 	// Syncing now sets the file up (a snapshot if it changed while nobody
 	// watched): a file written and let go of before would leave the write
-	// out of the replica, no error said. The upload is the syncers' (the
-	// file is pending from now), so that a take-up does not wait for it.
+	// out of the replica, no error said. The upload is the next Sync's
+	// (the store queues the file for it), so that a take-up does not wait
+	// for it.
 	sctx, cancel := context.WithTimeout(ctx, watchTimeout)
 	defer cancel()
 	if _, err := r.ls.SyncDB(sctx, path, false); err != nil {
@@ -98,9 +100,6 @@ func (r *Replicator) Watch(ctx context.Context, path string) error {
 	}
 	r.mu.Lock()
 	st.Watched, st.Err = true, ""
-	if _, ok := r.dirty[rel]; !ok {
-		r.dirty[rel] = time.Now()
-	}
 	r.mu.Unlock()
 	return nil
 }
@@ -165,7 +164,6 @@ func (r *Replicator) Unwatch(path string) error {
 	r.mu.Lock()
 	// Shipped by the last sync, or behind with its error: the catch-up
 	// loop brings it back.
-	delete(r.dirty, rel)
 	st.Watched, st.Unwatched = false, time.Now()
 	if db.Replica != nil {
 		st.Replicated = uint64(db.Replica.Pos().TXID)

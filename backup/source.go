@@ -7,9 +7,10 @@ import (
 	"time"
 )
 
-// What backup needs of the live data, one interface for what it reads and
-// one for what it changes (the other way, the store speaks to replication
-// through store.Replicator):
+// What backup needs of the live data, one interface for what it reads
+// (and the replication queue it tells of its own syncs) and one for what
+// it changes (the other way, the store speaks to replication through
+// store.Replicator):
 //
 //	backup ──Source, Files──▶ *store.Store   (the server)
 //	backup ──Source─────────▶ store.AtRest   (nah restore -check)
@@ -40,12 +41,19 @@ type Source interface {
 	HandleOf(ctx context.Context, rel string) string
 	// LastWrite is when database rel last changed on disk.
 	LastWrite(rel string) time.Time
-	// ReplicationQueued says whether person file rel was written while
-	// not watched and waits for replication to take it up;
-	// ReplicationQueue is how many wait, and how long the oldest has
-	// waited: their writes are not on the replica yet.
+	// The replication queue: every person file written and not yet on
+	// the replica, watched or not, one since per file (its oldest write
+	// the replica lacks). ReplicationQueued says whether rel waits there,
+	// ReplicationSince since when; ReplicationQueue is how many wait, and
+	// how long the oldest has waited.
 	ReplicationQueued(rel string) bool
+	ReplicationSince(rel string) (time.Time, bool)
 	ReplicationQueue() (n int, oldest time.Duration)
+	// ReplicationSynced tells the queue that backup synced person file
+	// rel itself (the catch-up loop, "Sync now", a drill) in a sync that
+	// began at began: its writes queued before then are on the replica.
+	// The one thing Source changes: the queue's bookkeeping, no data.
+	ReplicationSynced(rel string, began time.Time)
 }
 
 // Files is what backup changes of the live data.

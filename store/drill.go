@@ -86,20 +86,37 @@ func readTx(ctx context.Context, p string, fn func(tx *sql.Tx) error) error {
 	return fn(tx)
 }
 
-// ReplicationQueue is how many written person files wait for replication
-// to take them up, and how long the oldest has waited: their writes are
-// not on the replica yet.
+// ReplicationQueue is how many written person files the replica lacks
+// some of (watched or not), and how long the oldest write among them has
+// waited.
 func (s *Store) ReplicationQueue() (n int, oldest time.Duration) { return s.files.Queue() }
 
-// ReplicationQueued says whether person file rel was written while not
-// watched and waits in the replication queue: its replica is behind until
-// a replicator takes it up.
+// ReplicationQueued says whether person file rel was written and waits in
+// the replication queue: its replica is behind until a replicator ships
+// it, takes it up or syncs it.
 func (s *Store) ReplicationQueued(rel string) bool {
+	_, ok := s.ReplicationSince(rel)
+	return ok
+}
+
+// ReplicationSince is since when person file rel has waited in the
+// replication queue (its oldest write the replica lacks), and whether it
+// waits.
+func (s *Store) ReplicationSince(rel string) (time.Time, bool) {
 	id := nah.PersonOfRel(rel)
 	if id == "" {
-		return false
+		return time.Time{}, false
 	}
-	return s.files.Queued(id)
+	return s.files.QueuedSince(id)
+}
+
+// ReplicationSynced records that replication synced person file rel, in a
+// sync that began at began, outside the queue: its writes queued before
+// then are on the replica, and leave the queue.
+func (s *Store) ReplicationSynced(rel string, began time.Time) {
+	if id := nah.PersonOfRel(rel); id != "" {
+		s.files.Synced(id, began)
+	}
 }
 
 // LastWrite is when database rel last changed on disk: the newer of the

@@ -6,12 +6,13 @@ import (
 )
 
 // testHooks are the tests' replication and open/close seams, set on a
-// Config by config: Watch and Unwatch become its Replicator (nil ones do
-// nothing), the rest its settings and unexported seams.
+// Config by config: Watch, Sync and Unwatch become its Replicator (nil
+// ones do nothing), the rest its settings and unexported seams.
 type testHooks struct {
 	BeforeOpen func(path string) error
 	AfterClose func(path string)
 	Watch      func(ctx context.Context, path string) error
+	Sync       func(ctx context.Context, path string) error
 	Unwatch    func(path string) error
 	MaxWatched int
 	QueueDir   string
@@ -43,7 +44,12 @@ func (funcReplicator) Forget(context.Context, string) error { return nil }
 // The rest ships nothing without a take-up and leaves every WAL to the
 // store: a closed file's is emptied as the store empties it, an open
 // file's by its close.
-func (funcReplicator) Wrote(string) {}
+func (r funcReplicator) Sync(ctx context.Context, p string) error {
+	if r.h.Sync == nil {
+		return nil
+	}
+	return r.h.Sync(ctx, p)
+}
 
 func (funcReplicator) Ship(context.Context, string, *sql.DB) (bool, error) { return false, nil }
 

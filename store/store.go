@@ -331,9 +331,9 @@ type Stats struct {
 	// (FileProblems lists them).
 	UnreadableFiles int
 	DiskFull        bool // writes are refused for lack of space (DiskFull)
-	// ReplicationQueue is how many written person files wait for
-	// replication to take them up (personfile, Wrote), and
-	// ReplicationQueueWait how long the oldest of them has waited.
+	// ReplicationQueue is how many written person files the replica
+	// lacks some of, watched or not (personfile's queue, Wrote), and
+	// ReplicationQueueWait how long the oldest write among them has waited.
 	ReplicationQueue     int
 	ReplicationQueueWait time.Duration
 	// FileOpens, FileCloses and TakeUps count, since start, person files

@@ -778,7 +778,7 @@ type Health struct {
 		// FilesBehind Databases whose target lacks some of their transactions, the queued ones included (a file just written counts for a second or two).
 		FilesBehind int `json:"files_behind"`
 
-		// FilesQueued Written person files waiting for replication to take them up (counted in files_behind).
+		// FilesQueued Written person files waiting in the replication queue, watched or not: the replica lacks some of their writes (counted once in files_behind).
 		FilesQueued int `json:"files_queued"`
 
 		// Status behind when a file's last sync failed or a file is behind by more than a minute.

@@ -90,6 +90,9 @@ func New(cfg Config) *Cache {
 		for range replicators {
 			c.watchers.Go(func() { c.replicate(0) })
 		}
+		for range syncers {
+			c.watchers.Go(c.syncWatched)
+		}
 		for range extraReplicators {
 			c.watchers.Go(func() { c.replicate(behindLag) })
 		}

@@ -94,7 +94,8 @@ func (c *Cache) closeDB(f *File, keepWAL bool) {
 // letGo has replication let go of f, watched and just closed, once its
 // watch is done (a file let go before Litestream set it up gets no last
 // sync), after a last sync: its WAL is emptied if large or the cache is
-// closing (final; leftWAL), and its mark goes if the sync succeeded.
+// closing (final; leftWAL), it leaves the queue, and its mark goes if the
+// sync succeeded.
 func (c *Cache) letGo(f *File, watched <-chan struct{}, final bool) {
 	<-watched
 	synced := true
@@ -103,6 +104,9 @@ func (c *Cache) letGo(f *File, watched <-chan struct{}, final bool) {
 		synced = false
 	}
 	c.leftWAL(f.Path, final)
+	// Its writes queued went with the last sync, or are behind with its
+	// error: the catch-up loop brings it back, and its mark stays.
+	c.q.claim(f.ID)
 	if synced {
 		c.q.unmark(f.ID)
 	}

@@ -9,7 +9,7 @@
 // gauges, never through its fields; internal, because nothing outside
 // store may open a person file behind the store's rules. It speaks to
 // replication through Replicator (replicator.go), the store's one
-// interface to it, and keeps the queue of written files replication has
-// not taken up yet (queue.go; backup's Replicator keeps the watched ones
-// written since their last sync).
+// interface to it, and keeps the one queue of written files the replica
+// lacks, watched or not (queue.go): its replicators ship or take up the
+// ones not watched and sync the watched ones (watch.go).
 package personfile

@@ -27,7 +27,8 @@ type File struct {
 	mu      sync.Mutex
 	watched chan struct{} // guarded by mu: non-nil once replication was asked to watch, closed when it answered
 
-	wrote atomic.Int64 // when last written (UnixNano), 0 once its WAL was looked at since (emptyIdleWALs)
+	wrote  atomic.Int64 // when last written (UnixNano), 0 once its WAL was looked at since (emptyIdleWALs)
+	synced atomic.Int64 // when its last sync began while watched (UnixNano): Wrote paces the next
 
 	// The cache's bookkeeping, guarded by Cache.mu.
 	refs    int

@@ -1,42 +1,87 @@
 package personfile
 
 import (
+	"container/heap"
 	"log/slog"
 	"sync"
 	"time"
 )
 
-// queue holds the files written while replication did not watch them,
-// oldest first, each once, until a replicator takes them up: bounded by
-// the number of people, never by clients. With a dir, each person waiting
-// (or watched and not yet let go of after a last sync) is listed in its
-// journal of marks (marks.go), so that the next start after a kill takes
-// up every one.
+// queue holds every person file written and not yet on the replica, each
+// once, until a replicator ships it, takes it up or syncs it: bounded by
+// the number of people, never by clients. Each waits since its oldest
+// write the replica lacks (at: the lag) and is handed out once due: at
+// once when not watched, at most once a syncEvery when watched (Wrote).
+// With a dir, each person waiting (or watched and not yet let go of after
+// a last sync) is listed in its journal of marks (marks.go), so that the
+// next start after a kill takes up every one.
 type queue struct {
 	dir string
 	log *slog.Logger
 
 	mu     sync.Mutex
-	since  map[string]wait // who is queued, since when
-	ids    []place         // their order (addLocked)
-	seq    uint64          // places made so far
-	wake   *sync.Cond      // on mu: ids grew or the queue closed
+	byID   map[string]*entry // who is queued
+	due    order             // those not watched when queued, by when they are due
+	synced order             // the watched ones, by when they are due
+	age    order             // all, by since when they wait
+	seq    uint64            // entries made so far
+	wake   *sync.Cond        // on mu: an entry came due or the queue closed
 	closed bool
 	done   chan struct{} // closed with the queue
 	marks  marks         // on mu
 }
 
-// wait is when a person was queued, and their place's number.
-type wait struct {
-	at  time.Time
-	seq uint64
+// entry is one person waiting: since when, from when a replicator may
+// take them, and their place in each order (-1: not in it). An entry is
+// in due or in synced, as its file was watched or not when it was queued.
+type entry struct {
+	id      string
+	at, due time.Time
+	last    time.Time // the newest write queued
+	seq     uint64    // first come, first served among equal times
+	idx     [3]int    // in due, in age, in synced
 }
 
-// place is one person's place in the queue's order: theirs while since
-// holds the same number, else left behind by a claim or a pop.
-type place struct {
-	id  string
-	seq uint64
+// order is a heap of the queue's entries by due (k 0 and 2) or by at (k 1).
+type order struct {
+	k  int
+	es []*entry
+}
+
+func (o *order) key(e *entry) time.Time {
+	if o.k == 1 {
+		return e.at
+	}
+	return e.due
+}
+
+func (o *order) Len() int { return len(o.es) }
+
+func (o *order) Less(i, j int) bool {
+	a, b := o.es[i], o.es[j]
+	if ka, kb := o.key(a), o.key(b); !ka.Equal(kb) {
+		return ka.Before(kb)
+	}
+	return a.seq < b.seq
+}
+
+func (o *order) Swap(i, j int) {
+	o.es[i], o.es[j] = o.es[j], o.es[i]
+	o.es[i].idx[o.k], o.es[j].idx[o.k] = i, j
+}
+
+func (o *order) Push(x any) {
+	e := x.(*entry)
+	e.idx[o.k] = len(o.es)
+	o.es = append(o.es, e)
+}
+
+func (o *order) Pop() any {
+	n := len(o.es) - 1
+	e := o.es[n]
+	o.es[n] = nil
+	o.es = o.es[:n]
+	return e
 }
 
 // agePoll is how often a replicator that waits for the queue to fall
@@ -47,125 +92,169 @@ func newQueue(dir string, log *slog.Logger) *queue {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	q := &queue{dir: dir, log: log, since: make(map[string]wait), done: make(chan struct{})}
+	q := &queue{dir: dir, log: log, byID: make(map[string]*entry), due: order{k: 0}, age: order{k: 1}, synced: order{k: 2}, done: make(chan struct{})}
 	q.marks = marks{dir: dir, log: log, set: make(map[string]bool)}
 	q.wake = sync.NewCond(&q.mu)
 	return q
 }
 
-// push queues person id, unless queued already or closed, and marks it.
-func (q *queue) push(id string) {
+// push queues person id, written now and due at once, unless closed, and
+// marks it; queued already, it keeps its older time.
+func (q *queue) push(id string) { q.pushDue(id, time.Time{}, false) }
+
+// pushDue is push for a write not to be handed out before due, of a
+// watched file (a syncer may take it) or not.
+func (q *queue) pushDue(id string, due time.Time, watched bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if _, ok := q.since[id]; ok || q.closed {
+	if q.closed {
 		return
 	}
-	q.addLocked(id, time.Now())
+	now := time.Now()
+	if due.Before(now) {
+		due = now
+	}
+	q.putLocked(id, now, due, watched)
 	q.markLocked(id) // under mu, so that an unmark never overtakes it
 }
 
-// requeue puts person id back at the end of the queue, unless a write
-// queued them again meanwhile; closed or not (the shutdown drains it).
+// requeue puts person id back in the queue, due now, closed or not (the
+// shutdown drains it).
 func (q *queue) requeue(id string) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if _, ok := q.since[id]; !ok {
-		q.addLocked(id, time.Now())
-	}
+	now := time.Now()
+	q.put(id, now, now, false)
 }
 
-// putBack puts person id, claimed while waiting since at, at the front of
-// the queue, unless a write queued them again meanwhile: the file could
-// not be shipped, and waits to be taken up, as long as it has waited.
-func (q *queue) putBack(id string, at time.Time) {
+// putBack puts person id, claimed while waiting since at, back in the
+// queue first: the file could not be shipped, and waits to be taken up,
+// as long as it has waited.
+func (q *queue) putBack(id string, at time.Time) { q.put(id, at, time.Time{}, false) }
+
+// put queues person id since at, due then, watched or not; queued
+// already, they keep the older of the two times, and the sooner of the
+// two dues.
+func (q *queue) put(id string, at, due time.Time, watched bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if _, ok := q.since[id]; ok {
+	q.putLocked(id, at, due, watched)
+}
+
+func (q *queue) putLocked(id string, at, due time.Time, watched bool) {
+	e := q.byID[id]
+	if e != nil && at.After(e.last) {
+		e.last = at
+	}
+	switch {
+	case e == nil:
+		q.seq++
+		e = &entry{id: id, at: at, due: due, last: at, seq: q.seq, idx: [3]int{-1, -1, -1}}
+		q.byID[id] = e
+		heap.Push(&q.age, e)
+		if watched {
+			heap.Push(&q.synced, e)
+		} else {
+			heap.Push(&q.due, e)
+		}
+	case at.Before(e.at) || due.Before(e.due):
+		e.at, e.due = minTime(e.at, at), minTime(e.due, due)
+		heap.Fix(&q.age, e.idx[1])
+		if e.idx[0] >= 0 {
+			heap.Fix(&q.due, e.idx[0])
+		} else {
+			heap.Fix(&q.synced, e.idx[2])
+		}
+	default:
 		return
 	}
-	q.seq++
-	q.since[id] = wait{at, q.seq}
-	q.ids = append([]place{{id, q.seq}}, q.ids...)
-	q.wake.Signal()
+	q.wake.Broadcast() // replicators and syncers wait on the same cond
 }
 
-// addLocked queues id at the end. A claim leaves its place in ids until
-// it reaches the front, so ids is rebuilt from since once it has twice as
-// many places as people queued: bounded by the people, never by posts.
-func (q *queue) addLocked(id string, at time.Time) {
-	if len(q.ids) >= 2*len(q.since)+64 {
-		q.ids = q.orderLocked()
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
 	}
-	q.seq++
-	q.since[id] = wait{at, q.seq}
-	q.ids = append(q.ids, place{id, q.seq})
-	q.wake.Signal()
+	return a
 }
 
-func (q *queue) live(p place) bool {
-	w, ok := q.since[p.id]
-	return ok && w.seq == p.seq
-}
-
-// orderLocked is the places of who is queued, oldest first.
-func (q *queue) orderLocked() []place {
-	out := make([]place, 0, len(q.since))
-	for _, p := range q.ids {
-		if q.live(p) {
-			out = append(out, p)
-		}
+// removeLocked takes e out of the queue.
+func (q *queue) removeLocked(e *entry) {
+	heap.Remove(&q.age, e.idx[1])
+	if e.idx[0] >= 0 {
+		heap.Remove(&q.due, e.idx[0])
+	} else {
+		heap.Remove(&q.synced, e.idx[2])
 	}
-	return out
+	delete(q.byID, e.id)
 }
 
-// trimLocked drops the places left behind at the front.
-func (q *queue) trimLocked() {
-	for len(q.ids) > 0 && !q.live(q.ids[0]) {
-		q.ids[0] = place{}
-		q.ids = q.ids[1:]
-	}
-}
+// pop waits for the person due first of those queued while not watched,
+// while the oldest write queued is at least age old, and takes them out,
+// with since when they waited; false once the queue is closed. A wait for
+// an age looks again every agePoll.
+func (q *queue) pop(age time.Duration) (string, time.Time, bool) { return q.popFrom(&q.due, age) }
 
-// pop waits for the oldest person queued, queued at least age ago, and
-// takes them out; false once the queue is closed. A wait for an age
-// looks again every agePoll.
-func (q *queue) pop(age time.Duration) (string, bool) {
+// popSync is pop(0) of those queued while watched, for the syncers.
+func (q *queue) popSync() (string, time.Time, bool) { return q.popFrom(&q.synced, 0) }
+
+func (q *queue) popFrom(o *order, age time.Duration) (string, time.Time, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for {
-		q.trimLocked()
 		if q.closed {
-			return "", false
+			return "", time.Time{}, false
 		}
-		if len(q.ids) > 0 && time.Since(q.since[q.ids[0].id].at) >= age {
-			break
+		var wait time.Duration
+		if len(o.es) > 0 {
+			e := o.es[0]
+			wait = time.Until(e.due)
+			if wait <= 0 && (age == 0 || time.Since(q.age.es[0].at) >= age) {
+				q.removeLocked(e)
+				return e.id, e.at, true
+			}
 		}
-		if age == 0 {
+		switch {
+		case age > 0:
+			q.mu.Unlock()
+			time.Sleep(agePoll)
+			q.mu.Lock()
+		case len(o.es) == 0:
 			q.wake.Wait()
-			continue
+		default:
+			// The first is due later: woken then, or by a push due sooner.
+			t := time.AfterFunc(wait, func() {
+				q.mu.Lock()
+				q.wake.Broadcast()
+				q.mu.Unlock()
+			})
+			q.wake.Wait()
+			t.Stop()
 		}
-		q.mu.Unlock()
-		time.Sleep(agePoll)
-		q.mu.Lock()
 	}
-	id := q.ids[0].id
-	q.ids[0] = place{}
-	q.ids = q.ids[1:]
-	delete(q.since, id)
-	return id, true
 }
 
 // claim takes person id out of the queue wherever they wait, and says
 // since when, and whether they were queued: their file is about to close,
-// and is shipped first (closeFile).
+// and is shipped first (closeFile), or was let go of after a last sync.
 func (q *queue) claim(id string) (time.Time, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	w, ok := q.since[id]
-	if ok {
-		delete(q.since, id)
+	e := q.byID[id]
+	if e == nil {
+		return time.Time{}, false
 	}
-	return w.at, ok
+	q.removeLocked(e)
+	return e.at, true
+}
+
+// syncedSince takes person id, queued while watched, out of the queue if
+// their newest write queued came before began: a sync that began then
+// shipped them all. One queued while not watched waits for its ship.
+func (q *queue) syncedSince(id string, began time.Time) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if e := q.byID[id]; e != nil && e.idx[2] >= 0 && e.last.Before(began) {
+		q.removeLocked(e)
+	}
 }
 
 // close stops the replicators' pops and refuses later pushes.
@@ -184,10 +273,10 @@ func (q *queue) take() []string {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	var ids []string
-	for _, p := range q.orderLocked() {
-		ids = append(ids, p.id)
+	for len(q.age.es) > 0 {
+		ids = append(ids, heap.Pop(&q.age).(*entry).id)
 	}
-	q.ids, q.since = nil, make(map[string]wait)
+	q.due.es, q.synced.es, q.byID = nil, nil, make(map[string]*entry)
 	return ids
 }
 
@@ -195,11 +284,20 @@ func (q *queue) take() []string {
 func (q *queue) state() (n int, oldest time.Duration) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.trimLocked()
-	if len(q.ids) > 0 {
-		oldest = time.Since(q.since[q.ids[0].id].at)
+	if len(q.age.es) > 0 {
+		oldest = time.Since(q.age.es[0].at)
 	}
-	return len(q.since), oldest
+	return len(q.byID), oldest
+}
+
+// since is since when person id has waited, and whether they wait.
+func (q *queue) since(id string) (time.Time, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if e := q.byID[id]; e != nil {
+		return e.at, true
+	}
+	return time.Time{}, false
 }
 
 // mark and unmark keep on disk that person id's file may hold writes the
@@ -225,7 +323,7 @@ func (q *queue) unmark(id string) {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if _, ok := q.since[id]; ok {
+	if q.byID[id] != nil {
 		return
 	}
 	q.marks.remove(id)
@@ -251,12 +349,10 @@ func (q *queue) load() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for _, id := range ids {
-		if _, ok := q.since[id]; !ok {
-			q.addLocked(id, at[id]) // queued since it was marked
-		}
+		q.putLocked(id, at[id], at[id], false) // queued since it was marked
 	}
-	if len(q.ids) > 0 {
-		q.log.Info("replication: files written before the last stop wait to be replicated", "files", len(q.ids))
+	if len(q.byID) > 0 {
+		q.log.Info("replication: files written before the last stop wait to be replicated", "files", len(q.byID))
 	}
 }
 
@@ -266,8 +362,20 @@ func (c *Cache) Queue() (n int, oldest time.Duration) { return c.q.state() }
 
 // Queued says whether person id waits in the queue for a replicator.
 func (c *Cache) Queued(id string) bool {
-	c.q.mu.Lock()
-	defer c.q.mu.Unlock()
-	_, ok := c.q.since[id]
+	_, ok := c.q.since(id)
 	return ok
 }
+
+// Synced records that replication synced person id's file, watched, in a
+// sync that began at began and not asked by the queue (the catch-up loop,
+// "Sync now", a drill): the writes queued before then are on the replica.
+// A file not watched now had nothing synced.
+func (c *Cache) Synced(id string, began time.Time) {
+	if c.watchedFile(id) != nil {
+		c.q.syncedSince(id, began)
+	}
+}
+
+// QueuedSince is since when person id has waited in the queue (the age of
+// the oldest write of theirs the replica lacks), and whether they wait.
+func (c *Cache) QueuedSince(id string) (time.Time, bool) { return c.q.since(id) }

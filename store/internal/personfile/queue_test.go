@@ -24,7 +24,7 @@ func TestPopWaitsForTheAge(t *testing.T) {
 	got := make(chan string, 2)
 	start := time.Now()
 	go func() {
-		id, _ := q.pop(300 * time.Millisecond)
+		id, _, _ := q.pop(300 * time.Millisecond)
 		got <- id
 	}()
 	select {
@@ -32,7 +32,7 @@ func TestPopWaitsForTheAge(t *testing.T) {
 		t.Fatalf("pop(300 ms) took %q after %v, before the oldest was that old", id, time.Since(start))
 	case <-time.After(150 * time.Millisecond):
 	}
-	if id, ok := q.pop(0); !ok || id != "a" {
+	if id, _, ok := q.pop(0); !ok || id != "a" {
 		t.Fatalf("pop(0) = %q, %v; want the oldest, a, at once", id, ok)
 	}
 	select {
@@ -45,7 +45,7 @@ func TestPopWaitsForTheAge(t *testing.T) {
 	}
 	// A wait for an age ends with the queue.
 	done := make(chan bool)
-	go func() { _, ok := q.pop(time.Hour); done <- ok }()
+	go func() { _, _, ok := q.pop(time.Hour); done <- ok }()
 	q.close()
 	select {
 	case ok := <-done:
@@ -100,7 +100,7 @@ func TestMarksJournal(t *testing.T) {
 	}
 	for range 5000 {
 		q.push(nah.NewPersonID())
-		id, _ := q.pop(0)
+		id, _, _ := q.pop(0)
 		q.unmark(id)
 	}
 	check("after 5,000 ships")
@@ -177,7 +177,7 @@ func TestClaimKeepsTheOrder(t *testing.T) {
 	}
 	var got []string
 	for range 3 {
-		id, _ := q.pop(0)
+		id, _, _ := q.pop(0)
 		got = append(got, id)
 	}
 	if want := []string{"d", "c", "a"}; !slices.Equal(got, want) {
@@ -187,11 +187,68 @@ func TestClaimKeepsTheOrder(t *testing.T) {
 		q.push("x")
 		q.claim("x")
 	}
-	if len(q.ids) > 2*len(q.since)+65 {
-		t.Errorf("%d places for %d people queued", len(q.ids), len(q.since))
+	if len(q.due.es)+len(q.synced.es) != len(q.byID) || len(q.age.es) != len(q.byID) {
+		t.Errorf("%d, %d and %d places for %d people queued", len(q.due.es), len(q.synced.es), len(q.age.es), len(q.byID))
 	}
 	q.push("y")
-	if id, _ := q.pop(0); id != "y" {
+	if id, _, _ := q.pop(0); id != "y" {
 		t.Errorf("popped %q, want y, the one person queued", id)
+	}
+}
+
+// TestWatchedFilesWaitTheirTurn: a file queued while watched goes to the
+// syncers (popSync), not to the replicators, and not before it is due; a
+// write queued again meanwhile, and a failed sync that puts it back, keep
+// its first write's time, which the queue's lag counts from; a sync
+// outside the queue takes it out only if it began after its last write.
+func TestWatchedFilesWaitTheirTurn(t *testing.T) {
+	q := newQueue("", nil)
+	due := time.Now().Add(300 * time.Millisecond)
+	q.pushDue("w", due, true)
+	first, _ := q.since("w")
+	time.Sleep(10 * time.Millisecond)
+	q.pushDue("w", due, true) // written again
+	q.push("n")
+	if id, _, _ := q.pop(0); id != "n" {
+		t.Fatalf("a replicator took %q, want n, the one file not watched", id)
+	}
+	type popped struct {
+		id string
+		at time.Time
+	}
+	got := make(chan popped, 1)
+	go func() { id, at, _ := q.popSync(); got <- popped{id, at} }()
+	var p popped
+	select {
+	case p = <-got:
+	case <-time.After(5 * time.Second):
+		q.close()
+		t.Fatal("the syncers never got w")
+	}
+	if p.id != "w" || time.Now().Before(due) || !p.at.Equal(first) {
+		t.Fatalf("popSync = %q since %v at %v; want w since %v, not before %v", p.id, p.at, time.Now(), first, due)
+	}
+	at := p.at
+	q.pushDue("w", time.Now().Add(time.Second), true) // written during the sync
+	q.put("w", at, time.Now().Add(time.Second), true) // which failed
+	if got, _ := q.since("w"); !got.Equal(first) {
+		t.Errorf("after a failed sync w waits since %v, want its first write's %v", got, first)
+	}
+	if _, oldest := q.state(); oldest < 300*time.Millisecond {
+		t.Errorf("the oldest write waited %v, want w's since its first write", oldest)
+	}
+
+	// Synced outside the queue ("Sync now"): a write after the sync began
+	// stays queued; once one began after it, w leaves the queue.
+	began := time.Now()
+	time.Sleep(time.Millisecond)
+	q.pushDue("w", time.Now().Add(time.Second), true)
+	q.syncedSince("w", began)
+	if _, queued := q.since("w"); !queued {
+		t.Fatal("a sync that began before w's last write took w out of the queue")
+	}
+	q.syncedSince("w", time.Now())
+	if _, queued := q.since("w"); queued {
+		t.Fatal("a sync that began after w's last write left w in the queue")
 	}
 }

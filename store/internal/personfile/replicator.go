@@ -11,18 +11,22 @@ import (
 //	store ──Replicator──▶ backup      (this interface: the store's writes)
 //	store ◀──Source, Files── backup   (declared in backup: what it reads, what it changes)
 //
-// A file is either watched (Litestream follows it: Watch, Wrote, Unwatch)
-// or not (its new writes are shipped from the app's own connection: Ship,
-// Checkpoint). Paths are absolute; rel is under the data directory. db is
-// the app's connection to an open file, held by the caller; nil for a file
-// nobody in this process has open. A nil Replicator: no replication.
+// Every person file written and not yet on the replica waits in one
+// queue (queue.go), from the write to the replica: a replicator ships it
+// (Ship) or takes it up (Watch) when nobody watches it, else syncs it
+// (Sync), at most once a second. A file is either watched (Litestream
+// follows it: Watch, Sync, Unwatch) or not (its new writes are shipped
+// from the app's own connection: Ship, Checkpoint). Paths are absolute;
+// rel is under the data directory. db is the app's connection to an open
+// file, held by the caller; nil for a file nobody in this process has
+// open. A nil Replicator: no replication.
 type Replicator interface {
 	// Watch has replication follow the file at path: register it and
-	// sync once.
+	// sync once (locally: the upload is the next Sync's).
 	Watch(ctx context.Context, path string) error
-	// Wrote says that watched file path was just written: it is shipped
-	// within a second.
-	Wrote(path string)
+	// Sync ships watched file path's new writes and waits for the target;
+	// an error (at once while the target is failing) leaves them behind.
+	Sync(ctx context.Context, path string) error
 	// Unwatch lets go of path after a last sync, whose failure it returns
 	// (the replica then lacks some of the file).
 	Unwatch(path string) error

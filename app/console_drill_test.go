@@ -158,7 +158,7 @@ func runDrill(t *testing.T, rs *replicatedServer) *backup.Drill {
 	t.Helper()
 	s := rs.store
 	d := &backup.Drill{
-		Target: rs.backups.Repl.Target(), Repl: rs.backups.Repl, DataDir: s.Path(""), Source: s,
+		Target: rs.backups.Repl.Target(), Repl: rs.backups.Repl, DataDir: s.Path(""), Source: s, Files: s,
 		Dir:     filepath.Join(s.Path(""), "replication", "drill"),
 		Recheck: []time.Duration{100 * time.Millisecond},
 	}

@@ -151,7 +151,7 @@ func (b *Backups) catchUp(ctx context.Context) {
 	for _, f := range behind {
 		if f.Watched {
 			sctx, cancel := context.WithTimeout(ctx, probeTimeout)
-			err := b.Repl.syncSource(sctx, b.Source, f.Path)
+			err := b.Repl.syncSource(sctx, b.Files, f.Path)
 			cancel()
 			if err != nil {
 				b.Log.Warn("replication: catch up", "path", f.Path, "err", err)
@@ -355,7 +355,7 @@ func (b *Backups) syncOne(ctx context.Context, f syncFile) error {
 			}
 		}
 		sctx, cancel := context.WithTimeout(ctx, probeTimeout)
-		err := b.Repl.syncSource(sctx, b.Source, f.rel)
+		err := b.Repl.syncSource(sctx, b.Files, f.rel)
 		cancel()
 		if err != nil {
 			return err

@@ -69,6 +69,9 @@ type Drill struct {
 	// are, whether a file waits for replication, and the reads of a
 	// restored copy.
 	Source Source
+	// Files, with Repl, is told of the syncs the drill makes, so that the
+	// replication queue lets go of the writes they shipped.
+	Files Files
 
 	// Dir is the drill's own folder: scratch copies, the rotation's state
 	// (state.json) and the evidence of failures (failed/).

@@ -26,7 +26,7 @@ import (
 // server's (cmd/nah/drill.go), with short rechecks.
 func drillFor(n *node, tg *backup.Target) *backup.Drill {
 	return &backup.Drill{
-		Target: tg, Repl: n.r, DataDir: n.dir, Source: n.s,
+		Target: tg, Repl: n.r, DataDir: n.dir, Source: n.s, Files: n.s,
 		Dir:     filepath.Join(n.dir, "replication", "drill"),
 		Recheck: []time.Duration{200 * time.Millisecond, 500 * time.Millisecond},
 	}

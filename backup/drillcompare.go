@@ -62,7 +62,7 @@ func (d *Drill) checkFile(ctx context.Context, rel, out string) (_ drillOutcome,
 			// A watched file ships what it holds now; one not watched has
 			// nothing waiting (or is queued, which pending says).
 			sctx, cancel := context.WithTimeout(ctx, time.Minute)
-			err := d.Repl.syncSource(sctx, d.Source, rel)
+			err := d.Repl.syncSource(sctx, d.Files, rel)
 			cancel()
 			if err != nil {
 				why = "its replication could not sync: " + err.Error()

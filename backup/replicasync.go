@@ -125,13 +125,13 @@ func (r *Replicator) Sync(ctx context.Context, path string) error {
 	return err
 }
 
-// syncSource is syncPath of file rel, telling src (if any) once it
+// syncSource is syncPath of file rel, telling files (if any) once it
 // succeeded, so that the store's queue lets go of the writes it shipped.
-func (r *Replicator) syncSource(ctx context.Context, src Source, rel string) error {
+func (r *Replicator) syncSource(ctx context.Context, files Files, rel string) error {
 	began := time.Now()
 	err := r.syncPath(ctx, r.path(rel))
-	if err == nil && src != nil {
-		src.ReplicationSynced(rel, began)
+	if err == nil && files != nil {
+		files.ReplicationSynced(rel, began)
 	}
 	return err
 }

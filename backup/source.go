@@ -49,11 +49,6 @@ type Source interface {
 	ReplicationQueued(rel string) bool
 	ReplicationSince(rel string) (time.Time, bool)
 	ReplicationQueue() (n int, oldest time.Duration)
-	// ReplicationSynced tells the queue that backup synced person file
-	// rel itself (the catch-up loop, "Sync now", a drill) in a sync that
-	// began at began: its writes queued before then are on the replica.
-	// The one thing Source changes: the queue's bookkeeping, no data.
-	ReplicationSynced(rel string, began time.Time)
 }
 
 // Files is what backup changes of the live data.
@@ -71,4 +66,9 @@ type Files interface {
 	// replaced, in the same way, calling then before it is swapped in.
 	ReplacePersonFile(ctx context.Context, id string, make func(path string) error) error
 	UndoReplacePersonFile(ctx context.Context, id string, then func(path string) error) error
+	// ReplicationSynced tells the replication queue that backup synced
+	// person file rel itself (the catch-up loop, "Sync now", a drill) in
+	// a sync that began at began: its writes queued before then are on
+	// the replica, and leave the queue.
+	ReplicationSynced(rel string, began time.Time)
 }

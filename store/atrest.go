@@ -61,12 +61,10 @@ func (a AtRest) HandleOf(ctx context.Context, rel string) (handle string) {
 // LastWrite is Store.LastWrite.
 func (a AtRest) LastWrite(rel string) time.Time { return lastWrite(a.path(rel)) }
 
-// ReplicationQueued, ReplicationSince, ReplicationSynced and
-// ReplicationQueue: no server here queues a file.
+// ReplicationQueued, ReplicationSince and ReplicationQueue: no server
+// here queues a file.
 func (a AtRest) ReplicationQueued(rel string) bool { return false }
 
 func (a AtRest) ReplicationSince(rel string) (time.Time, bool) { return time.Time{}, false }
-
-func (a AtRest) ReplicationSynced(rel string, began time.Time) {}
 
 func (a AtRest) ReplicationQueue() (int, time.Duration) { return 0, 0 }

@@ -22,7 +22,7 @@ import (
 // replication folder.
 func newDrill(cfg config, s *store.Store, r *backup.Replicator, log *slog.Logger) *backup.Drill {
 	return &backup.Drill{
-		Target: cfg.ReplicaTarget, Repl: r, DataDir: cfg.Store.Dir, Source: s,
+		Target: cfg.ReplicaTarget, Repl: r, DataDir: cfg.Store.Dir, Source: s, Files: s,
 		Dir:   filepath.Join(cfg.Store.Dir, filepath.FromSlash(nah.DrillRel)),
 		Every: cfg.DrillEvery,
 		Log:   log,

@@ -234,19 +234,7 @@ func TestKeysUsePrimaryKey(t *testing.T) {
 		if n := strings.Count(q, "?"); n > 1 {
 			args = append([]any{"9", "1"}[:n-1], 30)
 		}
-		rows, err := f.DB.Query("EXPLAIN QUERY PLAN "+q, args...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var plan []string
-		for rows.Next() {
-			var id, parent, unused int
-			var detail string
-			rows.Scan(&id, &parent, &unused, &detail)
-			plan = append(plan, detail)
-		}
-		rows.Close()
-		got := strings.Join(plan, "; ")
+		got := queryPlan(t, f.DB, q, args...)
 		want := "SEARCH moments USING PRIMARY KEY (id"
 		if !strings.Contains(q, "WHERE") {
 			want = "SCAN moments"
@@ -256,10 +244,19 @@ func TestKeysUsePrimaryKey(t *testing.T) {
 		}
 	}
 	// The bodies: one lookup by the primary key an id, never a scan.
-	rows, err := f.DB.Query("EXPLAIN QUERY PLAN "+stmtText[stmtBodies], `["9","1"]`)
+	if got := queryPlan(t, f.DB, stmtText[stmtBodies], `["9","1"]`); !strings.Contains(got, "SEARCH m USING PRIMARY KEY (id=?)") || strings.Contains(got, "SCAN m") {
+		t.Errorf("bodies: %s", got)
+	}
+}
+
+// queryPlan is SQLite's plan of q with args, its steps joined by "; ".
+func queryPlan(t *testing.T, db *sql.DB, q string, args ...any) string {
+	t.Helper()
+	rows, err := db.Query("EXPLAIN QUERY PLAN "+q, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer rows.Close()
 	var plan []string
 	for rows.Next() {
 		var id, parent, unused int
@@ -267,10 +264,7 @@ func TestKeysUsePrimaryKey(t *testing.T) {
 		rows.Scan(&id, &parent, &unused, &detail)
 		plan = append(plan, detail)
 	}
-	rows.Close()
-	if got := strings.Join(plan, "; "); !strings.Contains(got, "SEARCH m USING PRIMARY KEY (id=?)") || strings.Contains(got, "SCAN m") {
-		t.Errorf("bodies: %s", got)
-	}
+	return strings.Join(plan, "; ")
 }
 
 func TestFileCacheBound(t *testing.T) {

@@ -25,7 +25,6 @@ type queue struct {
 	synced order             // the watched ones, by when they are due
 	age    order             // all, by since when they wait
 	seq    uint64            // entries made so far
-	wake   *sync.Cond        // on mu: an entry came due or the queue closed
 	closed bool
 	done   chan struct{} // closed with the queue
 	marks  marks         // on mu
@@ -43,9 +42,13 @@ type entry struct {
 }
 
 // order is a heap of the queue's entries by due (k 0 and 2) or by at (k 1).
+// Those who pop from it (due, synced) wait on its wake, on the queue's mu:
+// an entry came or came due sooner, or the queue closed. One cond an
+// order, so that a post's write wakes one replicator, not the syncers too.
 type order struct {
-	k  int
-	es []*entry
+	k    int
+	es   []*entry
+	wake *sync.Cond
 }
 
 func (o *order) key(e *entry) time.Time {
@@ -94,7 +97,7 @@ func newQueue(dir string, log *slog.Logger) *queue {
 	}
 	q := &queue{dir: dir, log: log, byID: make(map[string]*entry), due: order{k: 0}, age: order{k: 1}, synced: order{k: 2}, done: make(chan struct{})}
 	q.marks = marks{dir: dir, log: log, set: make(map[string]bool)}
-	q.wake = sync.NewCond(&q.mu)
+	q.due.wake, q.synced.wake = sync.NewCond(&q.mu), sync.NewCond(&q.mu)
 	return q
 }
 
@@ -150,23 +153,25 @@ func (q *queue) putLocked(id string, at, due time.Time, watched bool) {
 		e = &entry{id: id, at: at, due: due, last: at, seq: q.seq, idx: [3]int{-1, -1, -1}}
 		q.byID[id] = e
 		heap.Push(&q.age, e)
-		if watched {
-			heap.Push(&q.synced, e)
-		} else {
-			heap.Push(&q.due, e)
-		}
+		heap.Push(q.orderOf(e, watched), e)
 	case at.Before(e.at) || due.Before(e.due):
 		e.at, e.due = minTime(e.at, at), minTime(e.due, due)
 		heap.Fix(&q.age, e.idx[1])
-		if e.idx[0] >= 0 {
-			heap.Fix(&q.due, e.idx[0])
-		} else {
-			heap.Fix(&q.synced, e.idx[2])
-		}
+		o := q.orderOf(e, false)
+		heap.Fix(o, e.idx[o.k])
 	default:
 		return
 	}
-	q.wake.Broadcast() // replicators and syncers wait on the same cond
+	q.orderOf(e, watched).wake.Signal()
+}
+
+// orderOf is the order e waits in: synced if it was queued while watched,
+// else due; for an entry not in either yet, the one watched says.
+func (q *queue) orderOf(e *entry, watched bool) *order {
+	if e.idx[2] >= 0 || e.idx[0] < 0 && watched {
+		return &q.synced
+	}
+	return &q.due
 }
 
 func minTime(a, b time.Time) time.Time {
@@ -179,11 +184,8 @@ func minTime(a, b time.Time) time.Time {
 // removeLocked takes e out of the queue.
 func (q *queue) removeLocked(e *entry) {
 	heap.Remove(&q.age, e.idx[1])
-	if e.idx[0] >= 0 {
-		heap.Remove(&q.due, e.idx[0])
-	} else {
-		heap.Remove(&q.synced, e.idx[2])
-	}
+	o := q.orderOf(e, false)
+	heap.Remove(o, e.idx[o.k])
 	delete(q.byID, e.id)
 }
 
@@ -218,15 +220,15 @@ func (q *queue) popFrom(o *order, age time.Duration) (string, time.Time, bool) {
 			time.Sleep(agePoll)
 			q.mu.Lock()
 		case len(o.es) == 0:
-			q.wake.Wait()
+			o.wake.Wait()
 		default:
 			// The first is due later: woken then, or by a push due sooner.
 			t := time.AfterFunc(wait, func() {
 				q.mu.Lock()
-				q.wake.Broadcast()
+				o.wake.Broadcast()
 				q.mu.Unlock()
 			})
-			q.wake.Wait()
+			o.wake.Wait()
 			t.Stop()
 		}
 	}
@@ -264,7 +266,8 @@ func (q *queue) close() {
 		close(q.done)
 	}
 	q.closed = true
-	q.wake.Broadcast()
+	q.due.wake.Broadcast()
+	q.synced.wake.Broadcast()
 	q.mu.Unlock()
 }
 

@@ -251,4 +251,28 @@ func TestWatchedFilesWaitTheirTurn(t *testing.T) {
 	if _, queued := q.since("w"); queued {
 		t.Fatal("a sync that began after w's last write left w in the queue")
 	}
+
+	// A syncer and a replicator, each waiting on an empty queue, are woken
+	// by a write of their kind.
+	for _, watched := range []bool{true, false} {
+		go func() {
+			pop := q.pop
+			if watched {
+				pop = func(time.Duration) (string, time.Time, bool) { return q.popSync() }
+			}
+			id, at, _ := pop(0)
+			got <- popped{id, at}
+		}()
+		time.Sleep(20 * time.Millisecond)
+		q.pushDue("v", time.Time{}, watched)
+		select {
+		case p = <-got:
+		case <-time.After(5 * time.Second):
+			q.close()
+			t.Fatalf("a waiting pop (watched %v) was not woken by a write of its kind", watched)
+		}
+		if p.id != "v" {
+			t.Fatalf("popped %q, want v", p.id)
+		}
+	}
 }

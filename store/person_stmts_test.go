@@ -44,12 +44,19 @@ func TestPreparedInsertAcrossReopen(t *testing.T) {
 			t.Errorf("%s: %d moments, %v; want %d", id, n, err, want)
 		}
 	}
+	checkStatementsKept(t, s)
+}
+
+// checkStatementsKept: once every closing file is closed, statements are
+// kept for no more files than are open (a closed file's are forgotten).
+func checkStatementsKept(t *testing.T, s *Store) {
+	t.Helper()
 	s.files.WaitClosed()
 	s.stmts.mu.Lock()
 	kept := len(s.stmts.m)
 	s.stmts.mu.Unlock()
 	if open := s.files.Len(); kept > open {
-		t.Errorf("%d prepared inserts kept for %d open files", kept, open)
+		t.Errorf("statements kept for %d files, %d open", kept, open)
 	}
 }
 
@@ -140,13 +147,7 @@ func TestFeedStatementsAcrossReopen(t *testing.T) {
 			}
 		}
 	}
-	s.files.WaitClosed()
-	s.stmts.mu.Lock()
-	kept := len(s.stmts.m)
-	s.stmts.mu.Unlock()
-	if open := s.files.Len(); kept > open {
-		t.Errorf("statements kept for %d files, %d open", kept, open)
-	}
+	checkStatementsKept(t, s)
 }
 
 // TestIdsJSON: the bodies' id list is JSON that decodes to the same ids,

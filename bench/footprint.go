@@ -244,7 +244,7 @@ func copyAPISeed(ctx context.Context, bin, cache string, f fixture.Fixture) (dat
 	if err != nil {
 		return "", nil, nil, err
 	}
-	cleanup = func() { os.RemoveAll(work) }
+	cleanup = func() { removeCopy(cache, work) }
 	data = filepath.Join(work, "data")
 	fmt.Fprintf(os.Stderr, "copying %s's API seed and its replica\n", f.Name)
 	if err := copyDir(filepath.Join(src, fixture.DataDir), data); err != nil {

@@ -107,6 +107,7 @@ func runCmd(ctx context.Context, args []string) error {
 	pbStats := fset.Bool("pocketbase-stats", false, "keep SQLite's statistics in PocketBase's copy (as after its midnight PRAGMA optimize); by default they are deleted before its start (see bench/README.md)")
 	pocketbase := fset.String("pocketbase", "", "also measure this PocketBase (go -C bench/pocketbase build) after nah, on the same fixture seeded through its API, and print the two side by side")
 	seed := fset.String("seed", "fixture", "fixture: the generated fixture with no replica yet (the warm-up pays every file's first snapshot, and the phases wait for them); api: the fixture seeded through nah's API and cleanly stopped with its replica (bench footprint), as a restarted server finds its data")
+	settleFor := fset.Duration("settle", 6*time.Minute, "wait until this long after the last run's copy was removed before measuring (0: do not wait; see bench/THRESHOLDS.md, \"A copy removed\")")
 	var env envList
 	fset.Var(&env, "env", "KEY=VALUE for the server's environment, repeatable (experiments: a result so made is not a baseline)")
 	fset.Parse(args)
@@ -132,6 +133,7 @@ func runCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	defer cleanup()
+	settle(*cache, *settleFor)
 	var cookie string
 	if *drill {
 		if cookie, err = adminSession(ctx, data); err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/superfly/ltx"
 
 	"github.com/nah-app/nah"
+	"github.com/nah-app/nah/backup"
 )
 
 // newestLTX decodes the newest level-0 LTX file of database rel on the
@@ -80,7 +81,8 @@ func post1k(t testing.TB, n *node, id string, i int) {
 // WAL (its salts in the header), not a snapshot of the file; and the
 // replica restores equal to the live file, in the second run and after.
 // A file changed between the runs by a connection of its own (a moment
-// added and checkpointed into the database file) is snapshotted instead.
+// added and checkpointed into the database file) is snapshotted instead;
+// a mark in the first format (an earlier nah's) is carried on from.
 func TestShipCarriesOnAfterACleanStop(t *testing.T) {
 	dir := t.TempDir()
 	tg, replica := fileTarget(t)
@@ -101,6 +103,12 @@ func TestShipCarriesOnAfterACleanStop(t *testing.T) {
 		}
 	}
 	restoreAll(t, n, tg, rels(ids))
+
+	// cat's mark as an earlier nah wrote it (its first format): still
+	// carried on from.
+	if err := backup.MarkV1(filepath.Join(dir, "replication", filepath.FromSlash(nah.PersonRel(cat))), n.s.Path(nah.PersonRel(cat))); err != nil {
+		t.Fatal(err)
+	}
 
 	// Behind replication's back: ann's file gets a row and a checkpoint.
 	annPath := n.s.Path(nah.PersonRel(ann))

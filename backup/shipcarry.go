@@ -93,7 +93,7 @@ func carryOn(ctx context.Context, db *sql.DB, wal *os.File, m *walMark, out io.W
 			if !bytes.Equal(frame, data) {
 				return hdr, false, nil // SQLite sees another WAL than the one read
 			}
-		} else if int(pgno) > len(m.sums) || ltx.ChecksumPageWithHasher(h, pgno, data) != m.sums[pgno-1] {
+		} else if int(pgno) > len(m.sums) || m.sum(h, pgno, data) != m.sums[pgno-1] {
 			return hdr, false, nil // the file changed since the mark
 		}
 	}

@@ -125,9 +125,9 @@ func emptyWAL(ctx context.Context, p string) error {
 // the database file under it.
 // So the checkpoint that empties it records a mark beside the local state:
 // the newest LTX file's header and a sum of every page of the file just
-// after (pageSum). The next ship carries
-// on from the new WAL's header only when that LTX file is still the newest
-// and every page the new WAL does not hold still has its sum (carryOn):
+// after (pageSum). The next ship carries on from the new WAL's header
+// only when that LTX file is still the newest and every page the new WAL
+// does not hold still has its sum (carryOn):
 // the file is then exactly the state the history ends at. Litestream
 // carries on across its own checkpoints from memory (db.go, verify,
 // syncedToWALEnd); the mark does so across runs and closes, proven by the

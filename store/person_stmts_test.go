@@ -21,10 +21,7 @@ import (
 func TestPreparedInsertAcrossReopen(t *testing.T) {
 	s := MustOpen(t, Config{MaxOpenFiles: 2})
 	ctx := context.Background()
-	var ids []string
-	for _, h := range []string{"ann", "bob", "cat", "dan", "eve"} {
-		ids = append(ids, mustPerson(t, s, h).ID)
-	}
+	ids := fivePeople(t, s)
 	const rounds = 3
 	for range rounds {
 		for _, id := range ids {
@@ -47,6 +44,17 @@ func TestPreparedInsertAcrossReopen(t *testing.T) {
 	checkStatementsKept(t, s)
 }
 
+// fivePeople makes ann, bob, cat, dan and eve, and returns their ids:
+// more people than the statement tests let files be open.
+func fivePeople(t *testing.T, s *Store) []string {
+	t.Helper()
+	var ids []string
+	for _, h := range []string{"ann", "bob", "cat", "dan", "eve"} {
+		ids = append(ids, mustPerson(t, s, h).ID)
+	}
+	return ids
+}
+
 // checkStatementsKept: once every closing file is closed, statements are
 // kept for no more files than are open (a closed file's are forgotten).
 func checkStatementsKept(t *testing.T, s *Store) {
@@ -66,10 +74,7 @@ func checkStatementsKept(t *testing.T, s *Store) {
 func TestFirstPostsAtOnce(t *testing.T) {
 	s := MustOpen(t, Config{MaxOpenFiles: 2})
 	ctx := context.Background()
-	var ids []string
-	for _, h := range []string{"ann", "bob", "cat", "dan", "eve"} {
-		ids = append(ids, mustPerson(t, s, h).ID)
-	}
+	ids := fivePeople(t, s)
 	const rounds, writers = 4, 16
 	for range rounds {
 		for _, id := range ids {
@@ -106,10 +111,7 @@ func TestFeedStatementsAcrossReopen(t *testing.T) {
 	clock.Store(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC).UnixMilli())
 	s := MustOpen(t, Config{MaxOpenFiles: 2, Now: func() time.Time { return time.UnixMilli(clock.Add(1)) }})
 	ctx := context.Background()
-	var ids []string
-	for _, h := range []string{"ann", "bob", "cat", "dan", "eve"} {
-		ids = append(ids, mustPerson(t, s, h).ID)
-	}
+	ids := fivePeople(t, s)
 	posted := map[string][]string{} // bodies by person, oldest first
 	for round := range 3 {
 		for _, id := range ids {

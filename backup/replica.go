@@ -130,6 +130,11 @@ type fileState struct {
 	// shipBase is the header of the newest LTX file, shipped in this run
 	// and not watched since: the next ship carries on from it unread.
 	shipBase *ltx.Header
+	// emptied is shipBase when this run's own checkpoint emptied, through
+	// the app's connection, a WAL that shipBase covered whole: the next
+	// ship carries on from the WAL SQLite starts after it (shipNextWAL).
+	// A new shipBase, or none, leaves it stale.
+	emptied *ltx.Header
 	// repaired: repairLocal has checked the local state in this run, and
 	// nothing failed since: a crash (a run before) or a failed rename
 	// leaves it torn or missing, and a target wiped while it was away

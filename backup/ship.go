@@ -67,6 +67,7 @@ func (r *Replicator) Ship(ctx context.Context, path string, db *sql.DB) (ok bool
 	r.mu.Lock()
 	prev := st.shipBase
 	inStep := prev != nil && !st.Watched && st.Err == "" && st.Replicated == uint64(prev.MaxTXID) && st.TXID == uint64(prev.MaxTXID)
+	emptied := inStep && st.emptied == prev
 	r.mu.Unlock()
 	var last ltx.TXID
 	var base *os.File
@@ -119,7 +120,10 @@ func (r *Replicator) Ship(ctx context.Context, path string, db *sql.DB) (ok bool
 	out.buf.Reset()
 	var shipped, same bool
 	var hdr ltx.Header
-	if last > 0 {
+	switch {
+	case emptied:
+		hdr, shipped, same, err = shipNextWAL(ctx, wal, fi.Size(), prev, out, txid)
+	case last > 0:
 		hdr, shipped, same, err = shipFrames(ctx, wal, fi.Size(), prev, base, out, txid)
 	}
 	if err == nil && !shipped && !same && db != nil && last > 0 {
@@ -174,7 +178,7 @@ func (r *Replicator) Ship(ctx context.Context, path string, db *sql.DB) (ok bool
 	compact := st.ships%shipsPerCompaction == 0
 	r.mu.Unlock()
 	r.historyGrew(rel)
-	if db != nil && hdr.WALOffset+hdr.WALSize >= shipWALBound {
+	if db != nil && hdr.WALOffset+hdr.WALSize >= walBound(hdr) {
 		// The WAL is on the target whole: emptied now, with the mark the
 		// next ship carries on by.
 		if _, err := r.checkpoint(ctx, st, rel, path, db, false); err != nil {
@@ -326,6 +330,16 @@ const shipsPerCompaction = 16
 // that costs 11-50 ms and the next ship's proof 2-20 ms on 0.6-8 MB files
 // (2-core box), so ~1 ms a post at 256 KiB (~20 three-page posts).
 const shipWALBound = 256 << 10
+
+// walBound is the WAL a ship leaves past which it is emptied: the size of
+// the file it ends at, from shipWALBound to half of shipMaxWAL. The mark
+// reads every page, so a bound in step with the file costs a post the
+// same few page reads at any size (the mark was 6 % of the server's CPU
+// in the bench's mixed burst at 256 KiB, bench/THRESHOLDS.md), and a
+// WAL stays within its database's size.
+func walBound(h ltx.Header) int64 {
+	return min(max(int64(h.Commit)*int64(h.PageSize), shipWALBound), shipMaxWAL/2)
+}
 
 // shipMaxWAL is the WAL past which a file is taken up rather than shipped:
 // Litestream checkpoints a WAL of 1,000 pages (4 MB at 4 KiB) when it

@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"slices"
 	"time"
 
 	"github.com/benbjohnson/litestream"
@@ -59,11 +58,6 @@ func carryOn(ctx context.Context, db *sql.DB, wal *os.File, m *walMark, out io.W
 		return hdr, false, nil // SQLite sees another WAL than the one read
 	}
 	lock := ltx.LockPgno(pageSize)
-	for pgno := m.last.Commit + 1; pgno <= commit; pgno++ {
-		if _, in := pages[pgno]; !in && pgno != lock {
-			return hdr, false, nil // a page grown without a frame
-		}
-	}
 	rows, err := conn.QueryContext(ctx, "SELECT pgno, data FROM sqlite_dbpage('main')")
 	if err != nil {
 		return hdr, false, err
@@ -103,29 +97,14 @@ func carryOn(ctx context.Context, db *sql.DB, wal *os.File, m *walMark, out io.W
 	if want != commit+1 {
 		return hdr, false, nil
 	}
-	pgnos := make([]uint32, 0, len(pages))
-	for pgno := range pages {
-		pgnos = append(pgnos, pgno)
-	}
-	slices.Sort(pgnos)
 	hdr = ltx.Header{
 		Version: ltx.Version, Flags: ltx.HeaderFlagNoChecksum, PageSize: pageSize, Commit: commit,
 		MinTXID: txid, MaxTXID: txid, Timestamp: time.Now().UnixMilli(),
 		WALOffset: litestream.WALHeaderSize, WALSize: end - litestream.WALHeaderSize,
 		WALSalt1: binary.BigEndian.Uint32(whdr[16:]), WALSalt2: binary.BigEndian.Uint32(whdr[20:]),
 	}
-	err = writeLTX(out, hdr, func(lw *ltxWriter) error {
-		for _, pgno := range pgnos {
-			if _, err := wal.ReadAt(frame, pages[pgno]+litestream.WALFrameHeaderSize); err != nil {
-				return err
-			}
-			if err := lw.page(pgno, frame); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	return hdr, err == nil, err
+	ok, err = writeFrames(out, hdr, m.last.Commit, pages, wal)
+	return hdr, ok, err
 }
 
 // shipSnapshot writes to out, as LTX file txid, every page of the file as

@@ -71,30 +71,79 @@ func shipFrames(ctx context.Context, wal *os.File, size int64, prev *ltx.Header,
 		// Nothing committed since (or a torn tail: the take-up decides).
 		return hdr, false, err == nil, nil
 	}
-	pageSize := int(rd.PageSize())
-	if pageSize != int(prev.PageSize) {
+	if rd.PageSize() != prev.PageSize {
 		return hdr, false, false, nil
 	}
-	lock := ltx.LockPgno(uint32(pageSize))
+	hdr = ltx.Header{
+		Version: ltx.Version, Flags: ltx.HeaderFlagNoChecksum, PageSize: prev.PageSize, Commit: commit,
+		MinTXID: txid, MaxTXID: txid, Timestamp: time.Now().UnixMilli(),
+		WALOffset: offset, WALSize: end - offset, WALSalt1: prev.WALSalt1, WALSalt2: prev.WALSalt2,
+	}
+	shipped, err = writeFrames(out, hdr, prev.Commit, pages, tail)
+	return hdr, shipped, false, err
+}
+
+// shipNextWAL writes to out, as LTX file txid, every frame committed in
+// wal from its header on, when this run's own checkpoint emptied the WAL
+// prev covered whole (st.emptied) and wal is the one the same connection
+// started next (SQLite's wal.c): its first salt one past prev's
+// (walRestartHdr) and its checkpoint count not 0, which a connection
+// opened since writes, with random salts (walFrames). Another writer's
+// checkpoint in between moves the salt twice. Litestream carries on
+// across its own checkpoints on less (db.go, verify: synced to the WAL's
+// end, whatever the new salts). Nothing is read from the database file;
+// same: nothing committed since.
+func shipNextWAL(ctx context.Context, wal *os.File, size int64, prev *ltx.Header, out io.Writer, txid ltx.TXID) (hdr ltx.Header, shipped, same bool, err error) {
+	if size <= litestream.WALHeaderSize {
+		return hdr, false, true, nil
+	}
+	tail, err := readTail(wal, 0, size)
+	if err != nil {
+		return hdr, false, false, err
+	}
+	defer tail.free()
+	whdr := tail.buf.Bytes()[:litestream.WALHeaderSize]
+	salt1, salt2 := binary.BigEndian.Uint32(whdr[16:]), binary.BigEndian.Uint32(whdr[20:])
+	if salt1 != prev.WALSalt1+1 || binary.BigEndian.Uint32(whdr[12:]) == 0 {
+		return hdr, false, false, nil
+	}
+	rd, err := litestream.NewWALReader(tail, slog.New(slog.DiscardHandler))
+	if err != nil || rd.PageSize() != prev.PageSize {
+		return hdr, false, false, nil
+	}
+	pages, end, commit, err := rd.PageMap(ctx)
+	if err != nil || len(pages) == 0 {
+		return hdr, false, err == nil, nil
+	}
+	hdr = ltx.Header{
+		Version: ltx.Version, Flags: ltx.HeaderFlagNoChecksum, PageSize: prev.PageSize, Commit: commit,
+		MinTXID: txid, MaxTXID: txid, Timestamp: time.Now().UnixMilli(),
+		WALOffset: litestream.WALHeaderSize, WALSize: end - litestream.WALHeaderSize, WALSalt1: salt1, WALSalt2: salt2,
+	}
+	shipped, err = writeFrames(out, hdr, prev.Commit, pages, tail)
+	return hdr, shipped, false, err
+}
+
+// writeFrames writes to out the LTX file hdr of pages (a page number to
+// its newest frame's offset in wal, as PageMap reads them), when they
+// carry on a file of prevCommit pages: every page grown past it has a
+// frame, else only the database file holds it. ok false: nothing written.
+func writeFrames(out io.Writer, hdr ltx.Header, prevCommit uint32, pages map[uint32]int64, wal io.ReaderAt) (ok bool, err error) {
+	lock := ltx.LockPgno(hdr.PageSize)
+	for pgno := prevCommit + 1; pgno <= hdr.Commit; pgno++ {
+		if _, in := pages[pgno]; !in && pgno != lock {
+			return false, nil
+		}
+	}
 	pgnos := make([]uint32, 0, len(pages))
 	for pgno := range pages {
 		pgnos = append(pgnos, pgno)
 	}
-	for pgno := prev.Commit + 1; pgno <= commit; pgno++ {
-		if _, in := pages[pgno]; !in && pgno != lock {
-			return hdr, false, false, nil // a page grown without a frame: only the database file has it
-		}
-	}
 	slices.Sort(pgnos)
-	hdr = ltx.Header{
-		Version: ltx.Version, Flags: ltx.HeaderFlagNoChecksum, PageSize: uint32(pageSize), Commit: commit,
-		MinTXID: txid, MaxTXID: txid, Timestamp: time.Now().UnixMilli(),
-		WALOffset: offset, WALSize: end - offset, WALSalt1: prev.WALSalt1, WALSalt2: prev.WALSalt2,
-	}
 	err = writeLTX(out, hdr, func(lw *ltxWriter) error {
-		data := make([]byte, pageSize)
+		data := make([]byte, hdr.PageSize)
 		for _, pgno := range pgnos {
-			if _, err := tail.ReadAt(data, pages[pgno]+litestream.WALFrameHeaderSize); err != nil {
+			if _, err := wal.ReadAt(data, pages[pgno]+litestream.WALFrameHeaderSize); err != nil {
 				return err
 			}
 			if err := lw.page(pgno, data); err != nil {
@@ -103,7 +152,7 @@ func shipFrames(ctx context.Context, wal *os.File, size int64, prev *ltx.Header,
 		}
 		return nil
 	})
-	return hdr, err == nil, false, err
+	return err == nil, err
 }
 
 // walTail is the WAL from base to the size it had when read, in memory;

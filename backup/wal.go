@@ -335,11 +335,12 @@ func (r *Replicator) checkpoint(ctx context.Context, st *fileState, rel, path st
 
 	// Under the connection: the WAL as the newest LTX file left it?
 	r.mu.Lock()
-	var last *ltx.Header
+	var last, base *ltx.Header
 	if p := st.shipBase; p != nil && !st.Watched && st.Err == "" && st.Replicated == uint64(p.MaxTXID) && st.TXID == uint64(p.MaxTXID) {
 		h := *p
-		last = &h
+		last, base = &h, p
 	}
+	st.emptied = nil
 	r.mu.Unlock()
 	covered, err := walCovered(path, filepath.Join(meta, "ltx", "0"), last)
 	if err != nil || (covered == nil && !always) {
@@ -358,6 +359,11 @@ func (r *Replicator) checkpoint(ctx context.Context, st *fileState, rel, path st
 	}
 	if covered == nil {
 		return true, nil
+	}
+	if app && base != nil {
+		r.mu.Lock()
+		st.emptied = base
+		r.mu.Unlock()
 	}
 	m, err := markFile(ctx, conn, path, *covered)
 	if err != nil || m == nil {

@@ -1,0 +1,109 @@
+package backup_test
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/superfly/ltx"
+
+	"github.com/nah-app/nah"
+)
+
+// postUntilEmptied posts 32 KiB moments as id, each shipped, until a
+// ship's checkpoint empties the WAL; it returns the newest LTX file then.
+func postUntilEmptied(t *testing.T, n *node, replica, id string, from int) ltx.Header {
+	t.Helper()
+	p := n.s.Path(nah.PersonRel(id))
+	body := bytes.Repeat([]byte("0123456789abcdef"), 2<<10)
+	for i := range 40 {
+		if _, err := n.s.CreateMoment(context.Background(), id, append(fmt.Appendf(nil, "%d ", from+i), body...)); err != nil {
+			t.Fatal(err)
+		}
+		drain(t, n)
+		if walBytes(p) == 0 {
+			h, _, _ := newestLTX(t, replica, nah.PersonRel(id))
+			return h
+		}
+	}
+	t.Fatalf("%s: 40 posts of 32 KiB and the WAL (%d bytes) was never emptied", id, walBytes(p))
+	return ltx.Header{}
+}
+
+// TestShipCarriesOnInRunWithoutTheMark: once a ship's own checkpoint
+// emptied a WAL it had whole, the next post is shipped as its few pages
+// from the next WAL on what the run knows (SQLite's next WAL has the
+// first salt one past), not on the mark, which is for the next run: here
+// it is removed each time, and no ship snapshots. The replica restores
+// equal.
+func TestShipCarriesOnInRunWithoutTheMark(t *testing.T) {
+	dir := t.TempDir()
+	tg, replica := fileTarget(t)
+	n := shipNode(t, dir, tg)
+	ids := []string{n.person(t, "ann"), n.person(t, "cat"), n.person(t, "dan")}
+	n.person(t, "bob") // watched in their place: their posts are shipped
+	drain(t, n)
+	for _, id := range ids {
+		last := postUntilEmptied(t, n, replica, id, 0)
+		if err := os.Remove(filepath.Join(dir, "replication", filepath.FromSlash(nah.PersonRel(id)), "wal-emptied")); err != nil {
+			t.Fatalf("%s: the checkpoint left no mark: %v", id, err)
+		}
+		post1k(t, n, id, 0)
+		drain(t, n)
+		h, pages := nextLTX(t, replica, nah.PersonRel(id), last.MaxTXID)
+		t.Logf("%s: the post after the checkpoint shipped TXID %d, %d of %d pages, WAL offset %d", id, h.MaxTXID, pages, h.Commit, h.WALOffset)
+		if h.IsSnapshot() || pages >= int(h.Commit)/2 || h.WALOffset != 32 {
+			t.Errorf("%s: the post after the checkpoint shipped %d of %d pages from WAL offset %d, want the post's few from the new WAL's first frame", id, pages, h.Commit, h.WALOffset)
+		}
+	}
+	restoreAll(t, n, tg, rels(ids))
+	n.close()
+	restoreAll(t, n, tg, rels(ids))
+}
+
+// TestShipSnapshotsAWALRestartedBehindItsBack: between the checkpoint
+// that emptied ann's WAL and her next post, another connection writes
+// her file and empties the WAL it wrote: her next WAL has the first salt
+// two past, which proves nothing in the run, so her next post is a
+// snapshot, not a carry-on that would leave that write out of the
+// replica. Cat's write left in her WAL is shipped with her post. The
+// replica restores equal.
+func TestShipSnapshotsAWALRestartedBehindItsBack(t *testing.T) {
+	dir := t.TempDir()
+	tg, replica := fileTarget(t)
+	n := shipNode(t, dir, tg)
+	ids := []string{n.person(t, "ann"), n.person(t, "cat")}
+	n.person(t, "bob") // watched in their place: their posts are shipped
+	drain(t, n)
+	for i, qs := range [][]string{
+		{"INSERT INTO media VALUES ('behind-the-back', 1, 'x', 'text/plain', 0)", "PRAGMA wal_checkpoint(TRUNCATE)"},
+		{"INSERT INTO media VALUES ('left-in-the-wal', 1, 'x', 'text/plain', 0)"},
+	} {
+		id := ids[i]
+		last := postUntilEmptied(t, n, replica, id, 0)
+		db, err := sql.Open("sqlite", "file:"+n.s.Path(nah.PersonRel(id))+"?_pragma=busy_timeout(5000)")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range qs {
+			if _, err := db.Exec(q); err != nil {
+				t.Fatal(err)
+			}
+		}
+		db.Close()
+		post1k(t, n, id, 0)
+		drain(t, n)
+		h, pages := nextLTX(t, replica, nah.PersonRel(id), last.MaxTXID)
+		t.Logf("%s (%q): the next post shipped TXID %d, %d of %d pages, WAL offset %d", id, qs, h.MaxTXID, pages, h.Commit, h.WALOffset)
+		if len(qs) == 2 && pages != int(h.Commit) {
+			t.Errorf("%s's WAL was restarted behind replication's back, and the next LTX file holds %d of %d pages: carried on, not snapshotted", id, pages, h.Commit)
+		}
+		restoreAll(t, n, tg, rels(ids[:i+1]))
+	}
+	n.close()
+	restoreAll(t, n, tg, rels(ids))
+}

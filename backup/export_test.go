@@ -33,3 +33,7 @@ func MarkV1(meta, path string) error {
 	m.v1 = true
 	return m.write(meta)
 }
+
+// AfterFetchPlan sets what a restore runs between fetching its plan's
+// files and Litestream's restore from them (nil: nothing).
+func AfterFetchPlan(f func(rel string)) { afterFetchPlan = f }

@@ -5,11 +5,15 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/benbjohnson/litestream"
+	"github.com/benbjohnson/litestream/file"
 
 	"github.com/nah-app/nah"
 	"github.com/nah-app/nah/backup"
@@ -295,5 +299,55 @@ func TestRestoreTakesOnlyPersonIDs(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "not a database of nah") {
 			t.Errorf("RestoreFile of people/%s/person.db: %v, want it refused as not a database of nah", bad, err)
 		}
+	}
+}
+
+// TestRestoreWhileTheTargetIsCompacted: a file compacted onto the target
+// after a restore fetched and checked its plan (a live server's level-1
+// compaction) does not fail the restore, which reads the plan it checked:
+// the person comes back from the history, whole.
+func TestRestoreWhileTheTargetIsCompacted(t *testing.T) {
+	ctx := context.Background()
+	s, r, target, _, dir := replicated(t)
+	p, err := s.CreatePerson(ctx, store.NewPerson{Handle: "ann", PasswordHash: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		if _, err := s.CreateMoment(ctx, p.ID, []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.SyncAll(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rel := nah.PersonRel(p.ID)
+	compacted := 0
+	backup.AfterFetchPlan(func(string) {
+		info, err := litestream.NewCompactor(file.NewReplicaClient(filepath.Join(dir, filepath.FromSlash(rel))), slog.New(slog.DiscardHandler)).Compact(ctx, 1)
+		if err != nil {
+			t.Errorf("compact level 1: %v", err)
+			return
+		}
+		compacted++
+		t.Logf("compacted TXIDs %s-%s into level 1 after the plan was fetched", info.MinTXID, info.MaxTXID)
+	})
+	defer backup.AfterFetchPlan(nil)
+	out := filepath.Join(t.TempDir(), "ann.db")
+	src, err := backup.RestoreFile(ctx, target, rel, out, time.Time{})
+	if err != nil || src.String() != "history" {
+		t.Fatalf("RestoreFile while the target was compacted: %q %v", src, err)
+	}
+	if compacted != 1 {
+		t.Fatalf("compacted %d times during the restore, want once", compacted)
+	}
+	if n := moments(t, out); n != 20 {
+		t.Errorf("restored %d moments, want 20", n)
 	}
 }

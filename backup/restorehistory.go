@@ -39,6 +39,9 @@ func restoreHistory(ctx context.Context, t *Target, rel, out string, at time.Tim
 	if err := c.fetchPlan(ctx, plan, local, limit); err != nil {
 		return err
 	}
+	if afterFetchPlan != nil {
+		afterFetchPlan(rel)
+	}
 	r := litestream.NewReplicaWithClient(nil, c)
 	opt := litestream.NewRestoreOptions()
 	opt.OutputPath = out
@@ -51,6 +54,10 @@ func restoreHistory(ctx context.Context, t *Target, rel, out string, at time.Tim
 	}
 	return checkSound(ctx, out)
 }
+
+// afterFetchPlan, when set (by a test), runs between fetchPlan and
+// Litestream's restore, as a live server's compaction may.
+var afterFetchPlan func(rel string)
 
 // fetchPlan copies the LTX files of plan into the new folder dir, at
 // most limit bytes in all, and checks each (checkLTXFile). From then on c
@@ -86,7 +93,7 @@ func (c *restoreClient) fetchPlan(ctx context.Context, plan []*ltx.FileInfo, dir
 		}
 		local[fmt.Sprintf("%d/%s", f.Level, name)] = p
 	}
-	c.local = local
+	c.local, c.plan = local, plan
 	return nil
 }
 
@@ -269,6 +276,24 @@ type restoreClient struct {
 	litestream.ReplicaClient
 	dir   *file.ReplicaClient // a directory target's client; nil on S3
 	local map[string]string   // "level/name": fetchPlan's copy
+	plan  []*ltx.FileInfo     // fetchPlan's
+}
+
+// LTXFiles lists, once fetchPlan has run, the plan's files alone:
+// Litestream's restore plans again from the listing, and a file a live
+// server compacted onto the target since is one fetchPlan never checked
+// (the restore failed with "appeared on the target during the restore").
+func (c *restoreClient) LTXFiles(ctx context.Context, level int, seek ltx.TXID, useMetadata bool) (ltx.FileIterator, error) {
+	if c.local == nil {
+		return c.ReplicaClient.LTXFiles(ctx, level, seek, useMetadata)
+	}
+	var out []*ltx.FileInfo
+	for _, f := range c.plan {
+		if f.Level == level && f.MinTXID >= seek {
+			out = append(out, f)
+		}
+	}
+	return ltx.NewFileInfoSliceIterator(out), nil
 }
 
 // OpenLTXFile opens an LTX file whose reads fail once ctx ends: Litestream's

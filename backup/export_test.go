@@ -37,3 +37,7 @@ func MarkV1(meta, path string) error {
 // AfterFetchPlan sets what a restore runs between fetching its plan's
 // files and Litestream's restore from them (nil: nothing).
 func AfterFetchPlan(f func(rel string)) { afterFetchPlan = f }
+
+// BeforeTruncate sets what a checkpoint runs just before it empties a
+// WAL (nil: nothing).
+func BeforeTruncate(f func(path string)) { beforeTruncate = f }

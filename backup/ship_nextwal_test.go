@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 
 	"github.com/superfly/ltx"
 
 	"github.com/nah-app/nah"
+	"github.com/nah-app/nah/backup"
 )
 
 // postUntilEmptied posts 32 KiB moments as id, each shipped, until a
@@ -106,4 +108,52 @@ func TestShipSnapshotsAWALRestartedBehindItsBack(t *testing.T) {
 	}
 	n.close()
 	restoreAll(t, n, tg, rels(ids))
+}
+
+// TestShipSnapshotsACommitBeforeTheCheckpoint: another connection
+// commits to ann's file after her ship's checkpoint found the WAL covered
+// by the history and before it empties the WAL, which copies that commit
+// into the file. The run has no proof of the next WAL then, and the file
+// no mark: her next post is a snapshot, and the replica restores equal.
+func TestShipSnapshotsACommitBeforeTheCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	tg, replica := fileTarget(t)
+	n := shipNode(t, dir, tg)
+	ann := n.person(t, "ann")
+	n.person(t, "bob") // watched in her place: her posts are shipped
+	drain(t, n)
+	p := n.s.Path(nah.PersonRel(ann))
+	var once atomic.Bool
+	backup.BeforeTruncate(func(path string) {
+		if path != p || !once.CompareAndSwap(false, true) {
+			return
+		}
+		db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(5000)")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer db.Close()
+		if _, err := db.Exec("INSERT INTO media VALUES ('before-the-checkpoint', 1, 'x', 'text/plain', 0)"); err != nil {
+			t.Error(err)
+		}
+	})
+	defer backup.BeforeTruncate(nil)
+	last := postUntilEmptied(t, n, replica, ann, 0)
+	if !once.Load() {
+		t.Fatal("no checkpoint of ann's file ran")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "replication", filepath.FromSlash(nah.PersonRel(ann)), "wal-emptied")); err == nil {
+		t.Error("the checkpoint left a mark though another connection committed before it")
+	}
+	post1k(t, n, ann, 0)
+	drain(t, n)
+	h, pages := nextLTX(t, replica, nah.PersonRel(ann), last.MaxTXID)
+	t.Logf("the next post shipped TXID %d, %d of %d pages, WAL offset %d", h.MaxTXID, pages, h.Commit, h.WALOffset)
+	if pages != int(h.Commit) {
+		t.Errorf("a commit landed before the checkpoint, and the next LTX file holds %d of %d pages: carried on, not snapshotted", pages, h.Commit)
+	}
+	restoreAll(t, n, tg, rels([]string{ann}))
+	n.close()
+	restoreAll(t, n, tg, rels([]string{ann}))
 }

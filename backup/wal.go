@@ -242,6 +242,10 @@ func (m *walMark) write(meta string) error {
 
 var crcISO = crc64.MakeTable(crc64.ISO)
 
+// beforeTruncate, when set (by a test), runs just before a checkpoint
+// empties the WAL, as another connection's commit may.
+var beforeTruncate func(path string)
+
 // walBusyWait bounds how long a checkpoint through the app's connection
 // waits for readers: a feed reads for a few milliseconds.
 const walBusyWait = 200 * time.Millisecond
@@ -333,6 +337,14 @@ func (r *Replicator) checkpoint(ctx context.Context, st *fileState, rel, path st
 		}()
 	}
 
+	// Another connection's commit from here on would be in the file and
+	// not in the history the mark vouches for: SQLite moves data_version
+	// for every commit but this connection's own.
+	var version int64
+	if err := conn.QueryRowContext(ctx, "PRAGMA data_version").Scan(&version); err != nil {
+		return false, err
+	}
+
 	// Under the connection: the WAL as the newest LTX file left it?
 	r.mu.Lock()
 	var last, base *ltx.Header
@@ -350,6 +362,9 @@ func (r *Replicator) checkpoint(ctx context.Context, st *fileState, rel, path st
 	if err := os.Remove(markPath(meta)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return false, err
 	}
+	if beforeTruncate != nil {
+		beforeTruncate(path)
+	}
 	var busy, frames, done int
 	if err := conn.QueryRowContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)").Scan(&busy, &frames, &done); err != nil {
 		return false, err
@@ -360,14 +375,14 @@ func (r *Replicator) checkpoint(ctx context.Context, st *fileState, rel, path st
 	if covered == nil {
 		return true, nil
 	}
+	m, err := markFile(ctx, conn, path, *covered, version)
+	if err != nil || m == nil {
+		return true, err
+	}
 	if app && base != nil {
 		r.mu.Lock()
 		st.emptied = base
 		r.mu.Unlock()
-	}
-	m, err := markFile(ctx, conn, path, *covered)
-	if err != nil || m == nil {
-		return true, err
 	}
 	return true, m.write(meta)
 }
@@ -454,15 +469,23 @@ func writeLocked(ctx context.Context, conn *sql.Conn) (unlock func(), err error)
 
 // markFile sums every page of the database at path, through conn just
 // after its WAL was emptied, in a write transaction so that nothing
-// commits meanwhile. Nil when the file is not last's size or the WAL is
-// not empty.
-func markFile(ctx context.Context, conn *sql.Conn, path string, last ltx.Header) (m *walMark, err error) {
+// commits meanwhile. Nil when the file is not last's size, the WAL is
+// not empty, or another connection committed since conn's data_version
+// read version.
+func markFile(ctx context.Context, conn *sql.Conn, path string, last ltx.Header, version int64) (m *walMark, err error) {
 	unlock, err := writeLocked(ctx, conn)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
 	if fi, err := os.Stat(path + "-wal"); err == nil && fi.Size() > 0 {
+		return nil, nil
+	}
+	var now int64
+	if err := conn.QueryRowContext(ctx, "PRAGMA data_version").Scan(&now); err != nil {
+		return nil, err
+	}
+	if now != version {
 		return nil, nil
 	}
 	var pageSize, pageCount uint32

@@ -160,7 +160,10 @@ func TestS3OneTransport(t *testing.T) {
 	}
 	acc, peak := proxy.accepted.Load(), proxy.peak.Load()
 	t.Logf("%d watched files: %d connections accepted, at most %d at once", files+1, acc, peak)
-	if acc >= files || peak >= files {
+	// A pool each keeps a connection a file open (peak); a transport a
+	// request opens one a request, of at least 3*files. One shared pool
+	// opens again what it cannot keep idle: 24 in a loaded CI run.
+	if acc >= 3*files || peak >= files {
 		t.Errorf("%d watched files opened %d connections (%d at once): not one shared transport", files+1, acc, peak)
 	}
 }

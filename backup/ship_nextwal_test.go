@@ -16,6 +16,28 @@ import (
 	"github.com/nah-app/nah/backup"
 )
 
+// shippedPeople starts a node on a directory target with a person of
+// each name, whose posts are shipped (bob, made last, is the one
+// watched), and once the test ends restores them, before and after the
+// node's clean stop, equal to the live data.
+func shippedPeople(t *testing.T, names ...string) (n *node, replica, dir string, ids []string) {
+	t.Helper()
+	dir = t.TempDir()
+	tg, replica := fileTarget(t)
+	n = shipNode(t, dir, tg)
+	for _, name := range names {
+		ids = append(ids, n.person(t, name))
+	}
+	n.person(t, "bob")
+	drain(t, n)
+	t.Cleanup(func() {
+		restoreAll(t, n, tg, rels(ids))
+		n.close()
+		restoreAll(t, n, tg, rels(ids))
+	})
+	return n, replica, dir, ids
+}
+
 // postUntilEmptied posts 32 KiB moments as id, each shipped, until a
 // ship's checkpoint empties the WAL; it returns the newest LTX file then.
 func postUntilEmptied(t *testing.T, n *node, replica, id string, from int) ltx.Header {
@@ -43,12 +65,7 @@ func postUntilEmptied(t *testing.T, n *node, replica, id string, from int) ltx.H
 // it is removed each time, and no ship snapshots. The replica restores
 // equal.
 func TestShipCarriesOnInRunWithoutTheMark(t *testing.T) {
-	dir := t.TempDir()
-	tg, replica := fileTarget(t)
-	n := shipNode(t, dir, tg)
-	ids := []string{n.person(t, "ann"), n.person(t, "cat"), n.person(t, "dan")}
-	n.person(t, "bob") // watched in their place: their posts are shipped
-	drain(t, n)
+	n, replica, dir, ids := shippedPeople(t, "ann", "cat", "dan")
 	for _, id := range ids {
 		last := postUntilEmptied(t, n, replica, id, 0)
 		if err := os.Remove(filepath.Join(dir, "replication", filepath.FromSlash(nah.PersonRel(id)), "wal-emptied")); err != nil {
@@ -62,9 +79,6 @@ func TestShipCarriesOnInRunWithoutTheMark(t *testing.T) {
 			t.Errorf("%s: the post after the checkpoint shipped %d of %d pages from WAL offset %d, want the post's few from the new WAL's first frame", id, pages, h.Commit, h.WALOffset)
 		}
 	}
-	restoreAll(t, n, tg, rels(ids))
-	n.close()
-	restoreAll(t, n, tg, rels(ids))
 }
 
 // TestShipSnapshotsAWALRestartedBehindItsBack: between the checkpoint
@@ -75,12 +89,7 @@ func TestShipCarriesOnInRunWithoutTheMark(t *testing.T) {
 // replica. Cat's write left in her WAL is shipped with her post. The
 // replica restores equal.
 func TestShipSnapshotsAWALRestartedBehindItsBack(t *testing.T) {
-	dir := t.TempDir()
-	tg, replica := fileTarget(t)
-	n := shipNode(t, dir, tg)
-	ids := []string{n.person(t, "ann"), n.person(t, "cat")}
-	n.person(t, "bob") // watched in their place: their posts are shipped
-	drain(t, n)
+	n, replica, _, ids := shippedPeople(t, "ann", "cat")
 	for i, qs := range [][]string{
 		{"INSERT INTO media VALUES ('behind-the-back', 1, 'x', 'text/plain', 0)", "PRAGMA wal_checkpoint(TRUNCATE)"},
 		{"INSERT INTO media VALUES ('left-in-the-wal', 1, 'x', 'text/plain', 0)"},
@@ -104,10 +113,7 @@ func TestShipSnapshotsAWALRestartedBehindItsBack(t *testing.T) {
 		if len(qs) == 2 && pages != int(h.Commit) {
 			t.Errorf("%s's WAL was restarted behind replication's back, and the next LTX file holds %d of %d pages: carried on, not snapshotted", id, pages, h.Commit)
 		}
-		restoreAll(t, n, tg, rels(ids[:i+1]))
 	}
-	n.close()
-	restoreAll(t, n, tg, rels(ids))
 }
 
 // TestShipSnapshotsACommitBeforeTheCheckpoint: another connection
@@ -116,12 +122,8 @@ func TestShipSnapshotsAWALRestartedBehindItsBack(t *testing.T) {
 // into the file. The run has no proof of the next WAL then, and the file
 // no mark: her next post is a snapshot, and the replica restores equal.
 func TestShipSnapshotsACommitBeforeTheCheckpoint(t *testing.T) {
-	dir := t.TempDir()
-	tg, replica := fileTarget(t)
-	n := shipNode(t, dir, tg)
-	ann := n.person(t, "ann")
-	n.person(t, "bob") // watched in her place: her posts are shipped
-	drain(t, n)
+	n, replica, dir, ids := shippedPeople(t, "ann")
+	ann := ids[0]
 	p := n.s.Path(nah.PersonRel(ann))
 	var once atomic.Bool
 	backup.BeforeTruncate(func(path string) {
@@ -153,7 +155,4 @@ func TestShipSnapshotsACommitBeforeTheCheckpoint(t *testing.T) {
 	if pages != int(h.Commit) {
 		t.Errorf("a commit landed before the checkpoint, and the next LTX file holds %d of %d pages: carried on, not snapshotted", pages, h.Commit)
 	}
-	restoreAll(t, n, tg, rels([]string{ann}))
-	n.close()
-	restoreAll(t, n, tg, rels([]string{ann}))
 }

@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"time"
 
 	"github.com/benbjohnson/litestream"
 	"github.com/superfly/ltx"
@@ -97,12 +96,7 @@ func carryOn(ctx context.Context, db *sql.DB, wal *os.File, m *walMark, out io.W
 	if want != commit+1 {
 		return hdr, false, nil
 	}
-	hdr = ltx.Header{
-		Version: ltx.Version, Flags: ltx.HeaderFlagNoChecksum, PageSize: pageSize, Commit: commit,
-		MinTXID: txid, MaxTXID: txid, Timestamp: time.Now().UnixMilli(),
-		WALOffset: litestream.WALHeaderSize, WALSize: end - litestream.WALHeaderSize,
-		WALSalt1: binary.BigEndian.Uint32(whdr[16:]), WALSalt2: binary.BigEndian.Uint32(whdr[20:]),
-	}
+	hdr = shipHeader(pageSize, commit, txid, litestream.WALHeaderSize, end, binary.BigEndian.Uint32(whdr[16:]), binary.BigEndian.Uint32(whdr[20:]))
 	ok, err = writeFrames(out, hdr, m.last.Commit, pages, wal)
 	return hdr, ok, err
 }
@@ -154,12 +148,7 @@ func shipSnapshot(ctx context.Context, db *sql.DB, wal *os.File, out io.Writer, 
 	defer rows.Close()
 	lock := ltx.LockPgno(pageSize)
 	agree := true
-	hdr = ltx.Header{
-		Version: ltx.Version, Flags: ltx.HeaderFlagNoChecksum, PageSize: pageSize, Commit: commit,
-		MinTXID: txid, MaxTXID: txid, Timestamp: time.Now().UnixMilli(),
-		WALOffset: litestream.WALHeaderSize, WALSize: end - litestream.WALHeaderSize,
-		WALSalt1: binary.BigEndian.Uint32(whdr[16:]), WALSalt2: binary.BigEndian.Uint32(whdr[20:]),
-	}
+	hdr = shipHeader(pageSize, commit, txid, litestream.WALHeaderSize, end, binary.BigEndian.Uint32(whdr[16:]), binary.BigEndian.Uint32(whdr[20:]))
 	err = writeLTX(out, hdr, func(lw *ltxWriter) error {
 		frame := make([]byte, pageSize)
 		var want uint32 = 1

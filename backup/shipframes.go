@@ -74,11 +74,7 @@ func shipFrames(ctx context.Context, wal *os.File, size int64, prev *ltx.Header,
 	if rd.PageSize() != prev.PageSize {
 		return hdr, false, false, nil
 	}
-	hdr = ltx.Header{
-		Version: ltx.Version, Flags: ltx.HeaderFlagNoChecksum, PageSize: prev.PageSize, Commit: commit,
-		MinTXID: txid, MaxTXID: txid, Timestamp: time.Now().UnixMilli(),
-		WALOffset: offset, WALSize: end - offset, WALSalt1: prev.WALSalt1, WALSalt2: prev.WALSalt2,
-	}
+	hdr = shipHeader(prev.PageSize, commit, txid, offset, end, prev.WALSalt1, prev.WALSalt2)
 	shipped, err = writeFrames(out, hdr, prev.Commit, pages, tail)
 	return hdr, shipped, false, err
 }
@@ -115,13 +111,20 @@ func shipNextWAL(ctx context.Context, wal *os.File, size int64, prev *ltx.Header
 	if err != nil || len(pages) == 0 {
 		return hdr, false, err == nil, nil
 	}
-	hdr = ltx.Header{
-		Version: ltx.Version, Flags: ltx.HeaderFlagNoChecksum, PageSize: prev.PageSize, Commit: commit,
-		MinTXID: txid, MaxTXID: txid, Timestamp: time.Now().UnixMilli(),
-		WALOffset: litestream.WALHeaderSize, WALSize: end - litestream.WALHeaderSize, WALSalt1: salt1, WALSalt2: salt2,
-	}
+	hdr = shipHeader(prev.PageSize, commit, txid, litestream.WALHeaderSize, end, salt1, salt2)
 	shipped, err = writeFrames(out, hdr, prev.Commit, pages, tail)
 	return hdr, shipped, false, err
+}
+
+// shipHeader is the header of a ship's LTX file txid, written the way
+// Litestream writes level 0 (no checksums): the file's pages after it,
+// and the WAL it was read from, offset to end under the salts.
+func shipHeader(pageSize, commit uint32, txid ltx.TXID, offset, end int64, salt1, salt2 uint32) ltx.Header {
+	return ltx.Header{
+		Version: ltx.Version, Flags: ltx.HeaderFlagNoChecksum, PageSize: pageSize, Commit: commit,
+		MinTXID: txid, MaxTXID: txid, Timestamp: time.Now().UnixMilli(),
+		WALOffset: offset, WALSize: end - offset, WALSalt1: salt1, WALSalt2: salt2,
+	}
 }
 
 // writeFrames writes to out the LTX file hdr of pages (a page number to

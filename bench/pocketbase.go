@@ -195,6 +195,9 @@ func pbMeasure(ctx context.Context, bin, data string, f fixture.Fixture, people 
 		return res, err
 	}
 	res.BinaryMB = mb(st.Size())
+	if res.DiskSync, err = probeSync(filepath.Dir(data)); err != nil {
+		return res, fmt.Errorf("sync probe: %w", err)
+	}
 	addr, err := freePort()
 	if err != nil {
 		return res, err
@@ -374,6 +377,12 @@ func sideBySide(n, p Result) string {
 	row("peak resident MB (VmHWM)", func(r Result) float64 { return r.PeakRSSMB })
 	row("data directory MB after stop", func(r Result) float64 { return r.DataDirMB })
 	row("binary MB", func(r Result) float64 { return r.BinaryMB })
+	row("a sync on the disk before the start, µs of CPU", func(r Result) float64 {
+		if r.DiskSync == nil {
+			return 0
+		}
+		return r.DiskSync.CPUus
+	})
 	errs := func(r Result) int {
 		return r.Feed1.Errors + r.Feed50.Errors + r.PostWarmup.Errors + r.Post16.Errors + r.PostMix16.Errors
 	}

@@ -100,6 +100,9 @@ func markdown(r Result) string {
 			fmt.Fprintf(&b, "\nper post of the %s 16-writer phase: %.2f file opens, %.2f closes, %.2f replication take-ups, %.2f ships, %.2f ms of the server's CPU.\n", pc.name, c.Opens, c.Closes, c.TakeUps, c.Ships, c.CPUms)
 		}
 	}
+	if d := r.DiskSync; d != nil {
+		fmt.Fprintf(&b, "\na sync of a growing file on the data's disk, before the start: %.0f µs of CPU, %.0f µs of wall (a post at NAH_SYNC=full makes one).\n", d.CPUus, d.WallUs)
+	}
 	if r.WarmupCaughtUpS != 0 {
 		fmt.Fprintf(&b, "\nthe replica held the warm-up's posts (every file's first snapshot) %.1f s after it, before the measured post phases (-1: not within a minute).\n", r.WarmupCaughtUpS)
 	}

@@ -64,6 +64,8 @@ type Result struct {
 	// ReplicaLagMix is the same around the mixed phase: a server that
 	// leaves its ships for after the phase looks cheaper a post there.
 	ReplicaLagMix *ReplicaLag `json:"replica_lag_mix,omitempty"`
+
+	DiskSync *DiskSync `json:"disk_sync,omitempty"` // before the server started (disksync.go)
 }
 
 // PostCost is what one post of the 16-writer phase cost the server beyond
@@ -184,6 +186,9 @@ func measure(ctx context.Context, bin, data string, f fixture.Fixture, people []
 	mix, err := mixOf(f, people)
 	if err != nil {
 		return res, err
+	}
+	if res.DiskSync, err = probeSync(filepath.Dir(data)); err != nil {
+		return res, fmt.Errorf("sync probe: %w", err)
 	}
 
 	// Cold start: exec to the first feed served.

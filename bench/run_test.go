@@ -64,7 +64,13 @@ func TestMeasureSmall(t *testing.T) {
 	if res.ColdStartMs <= 0 || res.StopS <= 0 || res.IdleRSSMB <= 0 || res.PeakRSSMB < res.IdleRSSMB || res.BinaryMB <= 0 || res.WALLeft != 0 || res.CeilingRatio <= 0 {
 		t.Errorf("result: %+v", res)
 	}
+	if d := res.DiskSync; d == nil || d.CPUus <= 0 || d.WallUs < d.CPUus {
+		t.Errorf("the sync probe: %+v, want some CPU and at least as much wall", d)
+	}
 	table := markdown(res)
+	if !strings.Contains(table, "a sync of a growing file on the data's disk") {
+		t.Errorf("the table does not give the sync probe:\n%s", table)
+	}
 	th := filepath.Join(dir, "THRESHOLDS.md")
 	os.WriteFile(th, []byte("# hand-written\n"), 0o644)
 	for range 2 { // a second run replaces the table, it does not append

@@ -10,13 +10,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// DiskSync is what a commit's sync cost on the run's disk just before the
-// server started: nah at NAH_SYNC=full syncs a WAL at every post, which
-// PocketBase (synchronous=NORMAL) does not, so the two servers' ratio
-// moves with it. One morning a sync cost 72 µs of CPU and 185 µs of wall
-// where the night before it cost 28 and 95, and nah's CPU a post went
-// from 0.26 to 0.47 ms while PocketBase's went from 0.45 to 0.55 ms
-// (bench/THRESHOLDS.md, "What a sync costs").
+// DiskSync is what a sync of a growing file cost on the run's disk just
+// before the server started. nah at NAH_SYNC=full syncs its WAL at every
+// post and PocketBase does not, so their ratio moves with it: 72 against
+// 28 µs of CPU a sync took it from 1.44x to 1.0-1.3x (bench/THRESHOLDS.md,
+// "What a sync costs").
 type DiskSync struct {
 	CPUus  float64 `json:"cpu_us"`  // the syncing thread's CPU, a sync
 	WallUs float64 `json:"wall_us"` // wall time, a sync
